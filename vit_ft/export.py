@@ -1,0 +1,88 @@
+"""Export a vit_ft classifier to the standard transformers ViT format (no remote code needed to load it)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from safetensors.torch import save_file
+from transformers import ViTConfig, ViTImageProcessorPil
+
+from .conversion import to_hf_vit_state_dict
+from .modeling_vit_ft import ViTFTForImageClassification
+
+
+def export_to_transformers(
+    model: ViTFTForImageClassification,
+    output_dir: str | Path,
+    image_processor: ViTImageProcessorPil | None = None,
+) -> Path:
+    """Write `model` as a transformers `ViTForImageClassification` folder with a `ViTImageProcessor`.
+
+    The position embeddings stay at the model's (fine-tuned) resolution and the config's `image_size` says
+    so; the processor resizes to that size. The folder is written to a temporary sibling and renamed into
+    place, so a failed export never leaves a half-written folder.
+    """
+    config = model.config
+    if config.pooling != "cls":
+        raise ValueError(
+            f"transformers' ViTForImageClassification classifies the CLS token; this model uses pooling="
+            f"{config.pooling!r}, which it cannot express. Share it in the vit_ft format instead."
+        )
+    if config.num_labels < 1:
+        raise ValueError(
+            "The model has no classification head (num_labels=0); nothing to export as a classifier."
+        )
+    height, width = config.image_hw
+    hf_config = ViTConfig(
+        **{
+            name: getattr(config, name)
+            for name in (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "hidden_act",
+                "hidden_dropout_prob",
+                "attention_probs_dropout_prob",
+                "initializer_range",
+                "layer_norm_eps",
+                "patch_size",
+                "num_channels",
+                "qkv_bias",
+            )
+        },  # fmt: skip
+        image_size=height if height == width else [height, width],
+        id2label=dict(config.id2label),
+        label2id=dict(config.label2id),
+        problem_type=config.problem_type,
+        architectures=["ViTForImageClassification"],
+    )
+    if image_processor is None:
+        image_processor = ViTImageProcessorPil()
+    image_processor = ViTImageProcessorPil(
+        **{**image_processor.to_dict(), "size": {"height": height, "width": width}}
+    )
+    state_dict = to_hf_vit_state_dict(
+        {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()},
+        config.num_hidden_layers,
+    )
+
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        hf_config.save_pretrained(staging)
+        image_processor.save_pretrained(staging)
+        save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"})
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return output_dir
+
+
+__all__ = ["export_to_transformers"]
