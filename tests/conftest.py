@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
 from vit_ft import ViTFTConfig
+from vit_ft.data import write_digits_imagefolder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -57,3 +62,60 @@ def hf_classifier_dir(tmp_path_factory) -> str:
     config = tiny_hf_config(id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
     randomize(ViTForImageClassification(config), seed=1).save_pretrained(path)
     return str(path)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_tiny_recipe(tmp: Path, **overrides) -> Path:
+    """A recipe on the real digits images with a tiny transformers ViTModel checkpoint: seconds on a CPU."""
+    checkpoint = tmp / "backbone"
+    if not checkpoint.exists():
+        randomize(ViTModel(tiny_hf_config())).save_pretrained(checkpoint)
+    write_digits_imagefolder(tmp / "digits")
+    values = {
+        "model_name_or_path": str(checkpoint),
+        "image_size": 32,
+        "train_dir": str(tmp / "digits" / "train"),
+        "test_dir": str(tmp / "digits" / "test"),
+        "max_train_samples": 96,
+        "max_eval_samples": 48,
+        "horizontal_flip": False,
+        "crop_scale_min": 0.8,
+        "optim": "adamw_torch",
+        "learning_rate": 0.003,
+        "num_train_epochs": 2,
+        "per_device_train_batch_size": 16,
+        "per_device_eval_batch_size": 48,
+        "logging_steps": 1,
+        "dataloader_num_workers": 0,
+        "report_to": "none",
+        "output_dir": str(tmp / "out"),
+        "seed": 0,
+        **overrides,
+    }
+    path = tmp / "tiny.yaml"
+    path.write_text(
+        "# tiny smoke recipe\n" + "\n".join(f"{k}: {json.dumps(v)}" for k, v in values.items()) + "\n"
+    )
+    return path
+
+
+def run_finetune_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python scripts/finetune.py ARGS` in a subprocess, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "finetune.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_finetuned_dir(tmp_path_factory) -> Path:
+    """The output folder of a tiny real fine-tune (digits images, 2 epochs): model, processor, metrics, card."""
+    tmp = tmp_path_factory.mktemp("tiny_finetune")
+    result = run_finetune_script("--recipe", str(write_tiny_recipe(tmp)), cwd=tmp)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return tmp / "out"

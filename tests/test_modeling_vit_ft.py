@@ -178,7 +178,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     for checkpointing in (False, True):
         model = randomize(ViTFTForImageClassification(config)).train()
         if checkpointing:
-            model.activation_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             assert model.vit.layers[0].gradient_checkpointing
         model(pixels, labels=labels).loss.backward()
         grads.append(model.vit.layers[0].attention.qkv.weight.grad.clone())

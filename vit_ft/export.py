@@ -17,11 +17,13 @@ def export_to_transformers(
     model: ViTFTForImageClassification,
     output_dir: str | Path,
     image_processor: ViTImageProcessorPil | None = None,
+    with_head: bool = True,
 ) -> Path:
     """Write `model` as a transformers `ViTForImageClassification` folder with a `ViTImageProcessor`.
 
     The position embeddings stay at the model's (fine-tuned) resolution and the config's `image_size` says
-    so; the processor resizes to that size. The folder is written to a temporary sibling and renamed into
+    so; the processor resizes to that size. `with_head=False` writes a backbone `ViTModel` checkpoint (no
+    classifier, no label names), the layout of google/vit-base-patch16-224-in21k. The folder is written to a temporary sibling and renamed into
     place, so a failed export never leaves a half-written folder.
     """
     config = model.config
@@ -30,7 +32,7 @@ def export_to_transformers(
             f"transformers' ViTForImageClassification classifies the CLS token; this model uses pooling="
             f"{config.pooling!r}, which it cannot express. Share it in the vit_ft format instead."
         )
-    if config.num_labels < 1:
+    if with_head and config.num_labels < 1:
         raise ValueError(
             "The model has no classification head (num_labels=0); nothing to export as a classifier."
         )
@@ -54,10 +56,16 @@ def export_to_transformers(
             )
         },  # fmt: skip
         image_size=height if height == width else [height, width],
-        id2label=dict(config.id2label),
-        label2id=dict(config.label2id),
-        problem_type=config.problem_type,
-        architectures=["ViTForImageClassification"],
+        **(
+            {
+                "id2label": dict(config.id2label),
+                "label2id": dict(config.label2id),
+                "problem_type": config.problem_type,
+            }
+            if with_head
+            else {}
+        ),
+        architectures=["ViTForImageClassification" if with_head else "ViTModel"],
     )
     if image_processor is None:
         image_processor = ViTImageProcessorPil()
@@ -68,6 +76,10 @@ def export_to_transformers(
         {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()},
         config.num_hidden_layers,
     )
+    if not with_head:  # ViTModel keys carry no `vit.` prefix
+        state_dict = {
+            k.removeprefix("vit."): v for k, v in state_dict.items() if not k.startswith("classifier.")
+        }
 
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)

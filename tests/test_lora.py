@@ -1,0 +1,75 @@
+"""LoRA: the recipe path, the adapter and merged outputs, and merged == unmerged logits."""
+
+import json
+
+import pytest
+import torch
+
+from vit_ft import ViTFTForImageClassification
+from vit_ft.arguments import ModelArguments
+from vit_ft.lora import apply_lora, count_parameters, load_for_inference, merge_lora
+
+from .conftest import randomize, run_finetune_script, tiny_ft_config, write_tiny_recipe
+
+
+def lora_model(targets: str = "attention") -> torch.nn.Module:
+    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
+    peft_model = apply_lora(
+        model, ModelArguments(model_name_or_path="x", use_lora=True, lora_target_modules=targets)
+    )
+    with torch.no_grad():  # LoRA B starts at zero; give it values so that merging has something to do
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.1)
+    return peft_model.eval()
+
+
+@pytest.mark.parametrize(
+    ("targets", "adapted"), [("attention", {"qkv"}), ("attention+mlp", {"qkv", "proj", "fc1", "fc2"})]
+)
+def test_targets_and_trainable_parameters(targets, adapted):
+    model = lora_model(targets)
+    wrapped = {name.split(".")[-2] for name, _ in model.named_modules() if name.endswith("lora_A")}
+    assert wrapped == adapted
+    trainable, total = count_parameters(model)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert all("lora_" in n or "classifier" in n for n in names)
+    assert any("classifier" in n for n in names)  # the new head is trained in full (modules_to_save)
+    assert 0 < trainable < total
+
+
+def test_merged_equals_unmerged_and_survives_save_and_reload(tmp_path):
+    model = lora_model()
+    merged = merge_lora(model)
+    assert type(merged) is ViTFTForImageClassification
+    pixels = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        unmerged_logits = model(pixel_values=pixels).logits
+        assert (merged(pixels).logits - unmerged_logits).abs().max().item() <= 1e-5
+    # merging a copy leaves the adapter model intact
+    assert any("lora_A" in n for n, _ in model.named_parameters())
+    merged.save_pretrained(tmp_path / "merged")
+    reloaded = ViTFTForImageClassification.from_pretrained(tmp_path / "merged")
+    with torch.no_grad():
+        assert (reloaded(pixels).logits - unmerged_logits).abs().max().item() <= 1e-5
+
+
+def test_lora_recipe_writes_adapter_and_merged_model(tmp_path):
+    recipe = write_tiny_recipe(tmp_path, use_lora=True, learning_rate=0.01)
+    result = run_finetune_script("--recipe", str(recipe), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "trainable of" in result.stdout + result.stderr  # the log states trainable vs total parameters
+    out = tmp_path / "out"
+    assert (out / "adapter" / "adapter_config.json").is_file() and (out / "model.safetensors").is_file()
+    adapter_config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert adapter_config["modules_to_save"] == ["classifier"] and adapter_config["r"] == 16
+    assert json.loads((out / "vit_ft_run.json").read_text())["lora"] is True
+
+    adapter_model = load_for_inference(out / "adapter")
+    merged_model = load_for_inference(out)
+    assert type(adapter_model).__name__ == "PeftModel" and type(merged_model) is ViTFTForImageClassification
+    pixels = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        a, b = adapter_model(pixel_values=pixels).logits, merged_model(pixel_values=pixels).logits
+    assert (a - b).abs().max().item() <= 1e-5
+    assert torch.count_nonzero(merged_model.classifier.weight) > 0  # the head was trained and saved

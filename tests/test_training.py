@@ -1,0 +1,83 @@
+"""A tiny end-to-end fine-tune through scripts/finetune.py, and what it leaves in the output folder."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from vit_ft import ViTFTForImageClassification
+
+from .conftest import run_finetune_script, write_tiny_recipe
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("finetune")
+    recipe = write_tiny_recipe(tmp)
+    result = run_finetune_script("--recipe", str(recipe), "--report_to", "tensorboard", cwd=tmp)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return tmp / "out", result
+
+
+def test_output_folder_has_every_artefact(finetuned):
+    out, _ = finetuned
+    for name in ("model.safetensors", "config.json", "preprocessor_config.json", "labels.json", "all_results.json",
+                 "eval_results.json", "test_results.json", "README.md", "training_curves.png", "vit_ft_run.json",
+                 "modeling_vit_ft.py"):  # fmt: skip
+        assert (out / name).is_file(), name
+    eval_results = json.loads((out / "eval_results.json").read_text())
+    assert (
+        0.0 <= eval_results["eval_accuracy"] <= 1.0
+        and "eval_top5_accuracy" in eval_results
+        and "eval_f1" in eval_results
+    )
+    assert any(p.name.startswith("events.out.tfevents") for p in (out / "runs").rglob("*")), (
+        "no TensorBoard logs"
+    )
+    with Image.open(out / "training_curves.png") as image:
+        assert image.size[0] > 500
+
+
+def test_saved_model_keeps_labels_resolution_and_processor(finetuned):
+    out, _ = finetuned
+    model = ViTFTForImageClassification.from_pretrained(out)
+    assert model.config.image_hw == (32, 32)
+    assert model.config.id2label == {i: str(i) for i in range(10)}
+    processor = json.loads((out / "preprocessor_config.json").read_text())
+    assert processor["size"] == {"height": 32, "width": 32}
+    labels = json.loads((out / "labels.json").read_text())
+    assert labels["label2id"] == {str(i): i for i in range(10)}
+    run = json.loads((out / "vit_ft_run.json").read_text())
+    assert run["data"]["test_dir"].endswith("test") and run["image_size"] == [32, 32]
+
+
+def test_training_moved_the_weights_and_the_loss_went_down(finetuned):
+    out, _ = finetuned
+    model = ViTFTForImageClassification.from_pretrained(out)
+    assert torch.count_nonzero(model.classifier.weight) > 0  # the zero-initialised head was trained
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    losses = [e["loss"] for e in history if "loss" in e]
+    assert len(losses) >= 10 and sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+
+
+def test_model_card_states_recipe_resolution_and_metrics(finetuned):
+    out, _ = finetuned
+    card = (out / "README.md").read_text()
+    assert card.startswith("---") and "model-index" in card and "library_name: transformers" in card
+    test_accuracy = json.loads((out / "test_results.json").read_text())["test_accuracy"]
+    assert f"{test_accuracy:.4f}" in card and "32x32" in card and "Recipe: `tiny`" in card
+
+
+def test_bad_recipe_value_stops_before_training(tmp_path):
+    recipe = write_tiny_recipe(tmp_path, image_size=30)
+    result = run_finetune_script("--recipe", str(recipe), cwd=tmp_path)
+    assert result.returncode != 0
+    assert "30" in result.stderr and "patch" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    recipe = write_tiny_recipe(tmp_path)
+    result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
+    assert result.returncode != 0 and "no checkpoint-* folder" in result.stderr

@@ -1,0 +1,290 @@
+"""Share a fine-tune on the Hugging Face Hub: stage the output folder with a model card, then upload it.
+
+Two formats. "vit_ft" (default): our weights and config with the model's code beside them and `auto_map`, so
+`AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True)` loads it anywhere. "transformers":
+the standard transformers ViT export (`vit_ft.export`), which loads with no remote code. Either way the
+repository gets the image processor at the fine-tuned resolution, the label maps, the run record and a model
+card; checkpoints, TensorBoard runs and pickles (training_args.bin) stay local.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import HfApi, ModelCard
+
+from .lora import ADAPTER_DIR, is_adapter_folder
+
+logger = logging.getLogger("vit_ft")
+
+FORMATS = ("vit_ft", "transformers")
+RUN_INFO_FILE = "vit_ft_run.json"  # written by vit_ft.training.save_outputs
+EXAMPLES_DIR = "examples"  # sample images, shown by demo/app.py
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
+PROCESSOR_FILE = "preprocessor_config.json"
+# what the fine-tune recorded, shared in both formats
+RECORD_FILES = ("labels.json", "training_curves.png", RUN_INFO_FILE, "*_results.json", "trainer_state.json")
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", PROCESSOR_FILE)
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub repository id, not a local path
+
+
+def stage_for_hub(
+    output_dir: str | Path,
+    staging_dir: str | Path,
+    repo_id: str,
+    format: str = "vit_ft",
+) -> Path:
+    """Write into `staging_dir` (created; must not exist) exactly what the Hub repository `repo_id` gets.
+
+    `output_dir` is a fine-tune output folder (merged or full model at its root, and/or a LoRA adapter in
+    `adapter/`) or a bare adapter folder. A LoRA adapter that was not merged is merged here, so the repository
+    always holds a complete model; the adapter itself is shared too (vit_ft format, in `adapter/`).
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format={format!r} is not one of {FORMATS}: 'vit_ft' (our code, trust_remote_code) "
+                         "or 'transformers' (plain transformers ViT, no remote code).")  # fmt: skip
+    output_dir, staging = Path(output_dir), Path(staging_dir)
+    if not output_dir.is_dir():
+        raise FileNotFoundError(f"{output_dir} is not a folder; pass a fine-tune output folder (--output_dir).")
+    if staging.exists():
+        raise FileExistsError(f"{staging} exists; stage into a new folder.")
+    adapter_dir = _adapter_dir(output_dir)
+    run_info = _read_run_info(output_dir, adapter_dir)
+
+    if format == "transformers":
+        from .export import export_to_transformers
+
+        model = _load_merged(output_dir)
+        export_to_transformers(model, staging, image_processor=_load_processor(output_dir, adapter_dir))
+    else:
+        staging.mkdir(parents=True)
+        if _has_complete_model(output_dir):
+            _copy_matching(output_dir, staging, (*WEIGHT_FILES, "config.json", PROCESSOR_FILE))
+            for code_file in _code_files(output_dir):
+                shutil.copy2(output_dir / code_file, staging / code_file)
+        else:  # an adapter only, or a folder saved without its code: write the model with its code
+            _load_merged(output_dir).save_pretrained(staging)
+            processor = _load_processor(output_dir, adapter_dir)
+            if processor is not None:
+                processor.save_pretrained(staging)
+        if adapter_dir is not None:
+            _copy_matching(adapter_dir, staging / ADAPTER_DIR, ADAPTER_FILES)
+
+    _copy_matching(output_dir, staging, RECORD_FILES)
+    examples = output_dir / EXAMPLES_DIR
+    if examples.is_dir():
+        _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in IMAGE_SUFFIXES))
+    hub_model_card(run_info, repo_id, format, staging).save(staging / "README.md")
+    return staging
+
+
+def push_output_dir(
+    output_dir: str | Path,
+    hub_model_id: str,
+    format: str = "vit_ft",
+    token: str | None = None,
+    private: bool | None = None,
+    commit_message: str = "Upload fine-tuned ViT with vit-ft",
+    revision: str | None = None,
+) -> str:
+    """Push a fine-tune output folder to the Hub repository `hub_model_id` (created if missing); returns the commit URL.
+
+    The folder is staged first (see `stage_for_hub`), so a folder that cannot be shared fails before the
+    repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
+    """
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="vit_ft_push_") as tmp:
+        staging = stage_for_hub(output_dir, Path(tmp) / hub_model_id.split("/")[-1], hub_model_id, format)
+        repo_url = api.create_repo(hub_model_id, private=private, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo_url.repo_id,
+            folder_path=staging,
+            commit_message=commit_message,
+            revision=revision,
+        )
+    logger.info("Pushed %s (%s format) to %s", output_dir, format, info.commit_url)
+    return info.commit_url
+
+
+def hub_model_card(run_info: dict[str, Any], repo_id: str, format: str, folder: str | Path) -> ModelCard:
+    """The model card: `vit_ft.reporting`'s metadata named after `repo_id`, and a body for the Hub format.
+
+    The metadata (license, library, tags, datasets, base model, model-index results) comes from
+    `reporting.write_model_card`; its body, written for a local folder, is replaced by one that states the
+    recipe, resolution, full or LoRA fine-tuning, the results and how to load the repository.
+    """
+    from .reporting import write_model_card
+
+    with tempfile.TemporaryDirectory() as tmp:
+        card = ModelCard.load(write_model_card(Path(tmp), run_info))
+    data = card.data
+    data.model_name = repo_id
+    data.pipeline_tag = "image-classification"
+    base = run_info.get("base_model")
+    # a local checkpoint path means nothing on the Hub (and the Hub rejects it as base_model)
+    data.base_model = base if isinstance(base, str) and HUB_ID.match(base) and not Path(base).exists() else None
+    tags = [t for t in data.tags or [] if t != "custom_code"]
+    data.tags = [*tags, "custom_code"] if format == "vit_ft" else [*tags, "vit"]
+    card.text = _card_body(run_info, repo_id, format, Path(folder))
+    return card
+
+
+def _card_body(run_info: dict[str, Any], repo_id: str, format: str, folder: Path) -> str:
+    lora = bool(run_info.get("lora"))
+    height, width = run_info.get("image_size") or (None, None)
+    data = run_info.get("data") or {}
+    dataset = data.get("dataset_name") or data.get("builtin_dataset") or "a local image folder"
+    how = "LoRA (low-rank adapters, merged into the weights here)" if lora else "full fine-tuning"
+    if format == "vit_ft":
+        use = (
+            "```python\nfrom transformers import AutoImageProcessor, AutoModelForImageClassification\n\n"
+            f'model = AutoModelForImageClassification.from_pretrained("{repo_id}", trust_remote_code=True)\n'
+            f'processor = AutoImageProcessor.from_pretrained("{repo_id}")\n```\n\n'
+            "The model's code (`modeling_vit_ft.py` and its imports) is in this repository: it is the vit-ft ViT "
+            "(fused-qkv SDPA attention, any input resolution), not transformers' own ViT. With vit-ft installed, "
+            f'`vit_ft.ViTFTForImageClassification.from_pretrained("{repo_id}")` loads it without remote code.'
+        )
+        if lora:
+            use += " The LoRA adapter alone (peft) is in `adapter/`."
+    else:
+        use = (
+            "```python\nfrom transformers import pipeline\n\n"
+            f'classifier = pipeline("image-classification", model="{repo_id}")\n'
+            'classifier("image.jpg", top_k=5)\n```\n\n'
+            "A standard transformers `ViTForImageClassification` (exported from vit-ft): no remote code. "
+            f"Its position embeddings are at the fine-tuned {height}x{width} resolution."
+        )
+    lines = [
+        f"# {repo_id}",
+        "",
+        f"A Vision Transformer fine-tuned for image classification with vit-ft, by {how}.",
+        "",
+        f"- Recipe: `{run_info.get('recipe')}`",
+        f"- Base model: `{run_info.get('base_model')}`",
+        f"- Resolution: {height}x{width} (the image processor resizes to it)",
+        f"- Fine-tuning: {'LoRA' if lora else 'full'}",
+        f"- Dataset: `{dataset}`",
+        f"- Format: {'vit_ft (custom code, `trust_remote_code=True`)' if format == 'vit_ft' else 'transformers ViT'}",
+        "",
+        "## Evaluation results",
+        "",
+        _results_table(run_info.get("metrics") or {}),
+        "",
+        "## Use",
+        "",
+        use,
+        "",
+    ]
+    if (folder / "training_curves.png").is_file():
+        lines += ["## Training", "", "![training curves](training_curves.png)", ""]
+    if (folder / RUN_INFO_FILE).is_file():
+        lines += [f"All run settings are in `{RUN_INFO_FILE}`.", ""]
+    return "\n".join(lines)
+
+
+def _results_table(metrics: dict[str, Any]) -> str:
+    columns = ("accuracy", "top5_accuracy", "f1", "loss")
+    rows = []
+    for split, prefix in (("validation", "eval_"), ("test", "test_")):
+        values = [metrics.get(prefix + c) for c in columns]
+        if any(isinstance(v, (int, float)) for v in values):
+            cells = " | ".join(f"{v:.4f}" if isinstance(v, (int, float)) else "-" for v in values)
+            rows.append(f"| {split} | {cells} |")
+    if not rows:
+        return "No evaluation results were recorded."
+    return "\n".join(["| split | accuracy | top-5 accuracy | F1 | loss |", "| --- | --- | --- | --- | --- |", *rows])
+
+
+def _adapter_dir(output_dir: Path) -> Path | None:
+    if is_adapter_folder(output_dir):
+        return output_dir
+    return output_dir / ADAPTER_DIR if is_adapter_folder(output_dir / ADAPTER_DIR) else None
+
+
+def _read_run_info(output_dir: Path, adapter_dir: Path | None) -> dict[str, Any]:
+    """`vit_ft_run.json`, or what the folder itself says when the run record is missing."""
+    path = output_dir / RUN_INFO_FILE
+    if path.is_file():
+        return json.loads(path.read_text())
+    logger.warning("No %s in %s: the model card will not name the recipe or dataset.", RUN_INFO_FILE, output_dir)
+    config_dir = output_dir if (output_dir / "config.json").is_file() else adapter_dir or output_dir
+    config = json.loads((config_dir / "config.json").read_text()) if (config_dir / "config.json").is_file() else {}
+    size = config.get("image_size")
+    metrics_path = output_dir / "all_results.json"
+    return {
+        "recipe": None,
+        "base_model": None,
+        "image_size": [size, size] if isinstance(size, int) else size,
+        "lora": adapter_dir is not None,
+        "data": {},
+        "metrics": json.loads(metrics_path.read_text()) if metrics_path.is_file() else {},
+    }
+
+
+def _has_complete_model(folder: Path) -> bool:
+    """Weights, a vit_ft config with auto_map, and every code file that auto_map needs."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return False
+    config = json.loads(config_path.read_text())
+    has_weights = any(fnmatch.filter((p.name for p in folder.iterdir()), w) for w in WEIGHT_FILES)
+    try:
+        code = _code_files(folder)
+    except FileNotFoundError:
+        return False
+    return config.get("model_type") == "vit_ft" and "auto_map" in config and has_weights and bool(code)
+
+
+def _code_files(folder: Path) -> list[str]:
+    """The .py files that `auto_map` loads, with their relative imports (transformers' own resolution)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    auto_map = json.loads((folder / "config.json").read_text()).get("auto_map", {})
+    modules = {ref.split(".")[0] for ref in auto_map.values() if isinstance(ref, str) and "--" not in ref}
+    files: set[str] = set()
+    for module in modules:
+        path = folder / f"{module}.py"
+        if not path.is_file():
+            raise FileNotFoundError(f"auto_map names {module}.py, which is not in {folder}.")
+        files.add(path.name)
+        files.update(Path(p).name for p in get_relative_import_files(str(path)))
+    return sorted(files)
+
+
+def _load_merged(output_dir: Path):
+    """The classifier to share: the folder's model, or base + LoRA adapter with the adapter merged in."""
+    from peft import PeftModel
+
+    from .lora import load_for_inference
+
+    model = load_for_inference(output_dir)
+    return model.merge_and_unload() if isinstance(model, PeftModel) else model
+
+
+def _load_processor(output_dir: Path, adapter_dir: Path | None):
+    from transformers import AutoImageProcessor
+
+    for folder in (output_dir, adapter_dir):
+        if folder is not None and (folder / PROCESSOR_FILE).is_file():
+            return AutoImageProcessor.from_pretrained(folder)
+    logger.warning("No %s in %s: sharing ViT's default image processor.", PROCESSOR_FILE, output_dir)
+    return None
+
+
+def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:
+    """Copy the files directly in `source` whose names match `patterns` (no subfolders)."""
+    for path in sorted(source.iterdir()):
+        if path.is_file() and any(fnmatch.fnmatch(path.name, p) for p in patterns):
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / path.name)
+
+
+__all__ = ["FORMATS", "hub_model_card", "push_output_dir", "stage_for_hub"]

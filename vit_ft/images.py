@@ -1,0 +1,281 @@
+"""Image decoding and pixel transforms: any file -> 8-bit RGB PIL image -> normalised (channels, height, width).
+
+Pure PIL / numpy / torch, no torchvision. `vit_ft.data` builds the dataset-level transforms on top of these.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from typing import IO, Any
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+__all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "ImageSource",
+    "center_crop_box",
+    "describe_source",
+    "load_image",
+    "random_resized_crop_box",
+    "resize_and_center_crop",
+    "to_normalized_tensor",
+    "to_rgb",
+]
+
+# Pillow's own default (PIL.Image.MAX_IMAGE_PIXELS): ~ a 9459 x 9459 image, 256 MiB as 8-bit RGBA.
+DEFAULT_MAX_PIXELS = 89_478_485
+
+# A path, raw encoded bytes, a binary file object, a `datasets.Image(decode=False)` value {"bytes", "path"},
+# or an already decoded PIL image.
+ImageSource = str | os.PathLike | bytes | IO[bytes] | dict | Image.Image
+
+_WHITE = (255, 255, 255)
+# Modes Pillow converts to RGB exactly (palette lookup, channel copy, CMYK/YCbCr/HSV formulas).
+_DIRECT_TO_RGB = {"1", "L", "P", "CMYK", "YCbCr", "HSV", "RGBX"}
+# Modes with an alpha channel, composited on white after a conversion to RGBA.
+_WITH_ALPHA = {"RGBA", "RGBa", "LA", "La", "PA"}
+
+
+def describe_source(source: Any) -> str:
+    """A short name for an image source, for error messages: the path when there is one."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    if isinstance(source, dict):
+        if source.get("path"):
+            return str(source["path"])
+        data = source.get("bytes")
+        return f"<{len(data)} bytes>" if data is not None else "<empty image value>"
+    if isinstance(source, (bytes, bytearray)):
+        return f"<{len(source)} bytes>"
+    if isinstance(source, Image.Image):
+        return f"<PIL image {source.mode} {source.width}x{source.height}>"
+    return getattr(source, "name", None) or f"<{type(source).__name__}>"
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Convert any PIL image to 8-bit RGB; an RGB image without transparency is returned as is.
+
+    - Transparency (RGBA, LA, PA, P or L/RGB with a transparent colour) is composited on white rather than
+      dropped: dropping alpha exposes whatever colour sits under transparent pixels (often black), which
+      turns e.g. a black logo on a transparent background into a black square.
+    - High bit depth is scaled, never clipped: I;16* (16-bit) maps 0..65535 to 0..255. The modes I (int32)
+      and F (float32) carry no nominal depth, so the range is read from each image: values in [0, 1]
+      (F only) are fractions, in [0, 255] 8-bit, in [0, 65535] 16-bit, anything else is min-max scaled.
+    """
+    mode = img.mode
+    if mode == "RGB" and "transparency" not in img.info:
+        return img
+    if mode in _WITH_ALPHA or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        background = Image.new("RGB", img.size, _WHITE)
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        return Image.fromarray(_high_depth_to_uint8(np.asarray(img), mode)).convert("RGB")
+    if mode in _DIRECT_TO_RGB:
+        return img.convert("RGB")
+    try:
+        return img.convert("RGB")
+    except ValueError as error:
+        raise ValueError(
+            f"Cannot convert a {mode!r} image to RGB ({error}); supported modes are 1, L, LA, P, PA, RGB, RGBA, "
+            "CMYK, YCbCr, HSV, I;16, I and F. Re-save the file as PNG or JPEG."
+        ) from error
+
+
+def _high_depth_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
+    """Scale a 16-bit, int32 or float32 (height, width) array to uint8 (see `to_rgb` for the rules)."""
+    values = np.nan_to_num(array.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if mode.startswith("I;16"):
+        scaled = values / 257.0  # 65535 / 257 == 255 exactly
+    elif low >= 0 and high <= 1 and mode == "F":
+        scaled = values * 255.0
+    elif low >= 0 and high <= 255:
+        scaled = values
+    elif low >= 0 and high <= 65535:
+        scaled = values / 257.0
+    else:
+        scaled = (values - low) * (255.0 / (high - low))
+    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
+
+
+def _check_pixels(size: tuple[int, int], max_pixels: int | None, name: str) -> None:
+    if max_pixels is not None and size[0] * size[1] > max_pixels:
+        raise ValueError(
+            f"{name}: {size[0]}x{size[1]} = {size[0] * size[1]:,} pixels is over max_pixels={max_pixels:,} "
+            "(decompression-bomb guard). If the file is trusted, pass a larger max_pixels; otherwise remove it "
+            "(vit_ft.data.drop_bad_images lists and drops such files)."
+        )
+
+
+def _apply_exif_orientation(img: Image.Image, owned: bool) -> Image.Image:
+    """Rotate/flip per the EXIF Orientation tag; in place when the image is ours, else on a copy."""
+    if img.getexif().get(Image.ExifTags.Base.Orientation, 1) in (1, None):
+        return img
+    if owned:
+        ImageOps.exif_transpose(img, in_place=True)
+        return img
+    return ImageOps.exif_transpose(img)
+
+
+def _open_target(source: ImageSource) -> str | IO[bytes]:
+    """What to hand to `PIL.Image.open`; a remote URL (hf://, https://) comes back as the string."""
+    if isinstance(source, dict):
+        if source.get("bytes") is not None:
+            return io.BytesIO(source["bytes"])
+        if not source.get("path"):
+            raise ValueError(
+                f"Image value {source!r} has neither 'bytes' nor 'path'; the row holds no image."
+            )
+        source = source["path"]
+    if isinstance(source, (bytes, bytearray)):
+        return io.BytesIO(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not os.path.isfile(path) and not _is_remote(path):
+            raise FileNotFoundError(f"Image file {path!r} does not exist (or is not a file).")
+        return path
+    if hasattr(source, "read"):
+        return source
+    raise TypeError(
+        f"Cannot load an image from a {type(source).__name__}; pass a path, bytes, a binary file object, "
+        "a {'bytes', 'path'} dict (a datasets.Image(decode=False) value) or a PIL image."
+    )
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path and not os.path.exists(path)
+
+
+def load_image(
+    source: ImageSource,
+    min_size: int | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> Image.Image:
+    """Decode an image to 8-bit RGB with its EXIF orientation applied.
+
+    Args:
+        source: a path, raw bytes, a binary file object, a `datasets.Image(decode=False)` value
+            {"bytes", "path"} (bytes win when both are set), or an already decoded PIL image.
+        min_size: the smallest side length the caller needs. A JPEG at least twice that size on both sides
+            is decoded at 1/2, 1/4 or 1/8 scale (Pillow draft mode, DCT-domain scaling: several times
+            faster) with both sides kept >= min_size. None decodes at full size.
+        max_pixels: decompression-bomb guard, checked on the header before any pixel is decoded;
+            None disables it.
+
+    Raises:
+        ValueError: the image is over max_pixels or has an unsupported mode.
+        OSError: the file is missing, unreadable or truncated (`PIL.UnidentifiedImageError` is one).
+    """
+    name = describe_source(source)
+    if isinstance(source, Image.Image):
+        _check_pixels(source.size, max_pixels, name)
+        return to_rgb(_apply_exif_orientation(source, owned=False))
+    target = _open_target(source)
+    if isinstance(target, str) and _is_remote(target):
+        import datasets  # fetches hf:// and http(s) paths with the user's Hub token; full-size decode
+
+        img = datasets.Image().decode_example({"path": target, "bytes": None})
+        _check_pixels(img.size, max_pixels, name)
+        return to_rgb(img)
+    with warnings.catch_warnings():
+        # Pillow warns above its own limit; the check below replaces the warning with a clear error.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            img = Image.open(target)
+        except Image.DecompressionBombError as error:
+            raise ValueError(
+                f"{name}: {error} If the file is trusted, raise PIL.Image.MAX_IMAGE_PIXELS and max_pixels; "
+                "otherwise remove it (vit_ft.data.drop_bad_images lists and drops such files)."
+            ) from error
+    with img:
+        _check_pixels(img.size, max_pixels, name)
+        if min_size is not None:
+            img.draft("RGB", (min_size, min_size))  # JPEG only; a no-op for other formats
+        img.load()
+    return to_rgb(_apply_exif_orientation(img, owned=True))
+
+
+def random_resized_crop_box(
+    width: int,
+    height: int,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+) -> tuple[int, int, int, int]:
+    """Crop box (left, top, right, bottom) drawn like torchvision's `RandomResizedCrop.get_params`.
+
+    Area fraction uniform in `scale`, aspect ratio (width / height) log-uniform in `ratio`, 10 tries, then
+    a centre crop clamped to `ratio`. Draws from torch's global RNG in the same order as torchvision, so
+    `torch.manual_seed` / `transformers.set_seed` make it reproducible and DataLoader workers (seeded
+    per worker by torch) draw different crops.
+    """
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
+        aspect_ratio = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1]).item())
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(torch.randint(0, height - h + 1, size=(1,)).item())
+            left = int(torch.randint(0, width - w + 1, size=(1,)).item())
+            return left, top, left + w, top + h
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        w, h = int(round(height * max(ratio))), height
+    else:
+        w, h = width, height
+    top, left = (height - h) // 2, (width - w) // 2
+    return left, top, left + w, top + h
+
+
+def center_crop_box(width: int, height: int, crop_height: int, crop_width: int) -> tuple[int, int, int, int]:
+    """Centred (left, top, right, bottom) box of size (crop_height, crop_width), rounded like torchvision."""
+    top = int(round((height - crop_height) / 2.0))
+    left = int(round((width - crop_width) / 2.0))
+    return left, top, left + crop_width, top + crop_height
+
+
+def resize_and_center_crop(
+    img: Image.Image,
+    size: tuple[int, int],
+    crop_pct: float = 1.0,
+    resample: int = Image.Resampling.BICUBIC,
+) -> Image.Image:
+    """Evaluation geometry: resize so the image covers (height / crop_pct, width / crop_pct), keeping its
+    aspect ratio, then centre-crop (height, width).
+
+    For a square target this is torchvision's Resize(shorter side) + CenterCrop; for a non-square one the
+    scale is the larger of the two side ratios, so the crop never needs padding.
+    """
+    height, width = size
+    scale = max(height / img.height, width / img.width) / crop_pct
+    new_width = max(width, int(round(img.width * scale)))
+    new_height = max(height, int(round(img.height * scale)))
+    if (new_width, new_height) != img.size:
+        img = img.resize((new_width, new_height), resample=resample)
+    return img.crop(center_crop_box(new_width, new_height, height, width))
+
+
+def to_normalized_tensor(
+    img: Image.Image,
+    mean: Sequence[float],
+    std: Sequence[float],
+    rescale_factor: float = 1 / 255,
+) -> torch.Tensor:
+    """8-bit RGB PIL image -> float32 (channels, height, width) tensor: (pixel * rescale_factor - mean) / std."""
+    array = np.array(img, dtype=np.uint8)  # (height, width, channels), a writable copy for torch
+    pixels = torch.from_numpy(array).permute(2, 0, 1)  # (channels, height, width)
+    pixels = pixels.to(torch.float32, memory_format=torch.contiguous_format)
+    mean_t = torch.as_tensor(mean, dtype=torch.float32).view(-1, 1, 1)
+    std_t = torch.as_tensor(std, dtype=torch.float32).view(-1, 1, 1)
+    return pixels.mul_(rescale_factor).sub_(mean_t).div_(std_t)

@@ -1,0 +1,315 @@
+"""Fine-tuning on the transformers Trainer: the stages `scripts/finetune.py` runs, one function each."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import datasets
+import transformers
+from transformers import AutoImageProcessor, Trainer, TrainingArguments, ViTImageProcessorPil, set_seed
+from transformers.image_utils import PILImageResampling
+
+from .arguments import DataArguments, ModelArguments
+from .data import build_transforms, collate_fn, drop_bad_images, load_image_datasets, write_digits_imagefolder
+from .metrics import build_compute_metrics
+from .modeling_vit_ft import ViTFTForImageClassification
+
+logger = logging.getLogger("vit_ft")
+
+RUN_INFO_FILE = "vit_ft_run.json"  # what the fine-tune used, read back by evaluate/predict/push scripts
+
+
+def setup_logging(training_args: TrainingArguments) -> None:
+    """Our messages at INFO on the main process, WARNING elsewhere; the libraries at `--log_level`."""
+    level = training_args.get_process_log_level()
+    ours = logging.INFO if training_args.should_log else logging.WARNING
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    for name in ("vit_ft", "__main__"):
+        logging.getLogger(name).setLevel(ours)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+
+
+def prepare_builtin_assets(
+    model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments
+) -> None:
+    """Write the built-in dataset and pre-train the built-in checkpoint when they are missing (main process first)."""
+    with training_args.main_process_first(desc="preparing built-in data and checkpoint"):
+        if data_args.builtin_dataset == "digits":
+            root = Path(data_args.train_dir).parent
+            write_digits_imagefolder(root, seed=0)
+        missing = not Path(model_args.model_name_or_path).exists()
+        if model_args.pretrain_if_missing == "digits" and missing and training_args.process_index == 0:
+            from .pretrain import pretrain_digits
+
+            logger.info(
+                "No checkpoint at %s: pre-training the small digits ViT at 16x16 first.",
+                model_args.model_name_or_path,
+            )
+            pretrain_digits(model_args.model_name_or_path, data_args.train_dir, seed=training_args.seed)
+
+
+def load_data(
+    data_args: DataArguments, training_args: TrainingArguments
+) -> tuple[datasets.DatasetDict, list[str]]:
+    """The train / validation (/ test) splits with bad images dropped, and the class names."""
+    with training_args.main_process_first(desc="loading and checking the images"):
+        splits, names = load_image_datasets(
+            dataset_name=data_args.dataset_name,
+            dataset_config=data_args.dataset_config,
+            train_dir=data_args.train_dir,
+            validation_dir=data_args.validation_dir,
+            test_dir=data_args.test_dir,
+            train_split=data_args.train_split,
+            validation_split=data_args.validation_split,
+            test_split=data_args.test_split,
+            image_column=data_args.image_column,
+            label_column=data_args.label_column,
+            validation_split_percentage=data_args.validation_split_percentage,
+            seed=training_args.data_seed if training_args.data_seed is not None else training_args.seed,
+            max_train_samples=data_args.max_train_samples,
+            max_eval_samples=data_args.max_eval_samples,
+        )
+        if data_args.check_images:
+            for split in list(splits):
+                splits[split] = drop_bad_images(splits[split], "image", logger)
+    logger.info("Data: %s; %d classes.", {k: len(v) for k, v in splits.items()}, len(names))
+    return splits, names
+
+
+def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTImageProcessorPil]:
+    """The pre-trained ViT at the fine-tuning resolution with a new head, and its image processor."""
+    id2label = dict(enumerate(names))
+    model = ViTFTForImageClassification.from_pretrained(
+        model_args.model_name_or_path,
+        id2label=id2label,
+        label2id={name: i for i, name in id2label.items()},
+        image_size=model_args.image_size,
+        pooling=model_args.pooling,
+        hidden_dropout_prob=model_args.hidden_dropout_prob,
+        attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
+        cache_dir=model_args.cache_dir,
+    )
+    logger.info("%s", model.loading_report)
+    try:
+        base = AutoImageProcessor.from_pretrained(
+            model_args.model_name_or_path, cache_dir=model_args.cache_dir
+        )
+        settings = {
+            "image_mean": base.image_mean,
+            "image_std": base.image_std,
+            "rescale_factor": base.rescale_factor,
+        }
+    except OSError:
+        logger.warning(
+            "No image processor in %s; using ViT's default normalisation (mean 0.5, std 0.5).",
+            model_args.model_name_or_path,
+        )
+        settings = {}
+    height, width = model.config.image_hw
+    # bicubic, as the training transforms resample, so that inference through the processor sees the same pixels
+    processor = ViTImageProcessorPil(
+        **settings, size={"height": height, "width": width}, resample=PILImageResampling.BICUBIC
+    )
+    if model_args.use_lora:
+        from .lora import apply_lora
+
+        model = apply_lora(model, model_args)
+    return model, processor
+
+
+def attach_transforms(
+    splits: datasets.DatasetDict, processor: ViTImageProcessorPil, data_args: DataArguments
+) -> None:
+    """Random-resized-crop + flip for training, resize + center crop for evaluation, normalised by the processor."""
+    size = (processor.size["height"], processor.size["width"])
+    common = {
+        "mean": processor.image_mean,
+        "std": processor.image_std,
+        "rescale_factor": processor.rescale_factor,
+    }
+    train_transform = build_transforms(
+        size,
+        train=True,
+        crop_scale=(data_args.crop_scale_min, 1.0),
+        horizontal_flip=data_args.horizontal_flip,
+        **common,
+    )
+    eval_transform = build_transforms(size, train=False, **common)
+    for name in splits:
+        # undecoded {"bytes", "path"} images: the transform decodes them itself, at reduced size where it can
+        splits[name] = splits[name].cast_column("image", datasets.Image(decode=False))
+        splits[name].set_transform(train_transform if name == "train" else eval_transform)
+
+
+def checkpoint_is_complete(path: str | Path) -> bool:
+    """A checkpoint is complete when its trainer_state.json, which Trainer writes last, parses and names its step."""
+    path = Path(path)
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    step = path.name.rsplit("-", 1)[-1]
+    weights = any((path / name).is_file() for name in ("model.safetensors", "adapter_model.safetensors"))
+    return weights and step.isdigit() and state.get("global_step") == int(step)
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest complete checkpoint-* in `output_dir`; incomplete ones (the process died while writing
+    them) are moved aside to `incomplete-checkpoint-*`, so that Trainer never resumes from or rotates onto them."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    found = [p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    for path in sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        if checkpoint_is_complete(path):
+            return str(path)
+        aside = path.with_name(f"incomplete-{path.name}")
+        shutil.rmtree(aside, ignore_errors=True)
+        path.rename(aside)
+        logger.warning(
+            "%s is incomplete (the run died while saving it); moved to %s and skipped.", path, aside.name
+        )
+    return None
+
+
+def resolve_resume(training_args: TrainingArguments) -> str | None:
+    """The checkpoint to resume from: an explicit path, or the last complete one in output_dir for `--resume`."""
+    resume = training_args.resume_from_checkpoint
+    if resume in (None, False, "false", "False"):
+        return None
+    if resume in (True, "true", "True", "last"):
+        last = (
+            last_complete_checkpoint(training_args.output_dir) if training_args.process_index == 0 else None
+        )
+        if training_args.world_size > 1:
+            last = broadcast_object(last)
+        if last is None:
+            raise FileNotFoundError(
+                f"--resume: no complete checkpoint-* folder in {training_args.output_dir}; start without --resume, "
+                "or point --output_dir at the interrupted run."
+            )
+        return last
+    if not checkpoint_is_complete(resume):
+        raise FileNotFoundError(
+            f"resume_from_checkpoint={resume!r} is not a complete Trainer checkpoint folder."
+        )
+    return resume
+
+
+def broadcast_object(value: Any) -> Any:
+    """`value` from process 0 on every process (several-process runs)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def run_finetune(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    recipe: str | None = None,
+) -> dict[str, float]:
+    """Fine-tune as the recipe says and write the output folder; returns the final metrics."""
+    setup_logging(training_args)
+    set_seed(training_args.seed)
+    resume = resolve_resume(training_args)
+
+    # data and checkpoint
+    prepare_builtin_assets(model_args, data_args, training_args)
+    splits, names = load_data(data_args, training_args)
+    model, processor = load_model(model_args, names)
+    attach_transforms(splits, processor, data_args)
+
+    # trainer
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=splits["train"],
+        eval_dataset=splits["validation"],
+        data_collator=collate_fn,
+        compute_metrics=build_compute_metrics(),
+        processing_class=processor,
+    )
+
+    # train
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+
+    # evaluate (the best model is loaded at the end when load_best_model_at_end)
+    metrics = dict(result.metrics)
+    eval_metrics = trainer.evaluate()
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)
+    metrics.update(eval_metrics)
+    if "test" in splits:
+        test_metrics = trainer.evaluate(splits["test"], metric_key_prefix="test")
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+        metrics.update(test_metrics)
+
+    # save
+    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe)
+    return metrics
+
+
+def save_outputs(
+    trainer: Trainer,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    names: list[str],
+    metrics: dict[str, float],
+    recipe: str | None,
+) -> None:
+    """Model (vit_ft format), processor, label maps, run info, model card and training curves."""
+    from .lora import save_lora_outputs
+    from .reporting import plot_training_curves, write_model_card
+
+    output_dir = Path(training_args.output_dir)
+    if model_args.use_lora:
+        save_lora_outputs(trainer, model_args, output_dir)
+    else:
+        trainer.save_model(str(output_dir))
+    if not trainer.is_world_process_zero():
+        return
+    id2label = dict(enumerate(names))
+    (output_dir / "labels.json").write_text(
+        json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
+    )
+    run_info = {
+        "recipe": recipe,
+        "base_model": model_args.model_name_or_path,
+        "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
+        "lora": model_args.use_lora,
+        "data": {k: v for k, v in vars(data_args).items()},
+        "world_size": training_args.world_size,
+        "written_by_process": training_args.process_index,
+        "metrics": metrics,
+    }
+    (output_dir / RUN_INFO_FILE).write_text(json.dumps(run_info, indent=2, default=str))
+    plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
+    write_model_card(output_dir, run_info)
+    logger.info(
+        "Results in %s: %s",
+        output_dir,
+        {k: round(v, 4) for k, v in metrics.items() if k.endswith("accuracy")},
+    )
+
+
+__all__ = ["run_finetune"]
