@@ -12,17 +12,28 @@ from __future__ import annotations
 
 import sys
 
-from vit_ft.recipes import parse_args, recipe_name
+from vit_ft.recipes import RecipeError, parse_args, recipe_name
 from vit_ft.training import run_finetune
+
+
+def recipe_from_argv(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--recipe" and i + 1 < len(argv):
+            return recipe_name(argv[i + 1])
+        if arg.startswith("--recipe="):
+            return recipe_name(arg.split("=", 1)[1])
+    return None
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # --resume: continue from the last checkpoint-* in the output folder
+    # --resume: continue from the last complete checkpoint-* in the output folder
     argv = [arg for a in argv for arg in (("--resume_from_checkpoint", "last") if a == "--resume" else (a,))]
-    model_args, data_args, training_args = parse_args(argv)  # validates everything before any work
-    recipe = argv[argv.index("--recipe") + 1] if "--recipe" in argv else None
-    return run_finetune(model_args, data_args, training_args, recipe=recipe_name(recipe) if recipe else None)
+    try:
+        model_args, data_args, training_args = parse_args(argv)  # validates everything before any work
+    except RecipeError as error:
+        sys.exit(f"error: {error}")
+    return run_finetune(model_args, data_args, training_args, recipe=recipe_from_argv(argv))
 
 
 if __name__ == "__main__":

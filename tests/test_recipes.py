@@ -2,6 +2,7 @@
 every error names what to fix. Offline and fast: no model, no data, no network."""
 
 import dataclasses
+import json
 import re
 import types
 from pathlib import Path
@@ -291,11 +292,14 @@ def test_bad_recipe_values_are_errors(tmp_path, text, pattern):
 
 def test_yaml_scalars_convert_like_flags(tmp_path):
     values = load_recipe(_write(tmp_path, "learning_rate: 1e-3\nmax_steps: 10\nreport_to: [tensorboard]\n"))
-    assert values == {
-        "learning_rate": 0.001,
-        "max_steps": 10,
-        "report_to": ["tensorboard"],
-    }  # PyYAML reads 1e-3 as text
+    # PyYAML reads 1e-3 as text; the recipe loader converts it like the command line does
+    assert values == {"learning_rate": 0.001, "max_steps": 10, "report_to": ["tensorboard"]}
+    unset = load_recipe(_write(tmp_path, "test_split: none\nmax_train_samples: null\nreport_to: none\n"))
+    assert unset == {
+        "test_split": None,
+        "max_train_samples": None,
+        "report_to": "none",
+    }  # report_to's none is a value
 
 
 def test_bad_image_size_against_a_local_checkpoint_fails_before_anything_else(tiny_checkpoint):
@@ -307,6 +311,22 @@ def test_bad_image_size_against_a_local_checkpoint_fails_before_anything_else(ti
         parse_args([*argv, "--dataset_name", "uoft-cs/cifar10", "--fp16", "true"])
     model_args, *_ = parse_args([*argv[:-1], "64"])
     assert model_args.image_size == 64
+
+
+def test_image_size_is_checked_against_a_checkpoint_in_the_hf_cache(tmp_path):
+    """A Hub id whose config.json is already in the cache (laid out as huggingface_hub does) is read offline."""
+    commit = "0" * 40
+    repo = tmp_path / "models--someone--tiny-vit"
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text(
+        json.dumps({"model_type": "vit", "patch_size": 16})
+    )
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    args = ModelArguments(model_name_or_path="someone/tiny-vit", image_size=100, cache_dir=str(tmp_path))
+    with pytest.raises(RecipeError, match=r"patch size 16 .*--image_size 96 or 112"):
+        recipes.check_image_size(args)
+    recipes.check_image_size(dataclasses.replace(args, image_size=384))
 
 
 def test_image_size_check_is_skipped_when_the_config_is_not_local(monkeypatch, tmp_path):

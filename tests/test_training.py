@@ -80,4 +80,4 @@ def test_bad_recipe_value_stops_before_training(tmp_path):
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     recipe = write_tiny_recipe(tmp_path)
     result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
-    assert result.returncode != 0 and "no checkpoint-* folder" in result.stderr
+    assert result.returncode != 0 and "no complete checkpoint-* folder" in result.stderr

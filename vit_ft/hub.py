@@ -32,7 +32,7 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of
 PROCESSOR_FILE = "preprocessor_config.json"
 # what the fine-tune recorded, shared in both formats
 RECORD_FILES = ("labels.json", "training_curves.png", RUN_INFO_FILE, "*_results.json", "trainer_state.json")
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", PROCESSOR_FILE)
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", "*.py", PROCESSOR_FILE)
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub repository id, not a local path
 
 
@@ -53,7 +53,9 @@ def stage_for_hub(
                          "or 'transformers' (plain transformers ViT, no remote code).")  # fmt: skip
     output_dir, staging = Path(output_dir), Path(staging_dir)
     if not output_dir.is_dir():
-        raise FileNotFoundError(f"{output_dir} is not a folder; pass a fine-tune output folder (--output_dir).")
+        raise FileNotFoundError(
+            f"{output_dir} is not a folder; pass a fine-tune output folder (--output_dir)."
+        )
     if staging.exists():
         raise FileExistsError(f"{staging} exists; stage into a new folder.")
     adapter_dir = _adapter_dir(output_dir)
@@ -67,14 +69,12 @@ def stage_for_hub(
     else:
         staging.mkdir(parents=True)
         if _has_complete_model(output_dir):
-            _copy_matching(output_dir, staging, (*WEIGHT_FILES, "config.json", PROCESSOR_FILE))
+            _copy_matching(output_dir, staging, (*WEIGHT_FILES, "config.json"))
             for code_file in _code_files(output_dir):
                 shutil.copy2(output_dir / code_file, staging / code_file)
         else:  # an adapter only, or a folder saved without its code: write the model with its code
             _load_merged(output_dir).save_pretrained(staging)
-            processor = _load_processor(output_dir, adapter_dir)
-            if processor is not None:
-                processor.save_pretrained(staging)
+        _write_processor(output_dir, adapter_dir, staging)
         if adapter_dir is not None:
             _copy_matching(adapter_dir, staging / ADAPTER_DIR, ADAPTER_FILES)
 
@@ -129,8 +129,7 @@ def hub_model_card(run_info: dict[str, Any], repo_id: str, format: str, folder: 
     data.model_name = repo_id
     data.pipeline_tag = "image-classification"
     base = run_info.get("base_model")
-    # a local checkpoint path means nothing on the Hub (and the Hub rejects it as base_model)
-    data.base_model = base if isinstance(base, str) and HUB_ID.match(base) and not Path(base).exists() else None
+    data.base_model = base if _is_hub_id(base) else None  # the Hub rejects a local path as base_model
     tags = [t for t in data.tags or [] if t != "custom_code"]
     data.tags = [*tags, "custom_code"] if format == "vit_ft" else [*tags, "vit"]
     card.text = _card_body(run_info, repo_id, format, Path(folder))
@@ -143,6 +142,8 @@ def _card_body(run_info: dict[str, Any], repo_id: str, format: str, folder: Path
     data = run_info.get("data") or {}
     dataset = data.get("dataset_name") or data.get("builtin_dataset") or "a local image folder"
     how = "LoRA (low-rank adapters, merged into the weights here)" if lora else "full fine-tuning"
+    base = run_info.get("base_model")
+    base_text = f"[`{base}`](https://huggingface.co/{base})" if _is_hub_id(base) else "a local checkpoint"
     if format == "vit_ft":
         use = (
             "```python\nfrom transformers import AutoImageProcessor, AutoModelForImageClassification\n\n"
@@ -163,12 +164,13 @@ def _card_body(run_info: dict[str, Any], repo_id: str, format: str, folder: Path
             f"Its position embeddings are at the fine-tuned {height}x{width} resolution."
         )
     lines = [
+        "",
         f"# {repo_id}",
         "",
         f"A Vision Transformer fine-tuned for image classification with vit-ft, by {how}.",
         "",
         f"- Recipe: `{run_info.get('recipe')}`",
-        f"- Base model: `{run_info.get('base_model')}`",
+        f"- Base model: {base_text}",
         f"- Resolution: {height}x{width} (the image processor resizes to it)",
         f"- Fine-tuning: {'LoRA' if lora else 'full'}",
         f"- Dataset: `{dataset}`",
@@ -200,7 +202,13 @@ def _results_table(metrics: dict[str, Any]) -> str:
             rows.append(f"| {split} | {cells} |")
     if not rows:
         return "No evaluation results were recorded."
-    return "\n".join(["| split | accuracy | top-5 accuracy | F1 | loss |", "| --- | --- | --- | --- | --- |", *rows])
+    return "\n".join(
+        ["| split | accuracy | top-5 accuracy | F1 | loss |", "| --- | --- | --- | --- | --- |", *rows]
+    )
+
+
+def _is_hub_id(name: Any) -> bool:
+    return isinstance(name, str) and bool(HUB_ID.match(name)) and not Path(name).exists()
 
 
 def _adapter_dir(output_dir: Path) -> Path | None:
@@ -214,9 +222,13 @@ def _read_run_info(output_dir: Path, adapter_dir: Path | None) -> dict[str, Any]
     path = output_dir / RUN_INFO_FILE
     if path.is_file():
         return json.loads(path.read_text())
-    logger.warning("No %s in %s: the model card will not name the recipe or dataset.", RUN_INFO_FILE, output_dir)
+    logger.warning(
+        "No %s in %s: the model card will not name the recipe or dataset.", RUN_INFO_FILE, output_dir
+    )
     config_dir = output_dir if (output_dir / "config.json").is_file() else adapter_dir or output_dir
-    config = json.loads((config_dir / "config.json").read_text()) if (config_dir / "config.json").is_file() else {}
+    config = (
+        json.loads((config_dir / "config.json").read_text()) if (config_dir / "config.json").is_file() else {}
+    )
     size = config.get("image_size")
     metrics_path = output_dir / "all_results.json"
     return {
@@ -270,6 +282,7 @@ def _load_merged(output_dir: Path):
 
 
 def _load_processor(output_dir: Path, adapter_dir: Path | None):
+    """The fine-tune's image processor (at its resolution), or None when the folder has none."""
     from transformers import AutoImageProcessor
 
     for folder in (output_dir, adapter_dir):
@@ -277,6 +290,18 @@ def _load_processor(output_dir: Path, adapter_dir: Path | None):
             return AutoImageProcessor.from_pretrained(folder)
     logger.warning("No %s in %s: sharing ViT's default image processor.", PROCESSOR_FILE, output_dir)
     return None
+
+
+def _write_processor(output_dir: Path, adapter_dir: Path | None, staging: Path) -> None:
+    """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
+    from transformers import ViTImageProcessorPil
+
+    from .configuration_vit_ft import ViTFTConfig
+
+    height, width = ViTFTConfig.from_pretrained(staging).image_hw
+    processor = _load_processor(output_dir, adapter_dir)
+    settings = processor.to_dict() if processor is not None else {}
+    ViTImageProcessorPil(**{**settings, "size": {"height": height, "width": width}}).save_pretrained(staging)
 
 
 def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:

@@ -133,7 +133,9 @@ def read_preprocessing(
         near = [max(p, round(s / p) * p) for s, p in zip(size, patch, strict=True)]
         raise ValueError(
             f"image_size={size[0]}x{size[1]} is not a multiple of the model's patch size {patch[0]}x{patch[1]}; "
-            f"use e.g. --image_size {near[0]}" + ("" if near[0] == near[1] else f" (or {near[0]}x{near[1]})") + "."
+            f"use e.g. --image_size {near[0]}"
+            + ("" if near[0] == near[1] else f" (or {near[0]}x{near[1]})")
+            + "."
         )
     processor = _read_processor_config(model)
     if processor is None:
@@ -289,7 +291,9 @@ def collect_image_files(inputs: Iterable[str | os.PathLike]) -> list[Path]:
             and p.is_file()
         )
         if not found:
-            logger.warning("Folder %s holds no image files (%s, ...).", path, ", ".join(sorted(extensions)[:6]))
+            logger.warning(
+                "Folder %s holds no image files (%s, ...).", path, ", ".join(sorted(extensions)[:6])
+            )
         files.extend(found)
     return files
 
@@ -321,7 +325,11 @@ def predict_files(
                 chunk = [str(f) for f in files[start : start + batch_size]]
                 pixels = map_images(classifier.transform.transform_image, chunk, pool)
                 good = [i for i, p in enumerate(pixels) if isinstance(p, torch.Tensor)]
-                rows = {i: Prediction(chunk[i], error=describe_error(p)) for i, p in enumerate(pixels) if i not in good}
+                rows = {
+                    i: Prediction(chunk[i], error=describe_error(p))
+                    for i, p in enumerate(pixels)
+                    if i not in good
+                }
                 if good:
                     batch = torch.stack([pixels[i] for i in good])  # (B, channels, height, width)
                     scores, indices = top_k(classifier.logits(batch).softmax(dim=-1), top_k_labels)
@@ -350,7 +358,9 @@ class PredictionWriter:
             )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("w", encoding="utf-8", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=PREDICTION_COLUMNS) if self.format == ".csv" else None
+        self._csv = (
+            csv.DictWriter(self._file, fieldnames=PREDICTION_COLUMNS) if self.format == ".csv" else None
+        )
         if self._csv is not None:
             self._csv.writeheader()
 
@@ -417,7 +427,7 @@ def plot_image_grid(
     n = max(1, len(images))
     columns = columns or math.ceil(math.sqrt(n))
     rows = math.ceil(n / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(2.3 * columns, 2.5 * rows + 0.4), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(2.3 * columns, 2.75 * rows + 0.4), squeeze=False)
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i >= len(images):
@@ -425,9 +435,10 @@ def plot_image_grid(
         if images[i] is not None:
             ax.imshow(np.asarray(images[i]), interpolation="nearest")
         ax.set_title(titles[i], fontsize=8, color=title_colors[i] if title_colors else "black")
+    height = fig.get_figheight()
     if suptitle:
-        fig.suptitle(suptitle, fontsize=11)
-    fig.tight_layout()
+        fig.suptitle(suptitle, fontsize=11, y=1 - 0.1 / height)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / height if suptitle else 1))  # keep the titles off the suptitle
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)

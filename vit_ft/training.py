@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import shutil
@@ -234,10 +235,12 @@ def run_finetune(
     model, processor = load_model(model_args, names)
     attach_transforms(splits, processor, data_args)
 
-    # trainer
+    # trainer; vit_ft.hub pushes the finished folder once, with our card, instead of Trainer's per-save pushes
+    trainer_args = copy.copy(training_args)
+    trainer_args.push_to_hub = False
     trainer = Trainer(
         model=model,
-        args=training_args,
+        args=trainer_args,
         train_dataset=splits["train"],
         eval_dataset=splits["validation"],
         data_collator=collate_fn,
@@ -305,6 +308,16 @@ def save_outputs(
     (output_dir / RUN_INFO_FILE).write_text(json.dumps(run_info, indent=2, default=str))
     plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
     write_model_card(output_dir, run_info)
+    if training_args.push_to_hub:
+        from .hub import push_output_dir
+
+        url = push_output_dir(
+            output_dir,
+            training_args.hub_model_id or output_dir.name,
+            token=training_args.hub_token,
+            private=training_args.hub_private_repo,
+        )
+        logger.info("Pushed %s to the Hub: %s", output_dir, url)
     logger.info(
         "Results in %s: %s",
         output_dir,

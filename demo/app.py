@@ -1,0 +1,280 @@
+#!/usr/bin/env python
+"""Gradio demo: the top-5 labels of an uploaded image and an attention-rollout heat map over it.
+
+python demo/app.py --model me/vit-dogs                          # a Hub id (vit_ft or transformers format)
+python demo/app.py --model outputs/dogs                         # a fine-tune output folder
+python demo/app.py --model outputs/dogs/adapter --port 7861     # a LoRA adapter folder
+python demo/app.py --model outputs/dogs --host 0.0.0.0          # reachable from other machines
+
+Runs on CPU with the model's own resolution and normalisation. The prediction is also an API endpoint:
+`gradio_client.Client(url).predict(handle_file("cat.jpg"), api_name="/predict")` returns the label
+confidences; `api_name="/rollout"` returns the heat map image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home: the demo only talks to its users
+
+import gradio as gr  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image, UnidentifiedImageError  # noqa: E402
+
+from vit_ft.images import DEFAULT_MAX_PIXELS, load_image, resize_and_center_crop, to_normalized_tensor  # noqa: E402
+from vit_ft.lora import ADAPTER_DIR, load_for_inference  # noqa: E402
+from vit_ft.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+
+logger = logging.getLogger("vit_ft")
+
+TOP_K = 5
+DISPLAY_SIDE = 448  # the heat map is drawn at about this size (longer side), whatever the model's resolution
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+# what a Hub id is downloaded with; never the repository's code: the demo runs vit_ft's own
+HUB_FILES = ["*.json", "*.safetensors", "examples/*", f"{ADAPTER_DIR}/*"]
+# system fonts: the default theme would fetch Google Fonts, and the demo must work with no internet
+THEME = gr.themes.Default(
+    font=["ui-sans-serif", "system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"]
+)
+
+
+class Classifier:
+    """A fine-tuned model with its own preprocessing, for one image at a time on CPU.
+
+    The resolution is the model config's; mean, std, rescale factor and resampling come from the folder's
+    image processor; the geometry is the evaluation one (resize to cover, centre crop), as in
+    `vit_ft.data.build_transforms(train=False)`.
+    """
+
+    def __init__(self, model: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+        from peft import PeftModel
+
+        self.folder = resolve_model(model)
+        # a Hub id as given; a local folder by its name only (the page needs no server paths)
+        self.name = Path(model).resolve().name if Path(model).exists() else str(model)
+        loaded = load_for_inference(self.folder)
+        if isinstance(loaded, PeftModel):  # one set of weights: faster, and rollout sees the plain model
+            loaded = loaded.merge_and_unload()
+        self.model = loaded.float().eval()
+        self.size: tuple[int, int] = tuple(self.model.config.image_hw)
+        self.labels = {int(i): name for i, name in self.model.config.id2label.items()}
+        self.mean, self.std, self.rescale_factor, self.resample = _preprocessing(self.folder)
+        self.max_pixels = max_pixels
+        examples = self.folder / "examples"
+        self.examples = sorted(
+            str(p)
+            for p in (examples.iterdir() if examples.is_dir() else [])
+            if p.suffix.lower() in IMAGE_SUFFIXES
+        )
+        scale = DISPLAY_SIDE / max(self.size)
+        self.display_size = (round(self.size[0] * scale), round(self.size[1] * scale))
+
+    def open(self, upload: str | dict | None) -> Image.Image:
+        """The upload as 8-bit RGB, or a `gr.Error` that tells the user what is wrong with it.
+
+        `upload` is a path, or Gradio's file payload {"path", "orig_name", ...}: the app's events run with
+        `preprocess=False` because `gr.Image` would open the file with PIL first, and fail with a bare
+        "Error" on a file that is not an image or is a decompression bomb. Gradio has checked by then that
+        the path is one of its own uploads.
+        """
+        path = upload.get("path") if isinstance(upload, dict) else upload
+        if path is None:
+            raise _rejected(
+                "No image yet: upload an image (JPEG, PNG, WebP, ...) or pick an example, then Classify."
+            )
+        name = (upload.get("orig_name") if isinstance(upload, dict) else None) or Path(path).name
+        try:
+            # JPEGs are decoded at a reduced scale that still covers the display size (faster on big photos)
+            return load_image(path, min_size=max(DISPLAY_SIDE, *self.size), max_pixels=self.max_pixels)
+        except UnidentifiedImageError:
+            raise _rejected(
+                f"{name} is not an image file that can be read. Upload a JPEG, PNG, WebP, BMP, GIF or TIFF image."
+            ) from None
+        except ValueError as error:
+            if "max_pixels" not in str(error):
+                raise _rejected(f"{name} cannot be used: {error}") from None
+            size = _header_size(path)
+            found = f"{size[0]}x{size[1]} = {size[0] * size[1]:,} pixels" if size else "too many pixels"
+            raise _rejected(
+                f"{name} is too large ({found}); this demo takes at most {self.max_pixels:,} pixels "
+                "(a guard against decompression bombs). Downscale the image and upload it again."
+            ) from None
+        except Exception as error:  # noqa: BLE001 - truncated or corrupt files raise OSError, SyntaxError, ...
+            raise _rejected(
+                f"{name} is damaged or truncated and cannot be decoded ({type(error).__name__}: {error}). "
+                "Upload the complete file."
+            ) from None
+
+    def pixel_values(self, image: Image.Image) -> torch.Tensor:
+        """`(1, 3, height, width)` at the model's resolution and normalisation."""
+        crop = resize_and_center_crop(image, self.size, resample=self.resample)
+        return to_normalized_tensor(crop, self.mean, self.std, self.rescale_factor).unsqueeze(0)
+
+    @torch.inference_mode()
+    def predict(self, upload: str | dict | None) -> dict[str, float]:
+        """The top-5 labels with their probabilities."""
+        logits = self.model(pixel_values=self.pixel_values(self.open(upload))).logits[0]
+        probs = logits.float().softmax(-1)
+        top = probs.topk(min(TOP_K, probs.numel()))
+        return {self.labels[int(i)]: float(p) for p, i in zip(top.values, top.indices, strict=True)}
+
+    def rollout(self, upload: str | dict | None) -> Image.Image:
+        """The image (cropped as the model sees it) with the attention-rollout map laid over it."""
+        image = self.open(upload)
+        heat = rollout_maps(self.model, self.pixel_values(image))[0]  # (grid_h, grid_w)
+        return overlay_heatmap(resize_and_center_crop(image, self.display_size, resample=self.resample), heat)
+
+
+def _rejected(message: str) -> gr.Error:
+    """A visible error for a bad upload: the user's to fix, so no server traceback is printed."""
+    logger.info("Rejected an upload: %s", message)
+    return gr.Error(message, print_exception=False)
+
+
+def resolve_model(model: str | Path) -> Path:
+    """A local folder as is; a Hub id is downloaded (weights, configs, examples; never code) to the cache."""
+    path = Path(model)
+    if path.exists():
+        if not path.is_dir():
+            raise NotADirectoryError(
+                f"--model {model}: a file; pass a model folder, an adapter folder or a Hub id."
+            )
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(model), allow_patterns=HUB_FILES))
+
+
+def _preprocessing(folder: Path) -> tuple[list[float], list[float], float, int]:
+    """(mean, std, rescale_factor, resample) from the folder's (or its adapter's) image processor."""
+    from transformers import AutoImageProcessor
+
+    for source in (folder, folder / ADAPTER_DIR):
+        if (source / "preprocessor_config.json").is_file():
+            p = AutoImageProcessor.from_pretrained(source)
+            mean = list(p.image_mean) if p.do_normalize else [0.0, 0.0, 0.0]
+            std = list(p.image_std) if p.do_normalize else [1.0, 1.0, 1.0]
+            return mean, std, p.rescale_factor if p.do_rescale else 1.0, int(p.resample)
+    logger.warning(
+        "No preprocessor_config.json in %s: using ViT's mean 0.5, std 0.5 and bicubic resizing.", folder
+    )
+    return [0.5] * 3, [0.5] * 3, 1 / 255, int(Image.Resampling.BICUBIC)
+
+
+def _header_size(path: str) -> tuple[int, int] | None:
+    """Width and height from the file header (no pixels decoded); None when even the header is refused."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                return img.size
+    except Exception:  # noqa: BLE001 - Pillow refuses headers over 2x its own limit
+        return None
+
+
+def build_demo(
+    model: str | Path | Classifier,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    concurrency_limit: int = 1,
+) -> gr.Blocks:
+    """The app: upload -> Classify -> top-5 labels (`/predict`) then the rollout heat map (`/rollout`).
+
+    Requests wait in Gradio's queue (unbounded) and run `concurrency_limit` at a time; both endpoints share
+    that limit, as they share the model.
+    """
+    classifier = model if isinstance(model, Classifier) else Classifier(model, max_pixels=max_pixels)
+    height, width = classifier.size
+    with gr.Blocks(title=f"vit-ft: {classifier.name}") as demo:
+        gr.Markdown(
+            f"## {classifier.name}\nA ViT fine-tuned with vit-ft: {len(classifier.labels)} classes at "
+            f"{height}x{width}. Upload an image and press **Classify** for the top-5 labels and an "
+            "attention-rollout map (Abnar & Zuidema 2020) of where the class token's information comes from."
+        )
+        with gr.Row():
+            with gr.Column():
+                image = gr.Image(
+                    label="Image",
+                    type="filepath",
+                    sources=["upload", "clipboard"],
+                    height=320,
+                    elem_id="image",
+                )
+                button = gr.Button("Classify", variant="primary", elem_id="classify")
+                if classifier.examples:
+                    gr.Examples(
+                        examples=classifier.examples, inputs=image, label="Examples", elem_id="examples"
+                    )
+            with gr.Column():
+                labels = gr.Label(num_top_classes=TOP_K, label="Top-5 labels", elem_id="labels")
+                heatmap = gr.Image(
+                    type="pil", format="png", label="Attention rollout", interactive=False, elem_id="rollout"
+                )
+        # a new image clears the previous answer, so that no stale result sits next to it
+        image.change(lambda: (None, None), outputs=[labels, heatmap], queue=False, api_visibility="private")
+        # preprocess=False: the functions get the upload's path unopened and check the file themselves
+        shared = {"inputs": image, "preprocess": False, "concurrency_id": "model"}
+        predicted = button.click(classifier.predict, outputs=labels, api_name="predict", **shared)
+        predicted.success(classifier.rollout, outputs=heatmap, api_name="rollout", **shared)
+    demo.queue(default_concurrency_limit=concurrency_limit, max_size=None)
+    return demo
+
+
+def launch(
+    demo: gr.Blocks,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    share: bool = False,
+    max_file_size: str | int | None = "50mb",
+    **kwargs: Any,
+) -> tuple[Any, str, str | None]:
+    """`demo.launch` with the demo's settings (offline theme, no SSR, an upload size limit)."""
+    return demo.launch(
+        server_name=host,
+        server_port=port,
+        share=share,
+        max_file_size=max_file_size,
+        theme=THEME,
+        ssr_mode=False,
+        **kwargs,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", required=True, help="a model or output folder, a LoRA adapter folder, or a Hub id"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to serve other machines")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    parser.add_argument(
+        "--share", action="store_true", help="also open a public *.gradio.live link (internet)"
+    )
+    parser.add_argument(
+        "--max_pixels",
+        type=int,
+        default=DEFAULT_MAX_PIXELS,
+        help="largest image accepted (decompression bombs)",
+    )
+    parser.add_argument("--max_file_size", default="50mb", help="largest upload accepted, e.g. 20mb")
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="requests run at once; the others wait in line"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    demo = build_demo(args.model, max_pixels=args.max_pixels, concurrency_limit=args.concurrency)
+    launch(demo, host=args.host, port=args.port, share=args.share, max_file_size=args.max_file_size)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+#!/usr/bin/env python
+"""Pictures of what a ViT learned (the ViT paper's Figure 7), plus attention rollout on given images.
+
+python scripts/inspect.py --model outputs/digits --output_dir figures/digits
+python scripts/inspect.py --model outputs/dogs --output_dir figures/dogs --images dog1.jpg dog2.jpg --num_images 64
+
+Writes patch_embedding_pca.png (first 28 principal components of the patch filters), position_similarity.png
+(a small map per patch position), attention_distance.png (mean attention distance per head against depth, on
+a sample of the model's evaluation data, or --data_dir / --recipe / the --images), attention_rollout.png
+(with --images) and inspection.json (the numbers behind the figures).
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+_SCRIPTS_DIR = os.path.dirname(os.path.realpath(__file__))
+
+
+def _without_scripts_dir(paths: list[str]) -> list[str]:
+    return [p for p in paths if os.path.realpath(p or os.curdir) != _SCRIPTS_DIR]
+
+
+if __name__ != "__main__":
+    # This file has the name of the standard library's `inspect`, and `python scripts/<any script>.py`
+    # puts scripts/ first on sys.path, so a library's `import inspect` (torch, dataclasses, ...) lands
+    # here. Load the real module instead: the importer returns it in place of this one.
+    import importlib.machinery
+    import importlib.util
+
+    _spec = importlib.machinery.PathFinder.find_spec(__name__, _without_scripts_dir(sys.path))
+    if _spec is None or _spec.loader is None:
+        raise ModuleNotFoundError(f"No module named {__name__!r} outside {_SCRIPTS_DIR}.", name=__name__)
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules[__name__] = _module
+    _spec.loader.exec_module(_module)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="vit_ft model folder, LoRA adapter folder, or Hub id.")
+    parser.add_argument("--output_dir", required=True, help="Folder for the figures.")
+    parser.add_argument("--images", nargs="*", default=[], help="Images for the attention-rollout overlays.")
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument("--recipe", help="Sample the attention-distance images from this recipe's data.")
+    data.add_argument("--data_dir", help="Sample them from an image folder <folder>/<class name>/<image>.")
+    parser.add_argument(
+        "--num_images", type=int, default=32, help="Images the attention distances average over."
+    )
+    parser.add_argument("--image_size", type=int, help="Input resolution (a multiple of the patch size).")
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--seed", type=int, help="Seed of the data sample (default: the fine-tune's).")
+    parser.add_argument("--device", help="cuda, cpu, ... (default: cuda when available).")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    sys.path[:] = _without_scripts_dir(sys.path)  # see above: let `import inspect` find the standard library
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
+    logging.getLogger("vit_ft").setLevel(logging.INFO)
+    from vit_ft.inspection import run_inspection
+
+    return run_inspection(
+        args.model,
+        args.output_dir,
+        images=args.images,
+        recipe=args.recipe,
+        data_dir=args.data_dir,
+        num_images=args.num_images,
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        device=args.device,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+#!/usr/bin/env python
+"""Predict the top-k labels of image files and folders; one CSV or JSONL row per file.
+
+python scripts/predict.py --model outputs/digits photos/ extra.jpg --output preds.csv
+python scripts/predict.py --model outputs/dogs-lora photos/ --output preds.jsonl --top_k 3 --batch_size 64
+
+Folders are searched recursively for image files. Columns: path, label, score (top-1), top_k_labels,
+top_k_scores (JSON arrays in CSV, highest first), error (why a file could not be read; then no labels).
+Also writes a grid of the first predicted images next to the output (preds.csv -> preds.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text.lower() in ("none", "null") else int(text)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("inputs", nargs="+", help="Image files and folders.")
+    parser.add_argument("--model", required=True, help="vit_ft model folder, LoRA adapter folder, or Hub id.")
+    parser.add_argument(
+        "--output", required=True, help="preds.csv or preds.jsonl (the suffix picks the format)."
+    )
+    parser.add_argument("--top_k", type=int, default=5)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--image_size", type=int, help="Test-time resolution (a multiple of the patch size).")
+    parser.add_argument("--device", help="cuda, cpu, ... (default: cuda when available).")
+    parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
+    parser.add_argument("--max_pixels", type=_optional_int, default=89_478_485,
+                        help="Files with more pixels get an error row (decompression-bomb guard); 'none' disables.")  # fmt: skip
+    parser.add_argument(
+        "--figure", default="auto", help="PNG of predicted images (default: next to --output); 'none'."
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
+    logging.getLogger("vit_ft").setLevel(logging.INFO)
+    from vit_ft.prediction import run_prediction
+
+    return run_prediction(
+        args.model,
+        args.inputs,
+        args.output,
+        top_k_labels=args.top_k,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        device=args.device,
+        num_workers=args.num_workers,
+        max_pixels=args.max_pixels,
+        figure=None if args.figure.lower() == "none" else args.figure,
+    )
+
+
+if __name__ == "__main__":
+    main()

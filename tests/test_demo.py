@@ -1,0 +1,272 @@
+"""The Gradio demo, served on 127.0.0.1: driven through gradio_client and in a real browser (Debian's chromium)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import struct
+import sys
+import zlib
+from concurrent.futures import wait
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from sklearn.datasets import load_digits
+from transformers import AutoImageProcessor
+
+from vit_ft import ViTFTForImageClassification
+from vit_ft.images import load_image
+
+from .conftest import REPO
+from .test_hub import write_lora_run
+
+CHROMIUM = Path("/usr/bin/chromium")
+# flags that let Debian's chromium run headless in a container with no network
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]  # fmt: skip
+MAX_PIXELS = 30_000  # small, so that an ordinary 200x200 image trips the guard
+
+
+def load_app():
+    """demo/app.py as a module (the demo folder is not a package)."""
+    spec = importlib.util.spec_from_file_location("vit_ft_demo_app", REPO / "demo" / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def digit(index: int, size: int = 64) -> Image.Image:
+    """One of sklearn's 8x8 digits, upsampled, as an 8-bit grayscale image."""
+    pixels = load_digits().images[index] * (255 / 16)
+    return Image.fromarray(pixels.astype(np.uint8)).resize((size, size), Image.Resampling.NEAREST)
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG that declares width x height pixels and holds none: a decompression bomb's header."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+@pytest.fixture(scope="module")
+def app():
+    return load_app()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_finetuned_dir, tmp_path_factory) -> Path:
+    """The tiny fine-tune with two example images, as a user might add them."""
+    folder = tmp_path_factory.mktemp("demo") / "digits-vit"
+    shutil.copytree(tiny_finetuned_dir, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (folder / "examples").mkdir()
+    for index in (1, 2):
+        digit(index).convert("RGB").save(folder / "examples" / f"digit_{index}.png")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> dict[str, Path]:
+    """Good images in every mode the app must take, and files it must refuse."""
+    folder = tmp_path_factory.mktemp("images")
+    gray = digit(0)
+    rgba = gray.convert("RGBA")
+    rgba.putalpha(Image.fromarray(np.tile(np.linspace(0, 255, 64, dtype=np.uint8), (64, 1))))
+    sixteen = Image.fromarray((np.asarray(digit(3), dtype=np.uint16) * 257).astype(np.uint16))
+    files = {
+        "rgb.png": gray.convert("RGB"),
+        "gray.png": gray,
+        "rgba.png": rgba,
+        "cmyk.jpg": digit(4).convert("RGB").convert("CMYK"),
+        "palette.gif": digit(5).convert("P"),
+        "sixteen_bit.png": sixteen,
+        "large.png": digit(6, size=200),  # 40,000 pixels: over MAX_PIXELS
+    }
+    for name, image in files.items():
+        image.save(folder / name)
+    (folder / "notes.txt").write_text("not an image")
+    (folder / "text_named.png").write_text("not an image either")
+    (folder / "truncated.png").write_bytes((folder / "rgb.png").read_bytes()[:300])
+    (folder / "bomb.png").write_bytes(png_header_only(30_000, 30_000))  # 900 Mpx: Pillow refuses the header
+    return {p.name: p for p in folder.iterdir()}
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    """The model's own prediction, through transformers' image processor: {label: probability}, sorted."""
+    model = ViTFTForImageClassification.from_pretrained(model_dir).eval()
+    processor = AutoImageProcessor.from_pretrained(model_dir)
+
+    def predict(path: Path) -> dict[str, float]:
+        pixels = processor(images=load_image(path), return_tensors="pt")["pixel_values"]
+        with torch.no_grad():
+            probs = model(pixel_values=pixels).logits[0].softmax(-1)
+        order = probs.argsort(descending=True).tolist()
+        return {model.config.id2label[i]: probs[i].item() for i in order}
+
+    return predict
+
+
+@pytest.fixture(scope="module")
+def server(app, model_dir):
+    """The demo on 127.0.0.1 at a free port, served from a background thread; its URL."""
+    demo = app.build_demo(model_dir, max_pixels=MAX_PIXELS, concurrency_limit=1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _, url, _ = app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from gradio_client import Client
+
+    return Client(server, verbose=False, analytics_enabled=False)
+
+
+def test_predict_endpoint_gives_the_models_top5(client, images, reference):
+    from gradio_client import handle_file
+
+    result = client.predict(handle_file(str(images["rgb.png"])), api_name="/predict")
+    expected = reference(images["rgb.png"])
+    assert result["label"] == next(iter(expected))
+    assert [c["label"] for c in result["confidences"]] == list(expected)[:5]
+    for entry in result["confidences"]:
+        assert entry["confidence"] == pytest.approx(expected[entry["label"]], abs=1e-5)
+
+
+def test_rollout_endpoint_gives_a_heat_map_over_the_image(client, images):
+    from gradio_client import handle_file
+
+    path = client.predict(handle_file(str(images["rgb.png"])), api_name="/rollout")
+    with Image.open(path) as overlay:
+        assert overlay.mode == "RGB" and overlay.size == (448, 448)  # the display size, square like the model
+        array = np.asarray(overlay, dtype=np.float32)
+    assert array.std() > 10  # a map, not a blank image
+
+
+def test_every_image_mode_is_classified_as_the_model_does(client, images, reference):
+    from gradio_client import handle_file
+
+    for name in ("gray.png", "rgba.png", "cmyk.jpg", "palette.gif", "sixteen_bit.png"):
+        result = client.predict(handle_file(str(images[name])), api_name="/predict")
+        assert result["label"] == next(iter(reference(images[name]))), name
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (None, "No image yet"),
+        ("notes.txt", "notes.txt is not an image file"),
+        ("text_named.png", "text_named.png is not an image file"),
+        ("truncated.png", "truncated.png is damaged or truncated"),
+        ("large.png", "large.png is too large (200x200 = 40,000 pixels); this demo takes at most 30,000"),
+        ("bomb.png", "bomb.png is too large"),
+    ],
+)
+def test_bad_input_is_a_visible_error_not_a_crash(client, images, name, message):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        client.predict(handle_file(str(images[name])) if name else None, api_name="/predict")
+    # and the server still answers
+    assert client.predict(handle_file(str(images["rgb.png"])), api_name="/predict")["label"]
+
+
+def test_concurrent_requests_are_queued_not_dropped(client, images, reference):
+    from gradio_client import handle_file
+
+    jobs = [client.submit(handle_file(str(images["rgb.png"])), api_name="/predict") for _ in range(8)]
+    done, _ = wait(jobs, timeout=120)
+    assert len(done) == 8
+    expected = next(iter(reference(images["rgb.png"])))
+    assert [job.result()["label"] for job in jobs] == [expected] * 8
+
+
+def test_examples_come_from_the_model_folder(app, model_dir, tiny_finetuned_dir):
+    import gradio as gr
+
+    classifier = app.Classifier(model_dir)
+    assert [Path(p).name for p in classifier.examples] == ["digit_1.png", "digit_2.png"]
+    demo = app.build_demo(classifier)
+    assert any(isinstance(block, gr.Dataset) for block in demo.blocks.values())
+    assert app.Classifier(tiny_finetuned_dir).examples == []
+
+
+def test_adapter_folder_is_served_merged(app, hf_classifier_dir, images, tmp_path):
+    peft_model = write_lora_run(hf_classifier_dir, tmp_path / "lora")
+    for folder in (tmp_path / "lora", tmp_path / "lora" / "adapter"):
+        classifier = app.Classifier(folder)
+        assert classifier.size == (24, 24)
+        top5 = classifier.predict(str(images["rgb.png"]))
+        pixels = classifier.pixel_values(load_image(images["rgb.png"]))
+        with torch.no_grad():
+            probs = peft_model(pixel_values=pixels).logits[0].softmax(-1)
+        labels = peft_model.base_model.model.config.id2label
+        assert {labels[i]: pytest.approx(p.item(), abs=1e-5) for i, p in enumerate(probs)} == top5  # 3 labels
+
+
+def test_command_line_defaults_are_local_and_private(app):
+    args = app.parse_args(["--model", "me/vit-dogs"])
+    assert (args.host, args.port, args.share) == ("127.0.0.1", 7860, False)
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (.ci/run installs it)"
+)
+def test_browser_upload_classify_and_bad_file(server, model_dir, images, reference, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package (dev extra)")
+    external = []
+
+    def local_only(route):  # the page must work with no internet: nothing leaves 127.0.0.1
+        if route.request.url.startswith(server.rstrip("/")):
+            route.continue_()
+        else:
+            external.append(route.request.url)
+            route.abort()
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.route("**/*", local_only)
+            page.goto(server)
+            upload = page.locator('#image input[type="file"]')
+            top = page.locator('#labels [data-testid="label-output-value"]')
+
+            preview = page.locator("#image img")
+
+            upload.set_input_files(images["rgb.png"])
+            preview.wait_for(timeout=30_000)  # uploaded
+            page.locator("#classify").click()
+            top.wait_for(timeout=30_000)
+            assert top.inner_text().strip() == next(iter(reference(images["rgb.png"])))
+            page.locator("#rollout img").wait_for(timeout=30_000)
+            page.screenshot(path=tmp_path / "prediction.png", full_page=True)
+
+            page.locator("#examples button").nth(1).click()  # digit_2.png from the model folder
+            top.wait_for(state="detached", timeout=30_000)  # a new image clears the previous answer
+            preview.wait_for(timeout=30_000)
+            page.locator("#classify").click()
+            top.wait_for(timeout=30_000)
+            assert top.inner_text().strip() == next(iter(reference(model_dir / "examples" / "digit_2.png")))
+
+            upload.set_input_files(images["text_named.png"])
+            top.wait_for(state="detached", timeout=30_000)
+            page.locator("#classify").click()
+            toast = page.locator('[data-testid="toast-body"]', has_text="text_named.png is not an image file")
+            toast.wait_for(timeout=30_000)
+            assert toast.is_visible()
+        finally:
+            browser.close()
+    assert external == []
