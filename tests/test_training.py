@@ -1,6 +1,7 @@
 """A tiny end-to-end fine-tune through scripts/finetune.py, and what it leaves in the output folder."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -81,3 +82,22 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     recipe = write_tiny_recipe(tmp_path)
     result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
     assert result.returncode != 0 and "no complete checkpoint-* folder" in result.stderr
+
+
+def test_bad_files_are_skipped_and_accumulation_and_checkpointing_work(tmp_path):
+    recipe = write_tiny_recipe(
+        tmp_path, gradient_accumulation_steps=2, gradient_checkpointing=True, num_train_epochs=1
+    )
+    train_dir = tmp_path / "digits" / "train"
+    (train_dir / "3" / "not_an_image.png").write_bytes(b"this is text, not a PNG")
+    good = next((train_dir / "5").glob("*.png")).read_bytes()
+    (train_dir / "5" / "truncated.png").write_bytes(good[: len(good) // 2])
+    result = run_finetune_script("--recipe", str(recipe), "--max_train_samples", "none", cwd=tmp_path)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    # the count and the paths are in the log (the two files may land in the train or the held-out split)
+    dropped = [int(m) for m in re.findall(r"Dropping (\d+) of \d+ images", log)]
+    assert sum(dropped) == 2 and "not_an_image.png" in log and "truncated.png" in log
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
+    # ~1,294 training images after the 10% hold-out: 81 batches of 16, 2 accumulation steps -> 41 updates
+    assert state["global_step"] == 41

@@ -301,6 +301,8 @@ def save_outputs(
         "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
         "lora": model_args.use_lora,
         "data": {k: v for k, v in vars(data_args).items()},
+        "seed": training_args.seed,
+        "data_seed": training_args.data_seed,
         "world_size": training_args.world_size,
         "written_by_process": training_args.process_index,
         "metrics": metrics,
