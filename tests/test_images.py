@@ -263,8 +263,21 @@ def test_random_resized_crop_box_is_seeded_and_random():
 def test_random_resized_crop_box_falls_back_to_center_crop():
     # A 1000x10 strip: no crop with aspect ratio <= 4/3 and area >= 8% fits, so the fallback runs.
     torch.manual_seed(0)
-    assert random_resized_crop_box(1000, 10) == (493, 0, 506, 10)  # 13 = round(10 * 4/3) wide, centred
-    assert random_resized_crop_box(10, 1000) == (0, 493, 10, 506)  # 13 = round(10 / (3/4)) high
+    assert random_resized_crop_box(1000, 10) == pytest.approx(
+        (500 - 20 / 3, 0, 500 + 20 / 3, 10)
+    )  # 10 * 4/3 wide
+    assert random_resized_crop_box(10, 1000) == pytest.approx(
+        (0, 500 - 20 / 3, 10, 500 + 20 / 3)
+    )  # 10 / (3/4) high
+
+
+def test_random_resized_crop_box_is_sub_pixel_on_small_images():
+    torch.manual_seed(0)
+    boxes = [random_resized_crop_box(8, 8, scale=(0.7, 1.0)) for _ in range(50)]
+    for left, top, right, bottom in boxes:
+        assert 0 <= left < right <= 8 and 0 <= top < bottom <= 8
+        assert 0.7 * 64 * 0.999 <= (right - left) * (bottom - top) <= 64 * 1.001
+    assert len({round(b[0], 3) for b in boxes}) > 20  # continuous offsets, not 1-2 whole-pixel positions
 
 
 def test_resize_and_center_crop_matches_resize_shorter_side_then_crop():

@@ -208,33 +208,35 @@ def random_resized_crop_box(
     height: int,
     scale: tuple[float, float] = (0.08, 1.0),
     ratio: tuple[float, float] = (3 / 4, 4 / 3),
-) -> tuple[int, int, int, int]:
+) -> tuple[float, float, float, float]:
     """Crop box (left, top, right, bottom) drawn like torchvision's `RandomResizedCrop.get_params`.
 
     Area fraction uniform in `scale`, aspect ratio (width / height) log-uniform in `ratio`, 10 tries, then
-    a centre crop clamped to `ratio`. Draws from torch's global RNG in the same order as torchvision, so
-    `torch.manual_seed` / `transformers.set_seed` make it reproducible and DataLoader workers (seeded
-    per worker by torch) draw different crops.
+    a centre crop clamped to `ratio`. Unlike torchvision the box is not rounded to whole pixels: Pillow's
+    `resize(box=...)` samples sub-pixel boxes exactly, which keeps crops of small images (8x8 digits, 32x32
+    CIFAR) as varied as crops of photos, where rounding makes no difference. Draws from torch's global RNG,
+    so `torch.manual_seed` / `transformers.set_seed` make it reproducible and DataLoader workers (seeded per
+    worker by torch) draw different crops.
     """
     area = height * width
     log_ratio = torch.log(torch.tensor(ratio))
     for _ in range(10):
         target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
         aspect_ratio = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1]).item())
-        w = int(round(math.sqrt(target_area * aspect_ratio)))
-        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        w = math.sqrt(target_area * aspect_ratio)
+        h = math.sqrt(target_area / aspect_ratio)
         if 0 < w <= width and 0 < h <= height:
-            top = int(torch.randint(0, height - h + 1, size=(1,)).item())
-            left = int(torch.randint(0, width - w + 1, size=(1,)).item())
+            top = torch.empty(1).uniform_(0, height - h).item()
+            left = torch.empty(1).uniform_(0, width - w).item()
             return left, top, left + w, top + h
     in_ratio = width / height
     if in_ratio < min(ratio):
-        w, h = width, int(round(width / min(ratio)))
+        w, h = width, width / min(ratio)
     elif in_ratio > max(ratio):
-        w, h = int(round(height * max(ratio))), height
+        w, h = height * max(ratio), height
     else:
         w, h = width, height
-    top, left = (height - h) // 2, (width - w) // 2
+    top, left = (height - h) / 2, (width - w) / 2
     return left, top, left + w, top + h
 
 

@@ -1,0 +1,140 @@
+"""The benchmark's own logic on a tiny ViT: FLOP counts, identical contenders, interleaving, the report's shape.
+
+Nothing here asserts a speed: timings on a shared machine prove nothing in a unit test.
+"""
+
+import io
+import json
+import math
+
+import pytest
+import torch
+from PIL import Image
+from transformers import ViTForImageClassification
+
+from vit_ft.benchmark import (
+    SECTIONS,
+    MatmulCeiling,
+    Row,
+    build_contenders,
+    count_flops,
+    forward_flops,
+    interleave,
+    naive_train_transform,
+    quick_settings,
+    run_benchmark,
+    synthetic_photo,
+    to_markdown,
+    training_memory_probe,
+)
+
+from .conftest import TINY
+
+
+def tiny_settings(**overrides):
+    values = {
+        "variant": "tiny",
+        "image_size": TINY["image_size"],
+        "patch_size": TINY["patch_size"],
+        "num_labels": 3,
+        "overrides": {k: v for k, v in TINY.items() if k not in ("image_size", "patch_size")},
+    }
+    return quick_settings(**{**values, **overrides})
+
+
+def test_forward_flops_equal_the_formula_and_the_flop_counter(tmp_path):
+    settings = tiny_settings()
+    config = settings.model_config()
+    batch, hidden, inter = 2, TINY["hidden_size"], TINY["intermediate_size"]
+    layers = TINY["num_hidden_layers"]
+    patches = (TINY["image_size"] // TINY["patch_size"]) ** 2
+    tokens = patches + 1
+    linears = tokens * (3 * hidden * hidden + hidden * hidden + 2 * hidden * inter)  # qkv, proj, MLP
+    per_layer = linears + 2 * tokens * tokens * hidden  # + scores and weighted values
+    macs = patches * 3 * TINY["patch_size"] ** 2 * hidden + layers * per_layer + hidden * 3
+    assert forward_flops(config, batch)["total"] == 2 * batch * macs
+
+    ours, _ = build_contenders(settings, tmp_path)
+    eager = ViTForImageClassification.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    pixels = torch.randn(batch, 3, TINY["image_size"], TINY["image_size"])
+    assert count_flops(ours, pixels) == 2 * batch * macs  # SDPA, linears in oneDNN (float32 on CPU)
+    assert count_flops(eager, pixels) == 2 * batch * macs  # transformers' eager attention: plain matmuls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ceiling_runs_every_product_of_a_forward_pass(dtype):
+    config = tiny_settings().model_config()
+    ceiling = MatmulCeiling(config, batch_size=2, dtype=dtype)
+    assert ceiling.flops == forward_flops(config, 2)["total"]
+    assert len(ceiling.sequence) == 1 + 6 * TINY["num_hidden_layers"] + 1  # patches, layers, head
+    assert set(ceiling.backends) == {"patch embedding", "qkv", "attention scores", "attention x values",
+                                     "proj", "fc1", "fc2", "head"}  # fmt: skip
+    assert ceiling() > 0
+
+
+def test_contenders_carry_identical_weights(tmp_path):
+    ours, theirs = build_contenders(tiny_settings(), tmp_path)
+    assert theirs.config._attn_implementation == "sdpa"
+    pixels = torch.randn(3, 3, TINY["image_size"], TINY["image_size"])
+    with torch.no_grad():
+        assert torch.allclose(ours(pixels).logits, theirs(pixels).logits, atol=1e-5)
+
+
+def test_interleave_warms_up_then_rotates_the_order():
+    calls = []
+    contenders = {name: (lambda n=name: calls.append(n)) for name in "abc"}
+    contenders["d"] = lambda: calls.append("d") or 0.25  # reports its own time
+    times = interleave(contenders, warmup=1, rounds=3)
+    assert calls[:4] == list("abcd")
+    assert calls[4:] == list("abcd") + list("bcda") + list("cdab")
+    assert all(len(t) == 3 and min(t) >= 0 for t in times.values())
+    assert times["d"] == [0.25, 0.25, 0.25]
+
+
+def test_row_checks_its_target():
+    common = {"section": "s", "measurement": "m", "unit": "u", "candidate": "a", "reference": "b"}
+    assert Row(**common, candidate_value=1.2, reference_value=1.0, ratio=1.2, target=">= 1.10").met
+    assert not Row(**common, candidate_value=0.8, reference_value=1.0, ratio=0.8, target="<= 0.75").met
+    assert Row(**common, candidate_value=1.0, reference_value=1.0, ratio=1.0).met is None
+
+
+def test_synthetic_photo_and_naive_transform():
+    data = synthetic_photo(64, 48, seed=0)
+    with Image.open(io.BytesIO(data)) as img:
+        assert (img.format, img.size) == ("JPEG", (64, 48))
+    pixels = naive_train_transform(data, (32, 24), (0.5,) * 3, (0.5,) * 3, Image.Resampling.BICUBIC)
+    assert pixels.shape == (3, 32, 24) and pixels.dtype == torch.float32
+    assert pixels.min() >= -1.0 and pixels.max() <= 1.0
+
+
+def test_memory_probe_reports_a_size():
+    peak = training_memory_probe(tiny_settings(), "lora", "fp32")["peak_mib"]
+    assert peak >= 0 and math.isfinite(peak)
+
+
+def test_quick_run_covers_every_section_with_sane_rows():
+    threads = torch.get_num_threads()
+    result = run_benchmark(tiny_settings(rounds=2))
+    assert torch.get_num_threads() == threads  # restored
+    rows = result["rows"]
+    assert {row["section"] for row in rows} == set(SECTIONS)
+    for row in rows:
+        assert row["candidate_value"] > 0 and row["reference_value"] > 0
+        assert math.isfinite(row["ratio"]) and row["ratio"] > 0
+        if row["ratio_low"] is not None:
+            assert 0 < row["ratio_low"] <= row["ratio_high"]
+        assert (row["met"] is None) == (row["target"] is None)
+    measurements = [row["measurement"] for row in rows if row["section"] in ("model", "lora")]
+    for dtype in ("fp32", "bf16"):
+        assert sum(m.startswith(f"inference, {dtype}") for m in measurements) == 1
+        # same optimizer, ours with fused AdamW, LoRA against full
+        assert sum(m.startswith("training step") and dtype in m for m in measurements) == 3
+    assert sum(row["section"] == "ceiling" for row in rows) == 4  # ours and theirs, fp32 and bf16
+    markdown = to_markdown(result)
+    assert markdown.count("\n| ") == len(rows) + 2  # header, rule, one line per row
+    json.dumps(result)
+
+
+def test_unknown_section_is_an_error():
+    with pytest.raises(ValueError, match="Unknown section"):
+        quick_settings(sections=("model", "gpu"))
