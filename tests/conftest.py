@@ -66,6 +66,16 @@ def hf_classifier_dir(tmp_path_factory) -> str:
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The start of a script for a fresh interpreter in which `import vit_ft` fails, as on a machine that only has
+# transformers: what a shared folder or Hub repo must load in.
+WITHOUT_VIT_FT = """import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "vit_ft" or name.startswith("vit_ft."):
+            raise ImportError("vit_ft is not installed here")
+sys.meta_path.insert(0, Block())
+"""
+
 
 def write_tiny_recipe(tmp: Path, **overrides) -> Path:
     """A recipe on the real digits images with a tiny transformers ViTModel checkpoint: seconds on a CPU."""

@@ -14,15 +14,12 @@ from transformers import ViTForImageClassification, ViTImageProcessorPil, pipeli
 from vit_ft import ViTFTForImageClassification
 from vit_ft.export import export_to_transformers
 
+from .conftest import WITHOUT_VIT_FT
+
 # Runs in a fresh interpreter in which `import vit_ft` fails, as on a machine without the package.
-CLEAN_PROCESS = textwrap.dedent(
+CLEAN_PROCESS = WITHOUT_VIT_FT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "vit_ft" or name.startswith("vit_ft."):
-                raise ImportError("vit_ft is not installed here")
-    sys.meta_path.insert(0, Block())
+    import json, sys
     import torch
     from transformers import AutoModelForImageClassification
     folder, pixels_path, out_path = sys.argv[1:4]

@@ -18,7 +18,7 @@ from transformers import ViTImageProcessorPil
 from vit_ft import ViTFTForImageClassification
 from vit_ft.hub import push_output_dir, stage_for_hub
 
-from .conftest import REPO
+from .conftest import REPO, WITHOUT_VIT_FT
 from .fake_hub import FakeHub
 
 CODE_FILES = {"modeling_vit_ft.py", "configuration_vit_ft.py", "conversion.py", "pos_embed.py"}
@@ -32,14 +32,9 @@ RECORD_FILES = {
 
 # A fresh interpreter in which `import vit_ft` fails, as on a machine that only has transformers: loads the
 # received vit_ft repo with its own code and the transformers one with none, and runs both on the same pixels.
-CLEAN_PROCESS = textwrap.dedent(
+CLEAN_PROCESS = WITHOUT_VIT_FT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "vit_ft" or name.startswith("vit_ft."):
-                raise ImportError("vit_ft is not installed here")
-    sys.meta_path.insert(0, Block())
+    import json, sys
     import numpy as np, torch
     from PIL import Image
     from transformers import AutoModelForImageClassification, ViTForImageClassification, pipeline
