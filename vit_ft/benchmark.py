@@ -478,7 +478,9 @@ def bench_model(
                         ratio_low=min(per_round),
                         ratio_high=max(per_round),
                         target=TARGETS["ceiling"] if name == "ours" else None,
-                        note="products on: "
+                        note=""
+                        if name != "ours"
+                        else f"{dtype_name} ceiling's products on: "
                         + ", ".join(f"{gemm} {backend}" for gemm, backend in ceiling.backends.items()),
                     )
                 )
@@ -866,8 +868,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"{machine['python']}, torch {machine['torch']}, transformers {machine['transformers']}, Pillow "
         f"{machine['pillow']}.",
         "",
-        f"Settings: ViT-{settings['variant']}/{settings['patch_size']} at {settings['image_size']} px "
-        f"{settings['overrides'] or ''}, {settings['num_labels']} classes, warm-up {settings['warmup']}, "
+        f"Settings: ViT-{settings['variant']}/{settings['patch_size']} at {settings['image_size']} px"
+        f"{' ' + str(settings['overrides']) if settings['overrides'] else ''}, {settings['num_labels']} classes, warm-up {settings['warmup']}, "
         f"{settings['rounds']} interleaved rounds. Load average (1 min) {load['before'][0]:.1f} before, "
         f"{load['after'][0]:.1f} after; {result['elapsed_s'] / 60:.1f} min.",
         "",

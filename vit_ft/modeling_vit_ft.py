@@ -61,7 +61,11 @@ class _OneDNNLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
+        # keep x only for a weight gradient and the weight only for an input gradient: a frozen layer (LoRA)
+        # then holds no activation, as F.linear's autograd does
+        needs_x_grad, needs_weight_grad = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if needs_weight_grad else None, weight if needs_x_grad else None)
+        ctx.x_shape = x.shape
         ctx.has_bias = bias is not None
         return _onednn_matmul(x, weight, bias)
 
