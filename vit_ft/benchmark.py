@@ -842,12 +842,20 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
             rows.extend(bench_lora(settings, folder))
     if "data" in settings.sections:
         rows.extend(bench_data(settings))
+    load_after = os.getloadavg()
+    busiest = max(load_before[0], load_after[0])
+    if busiest > 1.5 * torch.get_num_threads():  # ours alone loads one per thread
+        notes.append(
+            f"The machine was busy (1-minute load average up to {busiest:.1f} on {os.cpu_count()} CPUs): other "
+            "processes took cores mid-run, so ratios may be far from a quiet machine's; wide per-round ranges "
+            "show it. Rerun when the machine is idle."
+        )
     return {
         "machine": machine_info(),
         "settings": asdict(settings),
         "rows": [asdict(row) for row in rows],
         "notes": notes,
-        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "load_average": {"before": load_before, "after": load_after},
         "elapsed_s": time.perf_counter() - start,
     }
 
