@@ -339,7 +339,8 @@ class ViTFTPreTrainedModel(PreTrainedModel):
         model = cls(config)
         own = model.state_dict()
         prefix = "" if isinstance(model, ViTFTModel) else f"{cls.base_model_prefix}."
-        expected = {strip_prefix({k: None}, prefix).popitem()[0]: v.shape for k, v in own.items()}
+        own_key = {k.removeprefix(prefix): k for k in own}  # our unprefixed key -> the model's key
+        expected = {short: own[key].shape for short, key in own_key.items()}
         keep_head = (
             config.num_labels == source_config.num_labels and config.id2label == source_config.id2label
         )
@@ -347,10 +348,8 @@ class ViTFTPreTrainedModel(PreTrainedModel):
             state_dict, expected, source_config.grid_size, config.grid_size, report, keep_head
         )
         for key in report.newly_initialized:
-            state_dict[key] = own[key if key.startswith("classifier") else prefix + key]
-        model.load_state_dict(
-            {(k if k.startswith("classifier") else prefix + k): v for k, v in state_dict.items()}, strict=True
-        )
+            state_dict[key] = own[own_key[key]]
+        model.load_state_dict({own_key[k]: v for k, v in state_dict.items()}, strict=True)
         if dtype is not None:
             model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
         model.name_or_path = source
