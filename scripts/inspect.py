@@ -12,29 +12,12 @@ a sample of the model's evaluation data, or --data_dir / --recipe / the --images
 
 import argparse
 import logging
-import os
 import sys
 
-_SCRIPTS_DIR = os.path.dirname(os.path.realpath(__file__))
-
-
-def _without_scripts_dir(paths: list[str]) -> list[str]:
-    return [p for p in paths if os.path.realpath(p or os.curdir) != _SCRIPTS_DIR]
-
+from _shadowing import load_library, without_scripts_dir
 
 if __name__ != "__main__":
-    # This file has the name of the standard library's `inspect`, and `python scripts/<any script>.py`
-    # puts scripts/ first on sys.path, so a library's `import inspect` (torch, dataclasses, ...) lands
-    # here. Load the real module instead: the importer returns it in place of this one.
-    import importlib.machinery
-    import importlib.util
-
-    _spec = importlib.machinery.PathFinder.find_spec(__name__, _without_scripts_dir(sys.path))
-    if _spec is None or _spec.loader is None:
-        raise ModuleNotFoundError(f"No module named {__name__!r} outside {_SCRIPTS_DIR}.", name=__name__)
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules[__name__] = _module
-    _spec.loader.exec_module(_module)
+    load_library(__name__)  # imported as the library this file shadows: hand the importer the real one
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    sys.path[:] = _without_scripts_dir(sys.path)  # see above: let `import inspect` find the standard library
+    sys.path[:] = without_scripts_dir(sys.path)  # see above: let `import inspect` find the standard library
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
