@@ -8,7 +8,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFile
 
 from vit_ft import data as data_module
 from vit_ft.data import (
@@ -19,6 +19,7 @@ from vit_ft.data import (
     load_image_datasets,
     write_digits_imagefolder,
 )
+from vit_ft.images import random_resized_crop, to_normalized_tensor
 
 MEAN, STD = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
 
@@ -157,19 +158,33 @@ def test_transforms_turn_every_mode_into_three_channels(img, fmt, train):
 def test_transform_decodes_big_jpegs_at_reduced_size(monkeypatch):
     value = {"bytes": encoded(photo(1600, 1200), "JPEG", quality=90), "path": "big.jpg"}
     decoded_sizes = []
-    real_load_image = data_module.load_image
+    real_load = ImageFile.ImageFile.load
 
-    def spy(source, min_size=None, max_pixels=None):
-        img = real_load_image(source, min_size=min_size, max_pixels=max_pixels)
-        decoded_sizes.append(img.size)
-        return img
+    def spy(self):
+        decoded_sizes.append(self.size)
+        return real_load(self)
 
-    monkeypatch.setattr(data_module, "load_image", spy)
+    monkeypatch.setattr(ImageFile.ImageFile, "load", spy)
     eval_out = build_transforms(100, MEAN, STD, train=False)({"image": [value], "label": [0]})
-    train_out = build_transforms(100, MEAN, STD, train=True)({"image": [value], "label": [0]})
+    assert decoded_sizes[0] == (200, 150)  # eval needs a 100-pixel shorter side: 1/8 scale
+    torch.manual_seed(0)
+    train = build_transforms(100, MEAN, STD, train=True, horizontal_flip=False)
+    for _ in range(10):
+        decoded_sizes.clear()
+        train_out = train({"image": [value], "label": [0]})
+        # train decodes for the crop it drew: at least 1/2 scale here, as every crop is >= 200 px wide
+        assert decoded_sizes[0][0] <= 800, decoded_sizes
     assert eval_out["pixel_values"][0].shape == train_out["pixel_values"][0].shape == (3, 100, 100)
-    # eval needs a 100-pixel shorter side (1/8 scale); the smallest train crop (8% area, ratio 3/4) needs 409
-    assert decoded_sizes == [(200, 150), (800, 600)]
+
+
+def test_train_transform_is_the_random_resized_crop_of_vit_ft_images():
+    value = {"bytes": encoded(photo(640, 480), "JPEG", quality=90), "path": "photo.jpg"}
+    transform = build_transforms((48, 64), MEAN, STD, train=True, horizontal_flip=False)
+    torch.manual_seed(5)
+    out = transform({"image": [value], "label": [0]})["pixel_values"][0]
+    torch.manual_seed(5)
+    expected = to_normalized_tensor(random_resized_crop(value, (48, 64)), MEAN, STD)
+    assert torch.equal(out, expected)
 
 
 def test_transform_survives_a_bad_file(caplog):

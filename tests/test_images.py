@@ -13,6 +13,7 @@ from vit_ft.images import (
     DEFAULT_MAX_PIXELS,
     center_crop_box,
     load_image,
+    random_resized_crop,
     random_resized_crop_box,
     resize_and_center_crop,
     to_normalized_tensor,
@@ -236,6 +237,76 @@ def test_draft_decoding_never_goes_below_min_size(tmp_path: Path):
         reduction = 800 // width
         # reduced as far as allowed: 1/8 is Pillow's limit, else the next halving would go below min_size
         assert reduction == 8 or math.ceil(600 / (2 * reduction)) < min_size, min_size
+
+
+def two_step_crop(source, size: tuple[int, int], seed: int) -> np.ndarray:
+    """The reference for `random_resized_crop`: full decode (EXIF applied), draw the box, resize it."""
+    img = load_image(source)
+    torch.manual_seed(seed)
+    box = random_resized_crop_box(img.width, img.height)
+    return np.asarray(img.resize(size[::-1], resample=Image.Resampling.BICUBIC, box=box)).astype(float)
+
+
+def crop(source, size: tuple[int, int], seed: int, draft: bool) -> np.ndarray:
+    torch.manual_seed(seed)
+    return np.asarray(random_resized_crop(source, size, draft=draft)).astype(float)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_random_resized_crop_matches_full_decode_for_every_exif_orientation(tmp_path: Path, orientation):
+    # Stored 360 x 240 with the orientation tag: the crop is drawn on the displayed image (240 x 360 when
+    # the tag turns it by 90 degrees) and must show the same pixels as decoding, rotating, then cropping.
+    exif = Image.Exif()
+    exif[Image.ExifTags.Base.Orientation] = orientation
+    path = tmp_path / "photo.jpg"
+    smooth_photo(360, 240).save(path, quality=95, exif=exif)
+    for seed in range(4):
+        for size in [(24, 40), (20, 20)]:  # (height, width); crops of 8-100% area, so drafts at 1/2..1/8
+            reference = two_step_crop(path, size, seed)
+            exact = crop(path, size, seed, draft=False)
+            assert exact.shape == reference.shape == (*size, 3)
+            assert np.abs(exact - reference).max() <= 1, (seed, size)  # resize and rotation commute
+            drafted = crop(path, size, seed, draft=True)
+            assert np.abs(drafted - reference).mean() < 2.0, (seed, size)
+
+
+def test_random_resized_crop_decodes_at_the_largest_scale_the_crop_allows(tmp_path: Path, monkeypatch):
+    from PIL import JpegImagePlugin
+
+    path = tmp_path / "photo.jpg"
+    smooth_photo(2000, 1500).save(path, quality=90)
+    factors = []
+    real_draft = JpegImagePlugin.JpegImageFile.draft
+
+    def spy(self, mode, size):
+        result = real_draft(self, mode, size)
+        factors.append(self.size)
+        return result
+
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
+    for seed in range(40):
+        torch.manual_seed(seed)
+        left, top, right, bottom = random_resized_crop_box(2000, 1500)
+        reduction = min(right - left, bottom - top) / 224
+        expected = max((f for f in (1, 2, 4, 8) if f <= reduction), default=1)
+        factors.clear()
+        out = crop(path, (224, 224), seed, draft=True)
+        decoded = factors[0] if factors else (2000, 1500)  # no draft call: a full decode
+        assert decoded == (math.ceil(2000 / expected), math.ceil(1500 / expected)), (seed, reduction)
+        assert out.shape == (224, 224, 3)
+        assert np.abs(out - two_step_crop(path, (224, 224), seed)).mean() < 2.0, seed
+
+
+def test_random_resized_crop_takes_every_source_kind(tmp_path: Path):
+    img = smooth_photo(96, 64)
+    data = encode(img, "PNG")
+    path = tmp_path / "photo.png"
+    path.write_bytes(data)
+    reference = two_step_crop(img, (16, 16), seed=3)
+    for source in (img, data, path, str(path), {"bytes": data, "path": None}, io.BytesIO(data)):
+        assert np.array_equal(crop(source, (16, 16), seed=3, draft=True), reference), type(source)
+    with pytest.raises(ValueError, match="max_pixels"):
+        random_resized_crop(data, (16, 16), max_pixels=1000)
 
 
 # ---- geometry and normalisation ------------------------------------------------------------------------

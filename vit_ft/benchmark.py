@@ -702,30 +702,9 @@ def naive_train_transform(
     return to_normalized_tensor(img, mean, std)
 
 
-def crop_aware_draft_transform(
-    data: bytes, image_size: tuple[int, int], mean: Sequence[float], std: Sequence[float], resample: int
-) -> torch.Tensor:
-    """A sketch of a faster train transform, NOT what vit_ft.data does: draw the crop on the header's size
-    first, then let the JPEG decoder scale by the largest of 1/2, 1/4, 1/8 that keeps this crop at least the
-    output size. (A real version must draw the crop after the EXIF rotation; this one ignores EXIF.)"""
-    with Image.open(io.BytesIO(data)) as img:
-        width, height = img.size
-        box = random_resized_crop_box(width, height)
-        scale = min((box[2] - box[0]) / image_size[1], (box[3] - box[1]) / image_size[0])
-        if scale >= 2:
-            img.draft("RGB", (math.ceil(width / scale), math.ceil(height / scale)))
-        decoded = img.convert("RGB")
-    sx, sy = decoded.width / width, decoded.height / height
-    scaled_box = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
-    decoded = decoded.resize((image_size[1], image_size[0]), resample=resample, box=scaled_box)
-    if torch.rand(1).item() < 0.5:
-        decoded = decoded.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    return to_normalized_tensor(decoded, mean, std)
-
-
 def bench_data(settings: BenchmarkSettings) -> list[Row]:
     """Train-transform images/s of one worker (one torch thread, as in a DataLoader worker) on synthetic photos:
-    vit_ft's transform and a crop-aware sketch, each against the naive full decode."""
+    vit_ft's transform (crop drawn on the header, JPEG decoded for that crop) against the naive full decode."""
     rows: list[Row] = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -742,9 +721,6 @@ def bench_data(settings: BenchmarkSettings) -> list[Row]:
                     "naive": lambda p=photos: [
                         naive_train_transform(x, size, MEAN, STD, resample) for x in p
                     ],
-                    "sketch": lambda p=photos: [
-                        crop_aware_draft_transform(x, size, MEAN, STD, resample) for x in p
-                    ],
                 },
                 settings.warmup,
                 settings.rounds,
@@ -757,18 +733,9 @@ def bench_data(settings: BenchmarkSettings) -> list[Row]:
                     "data",
                     measurement,
                     len(photos),
-                    ("vit_ft build_transforms (draft decode)", times["vit_ft"]),
+                    ("vit_ft build_transforms (decode for the crop)", times["vit_ft"]),
                     naive,
                     TARGETS["data_large"] if largest else None,
-                )
-            )
-            rows.append(
-                _throughput_row(
-                    "data",
-                    measurement,
-                    len(photos),
-                    ("sketch, not in vit_ft: crop-aware draft decode", times["sketch"]),
-                    naive,
                 )
             )
     finally:

@@ -35,7 +35,7 @@ from .images import (
     DEFAULT_MAX_PIXELS,
     describe_source,
     load_image,
-    random_resized_crop_box,
+    random_resized_crop,
     resize_and_center_crop,
     to_normalized_tensor,
 )
@@ -93,38 +93,35 @@ class ImageClassificationTransform:
         self.image_column = image_column
         self.label_column = label_column
         self.max_pixels = max_pixels
-        self.min_decode_size = self._min_decode_size() if draft else None
-
-    def _min_decode_size(self) -> int:
-        """Smallest image side that keeps the output a downscale (or no worse than from full resolution).
-
-        Eval: the resize covers (height, width) / crop_pct. Train: the smallest random crop of a square image
-        of side S has sides S * sqrt(scale_min * min(ratio_min, 1 / ratio_max)) and must still cover the target.
-        """
-        target = max(self.image_size)
-        if not self.train:
-            return math.ceil(target / self.crop_pct)
-        smallest = math.sqrt(self.crop_scale[0] * min(self.crop_ratio[0], 1 / self.crop_ratio[1]))
-        return math.ceil(target / smallest)
+        self.draft = draft
+        # Eval decodes for the resize, which covers (height, width) / crop_pct; train decodes for each drawn
+        # crop instead (see vit_ft.images.random_resized_crop).
+        self.min_decode_size = math.ceil(max(image_size) / crop_pct) if draft and not train else None
 
     def __repr__(self) -> str:
         mode = "train" if self.train else "eval"
         return (
             f"{type(self).__name__}({mode}, image_size={self.image_size}, mean={self.mean}, std={self.std}, "
             f"crop_scale={self.crop_scale}, horizontal_flip={self.horizontal_flip}, crop_pct={self.crop_pct}, "
-            f"resample={Image.Resampling(self.resample).name}, min_decode_size={self.min_decode_size})"
+            f"resample={Image.Resampling(self.resample).name}, draft={self.draft})"
         )
 
     def transform_image(self, image: Any) -> torch.Tensor:
         """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width)."""
-        img = load_image(image, min_size=self.min_decode_size, max_pixels=self.max_pixels)
-        height, width = self.image_size
         if self.train:
-            box = random_resized_crop_box(img.width, img.height, self.crop_scale, self.crop_ratio)
-            img = img.resize((width, height), resample=self.resample, box=box)
+            img = random_resized_crop(
+                image,
+                self.image_size,
+                self.crop_scale,
+                self.crop_ratio,
+                self.resample,
+                self.max_pixels,
+                self.draft,
+            )
             if self.horizontal_flip and torch.rand(1).item() < 0.5:
                 img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         else:
+            img = load_image(image, min_size=self.min_decode_size, max_pixels=self.max_pixels)
             img = resize_and_center_crop(img, self.image_size, self.crop_pct, self.resample)
         return to_normalized_tensor(img, self.mean, self.std, self.rescale_factor)
 
@@ -193,8 +190,9 @@ def build_transforms(
             Pass the checkpoint processor's `resample` (e.g. 2 = bilinear for google/vit-base-patch16-224)
             to match its preprocessing exactly.
         max_pixels: decompression-bomb limit per image; None disables it.
-        draft: decode JPEGs at the largest 1/2, 1/4, 1/8 reduction that still keeps the output (even the
-            smallest train crop) a downscale.
+        draft: decode JPEGs at the largest 1/2, 1/4, 1/8 reduction that still keeps the output a
+            downscale: of the resize in eval, of each drawn crop in train (the crop is drawn on the header's
+            size before decoding).
     """
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     if len(size) != 2 or min(size) < 1:

@@ -22,6 +22,7 @@ __all__ = [
     "center_crop_box",
     "describe_source",
     "load_image",
+    "random_resized_crop",
     "random_resized_crop_box",
     "resize_and_center_crop",
     "to_normalized_tensor",
@@ -154,6 +155,34 @@ def _is_remote(path: str) -> bool:
     return "://" in path and not os.path.exists(path)
 
 
+def _open_local(target: str | IO[bytes], max_pixels: int | None, name: str) -> Image.Image:
+    """`Image.open` (header only, no pixels decoded yet) with the decompression-bomb check."""
+    with warnings.catch_warnings():
+        # Pillow warns above its own limit; the check below replaces the warning with a clear error.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            img = Image.open(target)
+        except Image.DecompressionBombError as error:
+            raise ValueError(
+                f"{name}: {error} If the file is trusted, raise PIL.Image.MAX_IMAGE_PIXELS and max_pixels; "
+                "otherwise remove it (vit_ft.data.drop_bad_images lists and drops such files)."
+            ) from error
+    try:
+        _check_pixels(img.size, max_pixels, name)
+    except ValueError:
+        img.close()
+        raise
+    return img
+
+
+def _decode_remote(path: str, max_pixels: int | None, name: str) -> Image.Image:
+    import datasets  # fetches hf:// and http(s) paths with the user's Hub token; full-size decode
+
+    img = datasets.Image().decode_example({"path": path, "bytes": None})
+    _check_pixels(img.size, max_pixels, name)
+    return img
+
+
 def load_image(
     source: ImageSource,
     min_size: int | None = None,
@@ -180,27 +209,90 @@ def load_image(
         return to_rgb(_apply_exif_orientation(source, owned=False))
     target = _open_target(source)
     if isinstance(target, str) and _is_remote(target):
-        import datasets  # fetches hf:// and http(s) paths with the user's Hub token; full-size decode
-
-        img = datasets.Image().decode_example({"path": target, "bytes": None})
-        _check_pixels(img.size, max_pixels, name)
-        return to_rgb(img)
-    with warnings.catch_warnings():
-        # Pillow warns above its own limit; the check below replaces the warning with a clear error.
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        try:
-            img = Image.open(target)
-        except Image.DecompressionBombError as error:
-            raise ValueError(
-                f"{name}: {error} If the file is trusted, raise PIL.Image.MAX_IMAGE_PIXELS and max_pixels; "
-                "otherwise remove it (vit_ft.data.drop_bad_images lists and drops such files)."
-            ) from error
-    with img:
-        _check_pixels(img.size, max_pixels, name)
+        return to_rgb(_decode_remote(target, max_pixels, name))
+    with _open_local(target, max_pixels, name) as img:
         if min_size is not None:
             img.draft("RGB", (min_size, min_size))  # JPEG only; a no-op for other formats
         img.load()
     return to_rgb(_apply_exif_orientation(img, owned=True))
+
+
+# The Pillow transpose that `ImageOps.exif_transpose` applies for each EXIF orientation (1: none), and the
+# inverse map of a point (x, y) of the displayed image back to the stored one of size (width, height).
+_EXIF_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_SHOWN_TO_STORED = {
+    1: lambda x, y, width, height: (x, y),
+    2: lambda x, y, width, height: (width - x, y),
+    3: lambda x, y, width, height: (width - x, height - y),
+    4: lambda x, y, width, height: (x, height - y),
+    5: lambda x, y, width, height: (y, x),
+    6: lambda x, y, width, height: (y, height - x),
+    7: lambda x, y, width, height: (width - y, height - x),
+    8: lambda x, y, width, height: (width - y, x),
+}
+
+
+def random_resized_crop(
+    source: ImageSource,
+    size: tuple[int, int],
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    resample: int = Image.Resampling.BICUBIC,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    draft: bool = True,
+) -> Image.Image:
+    """Decode `source` and return a random-resized crop of it as an 8-bit RGB image of `size` (height, width).
+
+    The same crop as `load_image` followed by `random_resized_crop_box` on the displayed (EXIF-rotated) image
+    and `resize(size, box=...)`, but decoded for that crop: the box is drawn on the header's size first, then
+    a JPEG is decoded at the largest 1/2, 1/4 or 1/8 scale that keeps the crop at least `size` (Pillow draft
+    mode). A large photo whose crop is a fraction of it is no longer decoded in full for a 224-pixel output.
+    The crop is resized in the stored orientation and only the small result is rotated, which commutes with
+    resampling. With draft=False the decode is full-size and the result matches the two-step path.
+    """
+    height, width = size
+    name = describe_source(source)
+    target = None if isinstance(source, Image.Image) else _open_target(source)
+    if target is None or (isinstance(target, str) and _is_remote(target)):
+        img = load_image(source, max_pixels=max_pixels)  # decoded already, or fetched whole: no draft to gain
+        box = random_resized_crop_box(img.width, img.height, scale, ratio)
+        return img.resize((width, height), resample=resample, box=box)
+    with _open_local(target, max_pixels, name) as img:
+        orientation = img.getexif().get(Image.ExifTags.Base.Orientation, 1)
+        orientation = orientation if orientation in _SHOWN_TO_STORED else 1
+        stored_width, stored_height = img.size
+        swapped = orientation >= 5  # the displayed image is the stored one turned by 90 degrees
+        shown_width, shown_height = img.size[::-1] if swapped else img.size
+        left, top, right, bottom = random_resized_crop_box(shown_width, shown_height, scale, ratio)
+        to_stored = _SHOWN_TO_STORED[orientation]
+        x0, y0 = to_stored(left, top, stored_width, stored_height)
+        x1, y1 = to_stored(right, bottom, stored_width, stored_height)
+        box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))  # in the stored image
+        out_width, out_height = (height, width) if swapped else (width, height)
+        if draft:
+            reduction = min((box[2] - box[0]) / out_width, (box[3] - box[1]) / out_height)
+            factor = next((f for f in (8, 4, 2) if reduction >= f), 1)
+            if factor > 1:
+                # Pillow picks the largest factor with size // request >= factor; floor division makes
+                # that exactly `factor` (a ceil request can lose one step, e.g. 1500 // 188 = 7 -> 4).
+                request = (max(1, stored_width // factor), max(1, stored_height // factor))
+                drafted = img.draft("RGB", request)  # JPEG only; None for other formats
+                if drafted is not None:
+                    # 1, 2, 4 or 8: decoded pixel = stored pixel / factor
+                    factor = stored_width / drafted[1][2]
+                    box = tuple(coordinate / factor for coordinate in box)
+        img.load()
+        rgb = to_rgb(img)
+    out = rgb.resize((out_width, out_height), resample=resample, box=box)
+    return out.transpose(_EXIF_TRANSPOSE[orientation]) if orientation != 1 else out
 
 
 def random_resized_crop_box(
