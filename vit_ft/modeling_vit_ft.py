@@ -7,8 +7,11 @@ and our own folders through one `from_pretrained`, at any resolution that is a m
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
+import math
 import os
 from typing import Any
 
@@ -125,6 +128,127 @@ class ViTFTLinear(nn.Linear):
         return None
 
 
+@contextlib.contextmanager
+def _bf16_products_of_fp32():
+    """Let oneDNN run fp32 matrix products on its bf16 units inside the block (`fp32_precision = "bf16"`).
+
+    Used only for fp32 operands that hold bf16 values (upcast exactly), where it rounds nothing: a bf16 x bf16
+    product with fp32 sums and an fp32 result, which torch has no CPU call for; several times faster than
+    the fp32 product.
+    """
+    flags = torch.backends.mkldnn.matmul
+    previous = flags.fp32_precision
+    flags.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        flags.fp32_precision = previous
+
+
+# N x N work is done for this many bytes of fp32 scores at a time, so that the scores, probabilities and
+# their gradients of one chunk stay in cache between the passes over them (ViT-B at 224: 27 heads at once).
+_ATTENTION_CHUNK_BYTES = 4 << 20
+
+
+def _chunks(batch_heads: int, seq_len: int) -> list[slice]:
+    step = max(1, _ATTENTION_CHUNK_BYTES // (4 * seq_len * seq_len))
+    return [slice(start, start + step) for start in range(0, batch_heads, step)]
+
+
+def _attention_probs(query32: torch.Tensor, key32: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """softmax(query @ key^T [* scale]) in fp32, `(chunk, N, head_dim)` x2 -> `(chunk, N, N)`; call inside
+    `_bf16_products_of_fp32`. scale is None when it is folded into query32 already."""
+    scores = torch.matmul(query32, key32.transpose(-2, -1))  # (chunk, N, N)
+    return torch._softmax(scores if scale is None else scores.mul_(scale), -1, False)
+
+
+def _onednn_bf16_attention_usable(query: torch.Tensor, dropout: float) -> bool:
+    """Whether `_OneDNNBF16Attention` applies: bf16 on a CPU with oneDNN bf16 products, no attention dropout."""
+    return (
+        query.dtype == torch.bfloat16
+        and query.device.type == "cpu"
+        and dropout == 0.0
+        and torch.backends.mkldnn.enabled
+        and _onednn_bf16_hardware()
+        and not torch.compiler.is_compiling()
+    )
+
+
+@functools.cache
+def _onednn_bf16_hardware() -> bool:
+    """oneDNN is built in, has the fp32_precision switch, and this CPU has native bf16 products."""
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.backends.mkldnn, "matmul"):
+        return False
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(supported is not None and supported())
+
+
+class _OneDNNBF16Attention(torch.autograd.Function):
+    """softmax(q k^T * scale) v for bf16 `(B, heads, N, head_dim)` on CPU, as batched oneDNN products.
+
+    The rounding of torch's CPU flash-attention kernel: scores, softmax and its gradient in fp32 (the
+    products from bf16 operands with fp32 sums, see `_bf16_products_of_fp32`); probabilities and score
+    gradients rounded to bf16 for the products with v, q and k. About half the flash kernel's time forward and
+    backward at ViT's ~200-token sequences, where its small tiles leave the bf16 units idle. The N x N work
+    runs a cache-sized chunk of heads at a time, and backward recomputes the probabilities: nothing of size
+    N x N outlives a call, as with flash.
+    """
+
+    @staticmethod
+    def forward(ctx, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float):
+        batch, heads, seq_len, head_dim = query.shape
+        # (B * heads, N, head_dim) copies of the strided views, else every product below would copy them
+        query, key, value = (t.reshape(batch * heads, seq_len, head_dim) for t in (query, key, value))
+        query32, key32, score_scale = _score_operands(query, key, scale)
+        out = torch.empty_like(value)
+        with _bf16_products_of_fp32():
+            for rows in _chunks(batch * heads, seq_len):
+                probs = _attention_probs(query32[rows], key32[rows], score_scale)  # (chunk, N, N) fp32
+                torch.matmul(probs.to(value.dtype), value[rows], out=out[rows])
+        ctx.save_for_backward(query, key, value, out)
+        ctx.scale = scale
+        return out.view(batch, heads, seq_len, head_dim)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        query, key, value, out = ctx.saved_tensors
+        scale = ctx.scale
+        grad_out = grad_output.reshape(query.shape)  # (B * heads, N, head_dim)
+        query32, key32, score_scale = _score_operands(query, key, scale)
+        grad_out32, value32 = grad_out.float(), value.float()
+        # softmax backward: dS = P * (dP - rowsum(P * dP)), and rowsum(P * dP) = rowsum(dO * O) per query
+        row = (grad_out32 * out.float()).sum(-1, keepdim=True)  # (B * heads, N, 1)
+        grad_query, grad_key, grad_value = (torch.empty_like(t) for t in (query, key, value))
+        with _bf16_products_of_fp32():
+            for rows in _chunks(query.shape[0], query.shape[1]):
+                probs = _attention_probs(query32[rows], key32[rows], score_scale)  # (chunk, N, N) fp32
+                torch.matmul(probs.to(value.dtype).transpose(-2, -1), grad_out[rows], out=grad_value[rows])
+                grad_probs = torch.matmul(grad_out32[rows], value32[rows].transpose(-2, -1))  # fp32
+                grad_probs.sub_(row[rows])
+                if score_scale is not None:  # a scale that is not a power of two: applied before rounding
+                    grad_probs.mul_(score_scale)
+                grad_scores = torch.empty(grad_probs.shape, dtype=query.dtype)  # (chunk, N, N) bf16
+                torch.mul(grad_probs, probs, out=grad_scores)  # rounds once, in the same pass
+                torch.matmul(grad_scores, key[rows], out=grad_query[rows])
+                torch.matmul(grad_scores.transpose(-2, -1), query[rows], out=grad_key[rows])
+        if score_scale is None:  # a power of two: exact on the bf16 results
+            grad_query.mul_(scale)
+            grad_key.mul_(scale)
+        shape = grad_output.shape
+        return grad_query.view(shape), grad_key.view(shape), grad_value.view(shape), None
+
+
+def _score_operands(
+    query: torch.Tensor, key: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+    """fp32 copies of query and key for the score product, with the scale folded into query where that is
+    exact (a power of two, e.g. head_dim 64); the scale still to apply to the scores otherwise."""
+    query32, key32 = query.float(), key.float()
+    if math.frexp(scale)[0] == 0.5:
+        return query32.mul_(scale), key32, None
+    return query32, key32, scale
+
+
 class ViTFTPatchEmbeddings(nn.Module):
     """`(batch, channels, height, width)` pixels -> `(batch, num_patches, hidden)` patch embeddings."""
 
@@ -182,8 +306,9 @@ class ViTFTEmbeddings(nn.Module):
 class ViTFTAttention(nn.Module):
     """Multi-head self-attention with one fused qkv projection.
 
-    `scaled_dot_product_attention` on the normal path; an eager path that returns the attention maps when they
-    are asked for (or when `config._attn_implementation == "eager"`).
+    `scaled_dot_product_attention` on the normal path (in bf16 on CPU, the same computation as batched oneDNN
+    products: `_OneDNNBF16Attention`); an eager path that returns the attention maps when they are asked for
+    (or when `config._attn_implementation == "eager"`).
     """
 
     def __init__(self, config: ViTFTConfig):
@@ -209,6 +334,8 @@ class ViTFTAttention(nn.Module):
             attn_weights = torch.matmul(query, key.transpose(-2, -1)) * self.scaling  # (B, heads, N, N)
             attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
             attn_output = torch.matmul(F.dropout(attn_weights, p=dropout, training=self.training), value)
+        elif _onednn_bf16_attention_usable(query, dropout):
+            attn_output = _OneDNNBF16Attention.apply(query, key, value, self.scaling)
         else:
             attn_output = F.scaled_dot_product_attention(
                 query, key, value, dropout_p=dropout, scale=self.scaling
