@@ -7,7 +7,7 @@ import torch
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.arguments import ModelArguments
-from vit_ft.lora import apply_lora, count_parameters, load_for_inference, merge_lora
+from vit_ft.lora import PackedBitsDropout, apply_lora, count_parameters, load_for_inference, merge_lora
 
 from .conftest import randomize, run_finetune_script, tiny_ft_config, write_tiny_recipe
 
@@ -36,6 +36,37 @@ def test_targets_and_trainable_parameters(targets, adapted):
     assert all("lora_" in n or "classifier" in n for n in names)
     assert any("classifier" in n for n in names)  # the new head is trained in full (modules_to_save)
     assert 0 < trainable < total
+
+
+def test_apply_lora_uses_packed_bits_dropout_with_the_configured_rate():
+    dropouts = [m for m in lora_model().modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+    assert dropouts and all(type(m) is PackedBitsDropout and m.p == 0.1 for m in dropouts)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.03])
+def test_packed_bits_dropout_is_a_dropout(p):
+    dropout = PackedBitsDropout(p).train()
+    x = torch.randn(250_001, dtype=torch.float64).abs() + 1.0  # odd size: the last 64-bit draw is part-used
+    torch.manual_seed(0)
+    out = dropout(x)
+    kept = out != 0
+    effective = round(p * 65536) / 65536
+    n = x.numel()
+    assert abs(kept.double().mean().item() - (1 - effective)) < 5 * (effective * (1 - effective) / n) ** 0.5
+    torch.testing.assert_close(out[kept], x[kept] / (1 - effective), rtol=1e-12, atol=0)
+    # independent across elements and positions: the four 16-bit lanes of a draw drop at the same rate
+    lanes = kept[: n - n % 4].view(-1, 4).double().mean(0)
+    assert (lanes - (1 - effective)).abs().max().item() < 5 * (effective * 4 / n) ** 0.5
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x), out)  # seeded
+    assert not torch.equal(dropout(x), out)  # fresh mask each call
+    # gradient: the same mask, the same scale
+    leaf = x.clone().requires_grad_()
+    torch.manual_seed(1)
+    result = dropout(leaf)
+    result.sum().backward()
+    torch.testing.assert_close(leaf.grad, (result != 0).double() / (1 - effective))
+    assert torch.equal(dropout.eval()(x), x)
 
 
 def test_merged_equals_unmerged_and_survives_save_and_reload(tmp_path):
