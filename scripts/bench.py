@@ -5,6 +5,7 @@ python scripts/bench.py                                  # ViT-B/16 at 224 px, a
 python scripts/bench.py --quick                          # a tiny ViT, seconds
 python scripts/bench.py --sections model,ceiling --dtypes bf16 --rounds 9
 python scripts/bench.py --threads 2 --output-dir outputs/benchmark
+python scripts/bench.py --sections gpu                   # on a GPU: ViT-B/16 at 384 px, bf16, batch 64
 
 Method and sections: see vit_ft/benchmark.py; the latest numbers and what they mean: BENCHMARKS.md.
 """
@@ -40,6 +41,9 @@ def parse_args(argv: list[str] | None) -> tuple[BenchmarkSettings, str]:
     parser.add_argument("--batch-size", type=int, default=None, help="inference batch size")
     parser.add_argument("--train-batch-size", type=int, default=None, help="training batch size")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--gpu-device", default=None, help="device of the gpu section (default: cuda)")
+    parser.add_argument("--gpu-image-size", type=int, default=None, help="gpu section image size (384)")
+    parser.add_argument("--gpu-batch-size", type=int, default=None, help="gpu section batch size (64)")
     parser.add_argument("--output-dir", default="outputs/benchmark", help="where benchmark.md/.json go")
     args = parser.parse_args(argv)
     overrides = {
@@ -51,6 +55,9 @@ def parse_args(argv: list[str] | None) -> tuple[BenchmarkSettings, str]:
         "infer_batch_size": args.batch_size,
         "train_batch_size": args.train_batch_size,
         "measure_memory": False if args.no_memory else None,
+        "gpu_device": args.gpu_device,
+        "gpu_image_size": args.gpu_image_size,
+        "gpu_batch_size": args.gpu_batch_size,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     settings = quick_settings(**overrides) if args.quick else BenchmarkSettings(**overrides)

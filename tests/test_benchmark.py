@@ -114,7 +114,8 @@ def test_memory_probe_reports_a_size():
 
 def test_quick_run_covers_every_section_with_sane_rows():
     threads = torch.get_num_threads()
-    result = run_benchmark(tiny_settings(rounds=2))
+    # the gpu section's code on the CPU: the same calls, with the device and size it was given
+    result = run_benchmark(tiny_settings(rounds=2, gpu_device="cpu"))
     assert torch.get_num_threads() == threads  # restored
     rows = result["rows"]
     assert {row["section"] for row in rows} == set(SECTIONS)
@@ -130,11 +131,22 @@ def test_quick_run_covers_every_section_with_sane_rows():
         # same optimizer, ours with fused AdamW, LoRA against full
         assert sum(m.startswith("training step") and dtype in m for m in measurements) == 3
     assert sum(row["section"] == "ceiling" for row in rows) == 4  # ours and theirs, fp32 and bf16
+    gpu = [row["measurement"] for row in rows if row["section"] == "gpu"]
+    assert len(gpu) == 2 and all("bf16, 48 px, batch 4, on cpu" in m for m in gpu), gpu
     markdown = to_markdown(result)
     assert markdown.count("\n| ") == len(rows) + 2  # header, rule, one line per row
     json.dumps(result)
 
 
+def test_gpu_section_without_the_device_is_a_note_not_a_failure():
+    settings = tiny_settings(sections=("gpu",), gpu_device="cuda")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the section runs")
+    result = run_benchmark(settings)
+    assert result["rows"] == []
+    assert any("No cuda device here" in note for note in result["notes"])
+
+
 def test_unknown_section_is_an_error():
     with pytest.raises(ValueError, match="Unknown section"):
-        quick_settings(sections=("model", "gpu"))
+        quick_settings(sections=("model", "tpu"))

@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SECTIONS = ("model", "ceiling", "lora", "data")
+SECTIONS = ("model", "ceiling", "lora", "data", "gpu")
 # autocast dtype per precision name; None runs without autocast
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 MEAN = STD = (0.5, 0.5, 0.5)  # google/vit-base-patch16-224-in21k's processor
@@ -105,6 +105,10 @@ class BenchmarkSettings:
     photo_sizes: tuple[tuple[int, int], ...] = ((500, 375), (2000, 1500))  # (width, height)
     photos_per_round: int = 8
     measure_memory: bool = True  # one fresh process per LoRA / full variant (several seconds each)
+    # the "gpu" section: the ViT paper's fine-tuning resolution, bf16, a GPU-sized batch; skipped without one
+    gpu_device: str = "cuda"
+    gpu_image_size: int = 384
+    gpu_batch_size: int = 64
     overrides: dict[str, Any] = field(default_factory=dict)  # ViTFTConfig fields over the variant's
     seed: int = 0
 
@@ -143,6 +147,8 @@ def quick_settings(**overrides: Any) -> BenchmarkSettings:
         "photos_per_round": 2,
         "measure_memory": False,
         "overrides": {"num_hidden_layers": 2},
+        "gpu_image_size": 48,
+        "gpu_batch_size": 4,
         # one thread: on a busy machine, a tiny model's many short parallel regions stall on the other core
         "threads": 1,
     }
@@ -322,13 +328,20 @@ def build_contenders(
     return ours, theirs
 
 
-def _autocast(dtype: torch.dtype | None) -> torch.autocast:
-    return torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+def _autocast(dtype: torch.dtype | None, device_type: str = "cpu") -> torch.autocast:
+    return torch.autocast(device_type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a call is timed to its end (a no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _infer(model: torch.nn.Module, pixels: torch.Tensor, dtype: torch.dtype | None) -> None:
-    with torch.inference_mode(), _autocast(dtype):
+    with torch.inference_mode(), _autocast(dtype, pixels.device.type):
         model(pixel_values=pixels)
+    _synchronize(pixels.device)
 
 
 def _adamw(model: torch.nn.Module, fused: bool = False) -> torch.optim.Optimizer:
@@ -346,11 +359,12 @@ def _train_step(
     dtype: torch.dtype | None,
 ) -> None:
     """Forward with the loss (under autocast for bf16), backward, optimizer step: one fine-tuning step."""
-    with _autocast(dtype):
+    with _autocast(dtype, pixels.device.type):
         loss = model(pixel_values=pixels, labels=labels).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    _synchronize(pixels.device)
 
 
 def _batch(config: ViTFTConfig, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -668,6 +682,63 @@ def bench_lora(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[R
 
 
 # ---------------------------------------------------------------------------------------------------------
+# GPU: the paper's fine-tuning resolution
+# ---------------------------------------------------------------------------------------------------------
+
+
+def gpu_available(settings: BenchmarkSettings) -> bool:
+    device = torch.device(settings.gpu_device)
+    return device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_available())
+
+
+def bench_gpu(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[Row]:
+    """Ours against transformers' ViT on `settings.gpu_device` at `gpu_image_size` px, bf16 autocast, batch
+    `gpu_batch_size`: inference and training-step images/s, each call timed to the device's end."""
+    gpu_settings = replace(settings, image_size=settings.gpu_image_size)
+    device = torch.device(settings.gpu_device)
+    ours, theirs = (model.to(device) for model in build_contenders(gpu_settings, folder))
+    config, batch, dtype = ours.config, settings.gpu_batch_size, torch.bfloat16
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    size = f"{config.image_hw[0]} px"
+    pixels, labels = (t.to(device) for t in _batch(config, batch, settings.seed))
+    logger.info("%s, %s, batch %d: inference", name, size, batch)
+    times = interleave(
+        {"ours": lambda: _infer(ours, pixels, dtype), "theirs": lambda: _infer(theirs, pixels, dtype)},
+        settings.warmup,
+        settings.rounds,
+    )
+    rows = [
+        _throughput_row(
+            "gpu",
+            f"inference, bf16, {size}, batch {batch}, on {name}",
+            batch,
+            ("vit_ft", times["ours"]),
+            ("transformers ViT (sdpa)", times["theirs"]),
+            TARGETS["inference"],
+        )
+    ]
+    models = {"ours": ours.train(), "theirs": theirs.train()}
+    optimizers = {key: _adamw(model, fused=True) for key, model in models.items()}
+    logger.info("%s, %s, batch %d: training step", name, size, batch)
+    times = interleave(
+        {key: lambda k=key: _train_step(models[k], optimizers[k], pixels, labels, dtype) for key in models},
+        settings.warmup,
+        settings.rounds,
+    )
+    rows.append(
+        _throughput_row(
+            "gpu",
+            f"training step (forward, loss, backward, fused AdamW), bf16, {size}, batch {batch}, on {name}",
+            batch,
+            ("vit_ft", times["ours"]),
+            ("transformers ViT (sdpa)", times["theirs"]),
+            TARGETS["training"],
+        )
+    )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Data pipeline
 # ---------------------------------------------------------------------------------------------------------
 
@@ -792,11 +863,13 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
     start = time.perf_counter()
     load_before = os.getloadavg()
     rows: list[Row] = []
-    notes = [
-        "CPU only: GPU rows (and ViT-B/16 at 384 px) are not measured by this benchmark.",
-    ]
-    if torch.cuda.is_available():
-        notes.append("A GPU is present but was not used.")
+    notes = []
+    gpu = "gpu" in settings.sections and gpu_available(settings)
+    if "gpu" in settings.sections and not gpu:
+        notes.append(
+            f"No {settings.gpu_device} device here: the gpu rows ({settings.gpu_image_size} px, bf16, batch "
+            f"{settings.gpu_batch_size}) were not measured."
+        )
     with tempfile.TemporaryDirectory() as folder:
         model_sections = [s for s in ("model", "ceiling") if s in settings.sections]
         if model_sections:
@@ -807,6 +880,8 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
             if not model_sections:
                 build_contenders(settings, folder)
             rows.extend(bench_lora(settings, folder))
+        if gpu:
+            rows.extend(bench_gpu(settings, folder))
     if "data" in settings.sections:
         rows.extend(bench_data(settings))
     load_after = os.getloadavg()
