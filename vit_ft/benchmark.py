@@ -1,5 +1,5 @@
 """Benchmarks on this machine: our ViT against transformers' ViT, the matrix-product ceiling, LoRA against full
-fine-tuning, and the training image pipeline against a naive decode.
+fine-tuning, the training image pipeline against a naive decode, and on a GPU ViT-B/16 at 384 px in bf16.
 
 Method, in every section: the contenders run interleaved within one run. After `warmup` untimed calls each,
 every round calls each contender once, in an order rotated by one per round, so that a burst of load from other
@@ -10,8 +10,7 @@ absolute number is reported without a ratio next to it: on a shared machine only
     python scripts/bench.py                        # ViT-B/16 at 224 px, every section: minutes on 2 cores
     python scripts/bench.py --quick                # a tiny ViT, seconds (the smoke test runs this)
     python scripts/bench.py --sections model,ceiling
-
-CPU only: GPU rows (and ViT-B/16 at 384 px, which the issue asks for on a GPU) are not implemented.
+    python scripts/bench.py --sections gpu         # where CUDA is available; otherwise a note, no failure
 """
 
 from __future__ import annotations
