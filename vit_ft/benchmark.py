@@ -102,7 +102,7 @@ class BenchmarkSettings:
     sections: tuple[str, ...] = SECTIONS
     dtypes: tuple[str, ...] = ("fp32", "bf16")
     photo_sizes: tuple[tuple[int, int], ...] = ((500, 375), (2000, 1500))  # (width, height)
-    photos_per_round: int = 16  # per contender and round: enough decodes that a round outlasts scheduler noise
+    photos_per_round: int = 16  # per round: enough decodes that a round outlasts scheduler noise
     measure_memory: bool = True  # one fresh process per LoRA / full variant (several seconds each)
     # the "gpu" section: the ViT paper's fine-tuning resolution, bf16, a GPU-sized batch; skipped without one
     gpu_device: str = "cuda"

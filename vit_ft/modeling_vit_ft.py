@@ -196,25 +196,24 @@ class _OneDNNBF16Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float):
-        batch, heads, seq_len, head_dim = query.shape
-        # (B * heads, N, head_dim) copies of the strided views, else every product below would copy them
-        query, key, value = (t.reshape(batch * heads, seq_len, head_dim) for t in (query, key, value))
-        query32, key32, score_scale = _score_operands(query, key, scale)
+        ctx.scale = scale
+        query32, key32, score_scale = _score_operands(query, key, scale)  # (B * heads, N, head_dim) fp32
+        value_view, value = value, _rows(value)  # contiguous, else every product below copies the view
         out = torch.empty_like(value)
         with _bf16_products_of_fp32():
-            for rows in _chunks(batch * heads, seq_len):
+            for rows in _chunks(*value.shape[:2]):
                 probs = _attention_probs(query32[rows], key32[rows], score_scale)  # (chunk, N, N) fp32
                 torch.matmul(probs.to(value.dtype), value[rows], out=out[rows])
-        ctx.save_for_backward(query, key, value, out)
-        ctx.scale = scale
-        return out.view(batch, heads, seq_len, head_dim)
+        # the inputs are strided views of the qkv projection: saved as they are, copied again in backward
+        ctx.save_for_backward(query, key, value_view, out)
+        return out.view(query.shape)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        query, key, value, out = ctx.saved_tensors
+        query_view, key_view, value_view, out = ctx.saved_tensors
         scale = ctx.scale
-        grad_out = grad_output.reshape(query.shape)  # (B * heads, N, head_dim)
-        query32, key32, score_scale = _score_operands(query, key, scale)
+        query32, key32, score_scale = _score_operands(query_view, key_view, scale)
+        query, key, value, grad_out = (_rows(t) for t in (query_view, key_view, value_view, grad_output))
         grad_out32, value32 = grad_out.float(), value.float()
         # softmax backward: dS = P * (dP - rowsum(P * dP)), and rowsum(P * dP) = rowsum(dO * O) per query
         row = (grad_out32 * out.float()).sum(-1, keepdim=True)  # (B * heads, N, 1)
@@ -238,15 +237,26 @@ class _OneDNNBF16Attention(torch.autograd.Function):
         return grad_query.view(shape), grad_key.view(shape), grad_value.view(shape), None
 
 
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """`(B, heads, N, head_dim)` -> a contiguous `(B * heads, N, head_dim)` (one copy of a strided view)."""
+    return t.reshape(-1, *t.shape[-2:])
+
+
 def _score_operands(
     query: torch.Tensor, key: torch.Tensor, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """fp32 copies of query and key for the score product, with the scale folded into query where that is
-    exact (a power of two, e.g. head_dim 64); the scale still to apply to the scores otherwise."""
-    query32, key32 = query.float(), key.float()
+    """Contiguous fp32 `(B * heads, N, head_dim)` copies of query and key for the score product, each made in
+    one pass from the strided bf16 view; the scale is folded into query where that is exact (a power of two,
+    e.g. head_dim 64: the bf16 product is exact), else returned to apply to the scores."""
+    query32, key32 = (torch.empty(t.shape, dtype=torch.float32) for t in (query, key))
+    key32.copy_(key)
     if math.frexp(scale)[0] == 0.5:
-        return query32.mul_(scale), key32, None
-    return query32, key32, scale
+        torch.mul(query, scale, out=query32)
+        score_scale = None
+    else:
+        query32.copy_(query)
+        score_scale = scale
+    return _rows(query32), _rows(key32), score_scale
 
 
 class ViTFTPatchEmbeddings(nn.Module):
