@@ -16,6 +16,7 @@ absolute number is reported without a ratio next to it: on a shared machine only
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import logging
@@ -366,6 +367,22 @@ def _train_step(
     _synchronize(pixels.device)
 
 
+def _interleave_training(
+    settings: BenchmarkSettings,
+    models: dict[str, torch.nn.Module],
+    optimizers: dict[str, torch.optim.Optimizer],
+    pixels: torch.Tensor,
+    labels: torch.Tensor,
+    dtype: torch.dtype | None,
+) -> dict[str, list[float]]:
+    """Seconds per training step of each model with its optimizer, interleaved (see `interleave`)."""
+    steps = {
+        name: functools.partial(_train_step, model, optimizers[name], pixels, labels, dtype)
+        for name, model in models.items()
+    }
+    return interleave(steps, settings.warmup, settings.rounds)
+
+
 def _batch(config: ViTFTConfig, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     height, width = config.image_hw
@@ -519,14 +536,7 @@ def _bench_training(
     for model in models.values():
         model.train()
     logger.info("training step, %s: %s", dtype_name, ", ".join(models))
-    times = interleave(
-        {
-            name: lambda n=name: _train_step(models[n], optimizers[n], pixels, labels, dtype)
-            for name in models
-        },
-        settings.warmup,
-        settings.rounds,
-    )
+    times = _interleave_training(settings, models, optimizers, pixels, labels, dtype)
     size = f"{config.image_hw[0]} px"
     return [
         _throughput_row(
@@ -626,14 +636,7 @@ def bench_lora(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[R
     for dtype_name in settings.dtypes:
         dtype = DTYPES[dtype_name]
         logger.info("LoRA against full fine-tuning, %s", dtype_name)
-        times = interleave(
-            {
-                name: lambda n=name, d=dtype: _train_step(models[n], optimizers[n], pixels, labels, d)
-                for name in models
-            },
-            settings.warmup,
-            settings.rounds,
-        )
+        times = _interleave_training(settings, models, optimizers, pixels, labels, dtype)
         rows.append(
             _throughput_row(
                 "lora",
@@ -719,11 +722,7 @@ def bench_gpu(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[Ro
     models = {"ours": ours.train(), "theirs": theirs.train()}
     optimizers = {key: _adamw(model, fused=True) for key, model in models.items()}
     logger.info("%s, %s, batch %d: training step", name, size, batch)
-    times = interleave(
-        {key: lambda k=key: _train_step(models[k], optimizers[k], pixels, labels, dtype) for key in models},
-        settings.warmup,
-        settings.rounds,
-    )
+    times = _interleave_training(settings, models, optimizers, pixels, labels, dtype)
     rows.append(
         _throughput_row(
             "gpu",

@@ -175,14 +175,6 @@ def _open_local(target: str | IO[bytes], max_pixels: int | None, name: str) -> I
     return img
 
 
-def _decode_remote(path: str, max_pixels: int | None, name: str) -> Image.Image:
-    import datasets  # fetches hf:// and http(s) paths with the user's Hub token; full-size decode
-
-    img = datasets.Image().decode_example({"path": path, "bytes": None})
-    _check_pixels(img.size, max_pixels, name)
-    return img
-
-
 def load_image(
     source: ImageSource,
     min_size: int | None = None,
@@ -209,7 +201,11 @@ def load_image(
         return to_rgb(_apply_exif_orientation(source, owned=False))
     target = _open_target(source)
     if isinstance(target, str) and _is_remote(target):
-        return to_rgb(_decode_remote(target, max_pixels, name))
+        import datasets  # fetches hf:// and http(s) paths with the user's Hub token; full-size decode
+
+        img = datasets.Image().decode_example({"path": target, "bytes": None})
+        _check_pixels(img.size, max_pixels, name)
+        return to_rgb(img)
     with _open_local(target, max_pixels, name) as img:
         if min_size is not None:
             img.draft("RGB", (min_size, min_size))  # JPEG only; a no-op for other formats
@@ -259,13 +255,12 @@ def random_resized_crop(
     resampling. With draft=False the decode is full-size and the result matches the two-step path.
     """
     height, width = size
-    name = describe_source(source)
     target = None if isinstance(source, Image.Image) else _open_target(source)
     if target is None or (isinstance(target, str) and _is_remote(target)):
         img = load_image(source, max_pixels=max_pixels)  # decoded already, or fetched whole: no draft to gain
         box = random_resized_crop_box(img.width, img.height, scale, ratio)
         return img.resize((width, height), resample=resample, box=box)
-    with _open_local(target, max_pixels, name) as img:
+    with _open_local(target, max_pixels, describe_source(source)) as img:
         orientation = img.getexif().get(Image.ExifTags.Base.Orientation, 1)
         orientation = orientation if orientation in _SHOWN_TO_STORED else 1
         stored_width, stored_height = img.size

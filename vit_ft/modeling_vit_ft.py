@@ -219,7 +219,7 @@ class _OneDNNBF16Attention(torch.autograd.Function):
         row = (grad_out32 * out.float()).sum(-1, keepdim=True)  # (B * heads, N, 1)
         grad_query, grad_key, grad_value = (torch.empty_like(t) for t in (query, key, value))
         with _bf16_products_of_fp32():
-            for rows in _chunks(query.shape[0], query.shape[1]):
+            for rows in _chunks(*query.shape[:2]):
                 probs = _attention_probs(query32[rows], key32[rows], score_scale)  # (chunk, N, N) fp32
                 torch.matmul(probs.to(value.dtype).transpose(-2, -1), grad_out[rows], out=grad_value[rows])
                 grad_probs = torch.matmul(grad_out32[rows], value32[rows].transpose(-2, -1))  # fp32
