@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
 from vit_ft import ViTFTForImageClassification, ViTFTModel
-from vit_ft import modeling_vit_ft as modeling
+from vit_ft import kernels
 
 from .conftest import randomize, tiny_ft_config, tiny_hf_config
 
@@ -112,15 +112,17 @@ def test_unknown_override_and_other_model_types_are_errors(hf_backbone_dir, tmp_
         ViTFTModel.from_pretrained(tmp_path)
 
 
-def test_missing_safetensors_is_an_error(tmp_path):
+def test_missing_weights_is_transformers_error(tmp_path):
     tiny_hf_config().save_pretrained(tmp_path)
-    with pytest.raises(FileNotFoundError, match="safetensors"):
+    with pytest.raises(OSError, match="model.safetensors"):
         ViTFTModel.from_pretrained(tmp_path)
 
 
-def test_checkpoint_with_wrong_depth_names_the_keys(hf_backbone_dir):
-    with pytest.raises(KeyError, match=r"missing keys \['layers.2"):
-        ViTFTModel.from_pretrained(hf_backbone_dir, num_hidden_layers=3)
+def test_missing_keys_follow_transformers_initialised_and_listed(hf_backbone_dir):
+    model, info = ViTFTModel.from_pretrained(hf_backbone_dir, num_hidden_layers=3, output_loading_info=True)
+    assert info["missing_keys"] and all(k.startswith("layers.2.") for k in info["missing_keys"])
+    assert set(model.loading_report.newly_initialized) == info["missing_keys"]
+    assert torch.all(model.layers[2].norm1.weight == 1)  # initialised by _init_weights, not left empty
 
 
 def test_eager_and_sdpa_attention_agree_and_maps_are_returned():
@@ -200,7 +202,7 @@ def test_init_weights_zero_head_and_truncated_normal():
 # ---- bf16 on CPU: oneDNN attention ----------------------------------------------------------------------
 
 needs_onednn_bf16 = pytest.mark.skipif(
-    not modeling._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products"
+    not kernels._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products"
 )
 
 
@@ -225,7 +227,7 @@ def test_onednn_bf16_attention_is_as_accurate_as_torch_flash_attention(
     monkeypatch, batch, heads, seq_len, head_dim
 ):
     # two heads per chunk, so the chunk loop runs several times
-    monkeypatch.setattr(modeling, "_ATTENTION_CHUNK_BYTES", 2 * 4 * seq_len * seq_len)
+    monkeypatch.setattr(kernels, "_ATTENTION_CHUNK_BYTES", 2 * 4 * seq_len * seq_len)
     generator = torch.Generator().manual_seed(0)
     qkv = (1.5 * torch.randn(batch, seq_len, 3, heads, head_dim, generator=generator)).bfloat16()
     grad_out = torch.randn(batch, heads, seq_len, head_dim, generator=generator).bfloat16()
@@ -238,7 +240,7 @@ def test_onednn_bf16_attention_is_as_accurate_as_torch_flash_attention(
 
     previous = torch.backends.mkldnn.matmul.fp32_precision
     ours = attention_errors(
-        lambda q, k, v: modeling._OneDNNBF16Attention.apply(q, k, v, scale), qkv, grad_out, reference
+        lambda q, k, v: kernels._OneDNNBF16Attention.apply(q, k, v, scale), qkv, grad_out, reference
     )
     assert torch.backends.mkldnn.matmul.fp32_precision == previous  # the switch is put back
     flash = attention_errors(
@@ -259,9 +261,9 @@ def test_bf16_autocast_matches_transformers_to_its_own_rounding(monkeypatch, tmp
     pixels = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([0, 1, 2, 3])
     calls = []
-    real_apply = modeling._OneDNNBF16Attention.apply
+    real_apply = kernels._OneDNNBF16Attention.apply
     monkeypatch.setattr(
-        modeling._OneDNNBF16Attention, "apply", lambda *args: calls.append(1) or real_apply(*args)
+        kernels._OneDNNBF16Attention, "apply", lambda *args: calls.append(1) or real_apply(*args)
     )
 
     def run(model, bf16: bool) -> list[torch.Tensor]:

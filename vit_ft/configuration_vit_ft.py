@@ -5,9 +5,17 @@ Field names follow transformers' `ViTConfig`, so that checkpoints and users' hab
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from transformers import PretrainedConfig
+
+# transformers ViTConfig fields that describe the architecture; a `model_type: vit` config keeps these
+VIT_CONFIG_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
+    "image_size", "patch_size", "num_channels", "qkv_bias", "dtype", "torch_dtype",
+)  # fmt: skip
 
 # Named sizes from one table. Base/Large/Huge: ViT paper (arXiv 2010.11929) Table 1; Tiny/Small: DeiT
 # (arXiv 2012.12877) Table 1, the sizes timm and "How to train your ViT" use.
@@ -95,26 +103,71 @@ class ViTFTConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}.")
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                f"({self.num_attention_heads}); pick a head count that divides it, e.g. "
-                f"{[h for h in range(1, 33) if self.hidden_size % h == 0][-3:]}."
-            )
-        image_size = to_2tuple(self.image_size, "image_size")
-        patch_size = to_2tuple(self.patch_size, "patch_size")
-        if min(image_size) <= 0 or min(patch_size) <= 0:
-            raise ValueError(f"image_size {image_size} and patch_size {patch_size} must be positive.")
-        if image_size[0] % patch_size[0] or image_size[1] % patch_size[1]:
-            raise ValueError(
-                f"image_size {image_size} is not divisible by patch_size {patch_size}: use a multiple of the "
-                f"patch size, e.g. {_nearest_multiple(image_size, patch_size)}."
-            )
+        for name in ("image_size", "patch_size"):
+            if min(to_2tuple(getattr(self, name), name)) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}.")
         if self.pooling not in POOLING_CHOICES:
             raise ValueError(f"pooling must be one of {POOLING_CHOICES}, got {self.pooling!r}.")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}.")
+
+    @classmethod
+    def get_config_dict(
+        cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """transformers' config reading, plus the mapping of a transformers ViT config (`model_type: vit`, e.g.
+        google/vit-base-patch16-224-in21k) to ours. What the checkpoint itself holds (format, patch grid, labels)
+        is kept as `_checkpoint`, never saved, for the loading hooks: position embeddings are resampled from
+        that grid, and a head is kept only for the same labels."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not config_dict:
+            return config_dict, kwargs
+        model_type = config_dict.get("model_type")
+        if model_type not in ("vit", cls.model_type):
+            raise ValueError(
+                f"{pretrained_model_name_or_path} has model_type {model_type!r}; vit_ft loads transformers ViT "
+                "checkpoints (model_type 'vit', e.g. google/vit-base-patch16-224-in21k) and its own folders "
+                "(model_type 'vit_ft')."
+            )
+        fmt = "vit_ft"
+        if model_type == "vit":
+            architectures = config_dict.get("architectures") or ["ViTModel"]
+            fmt = f"transformers {architectures[0]}"
+            fields = {name: config_dict[name] for name in VIT_CONFIG_FIELDS if name in config_dict}
+            if "ViTForImageClassification" in architectures and "id2label" in config_dict:
+                fields.update(id2label=config_dict["id2label"], label2id=config_dict.get("label2id"))
+            else:
+                fields["num_labels"] = 0  # a backbone checkpoint: no head, no label names to carry over
+            config_dict = {**fields, "model_type": cls.model_type}
+        source = cls(**{k: v for k, v in config_dict.items() if k != "model_type"})
+        config_dict["_checkpoint"] = {
+            "source": str(pretrained_model_name_or_path),
+            "format": fmt,
+            "grid": source.grid_size,
+            "id2label": source.id2label if source.num_labels > 0 else None,
+        }
+        return config_dict, kwargs
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
+        """transformers' `from_dict`; new labels (`num_labels=` or `id2label=`) replace the checkpoint's names,
+        and `label2id` follows `id2label` when it is not given."""
+        if kwargs.get("num_labels") is not None or kwargs.get("id2label") is not None:
+            config_dict = {k: v for k, v in config_dict.items() if k not in ("id2label", "label2id")}
+            id2label = kwargs.get("id2label")
+            if id2label is not None:
+                if kwargs.get("num_labels") not in (None, len(id2label)):
+                    raise ValueError(f"num_labels={kwargs['num_labels']} but id2label has {len(id2label)} entries.")
+                kwargs.pop("num_labels", None)
+                kwargs.setdefault("label2id", {name: int(i) for i, name in id2label.items()})
+        if kwargs.get("image_size") is not None:
+            kwargs["image_size"] = list(to_2tuple(kwargs["image_size"], "image_size"))
+        return super().from_dict(config_dict, **kwargs)
+
+    def _remove_keys_not_serialized(self, d: dict[str, Any]) -> None:
+        super()._remove_keys_not_serialized(d)
+        d.pop("_checkpoint", None)
 
     @property
     def image_hw(self) -> tuple[int, int]:
@@ -140,8 +193,8 @@ class ViTFTConfig(PretrainedConfig):
         return cls(**{**VIT_SIZES[variant], **kwargs})
 
 
-def _nearest_multiple(image_size: tuple[int, int], patch_size: tuple[int, int]) -> tuple[int, int]:
+def nearest_multiple(image_size: tuple[int, int], patch_size: tuple[int, int]) -> tuple[int, int]:
     return tuple(max(p, round(s / p) * p) for s, p in zip(image_size, patch_size, strict=True))
 
 
-__all__ = ["VIT_SIZES", "ViTFTConfig", "to_2tuple"]
+__all__ = ["VIT_CONFIG_FIELDS", "VIT_SIZES", "ViTFTConfig", "nearest_multiple", "to_2tuple"]

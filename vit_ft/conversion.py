@@ -7,31 +7,39 @@ deliberately discarded; anything else is an error that names it.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from transformers.core_model_loading import Concatenate, ConversionOps, WeightConverter, WeightRenaming
 
 from .pos_embed import resample_position_embeddings
 
-# transformers ViT, per encoder layer: on-disk name (the format of the Hub checkpoints and of save_pretrained)
-# and the in-memory name of transformers >= 5 -> our name. q/k/v carry their slot in the fused projection.
-HF_LAYER_RENAMES: dict[str, str | tuple[str, int]] = {
-    "attention.attention.query": ("attention.qkv", 0),
-    "attention.attention.key": ("attention.qkv", 1),
-    "attention.attention.value": ("attention.qkv", 2),
+logger = logging.getLogger(__name__)
+
+# transformers ViT, per encoder layer: on-disk names (the format of the Hub checkpoints and of save_pretrained)
+# and the in-memory names of transformers >= 5 -> ours. Query/key/value are fused into one qkv projection, in
+# that order; the other layers are renamed. Order matters: "attention.output.dense" before "output.dense".
+QKV_SOURCES = (
+    ("attention.attention.query", "attention.attention.key", "attention.attention.value"),
+    ("attention.q_proj", "attention.k_proj", "attention.v_proj"),  # transformers >= 5, state_dict() of a live model
+)
+LAYER_RENAMES = {
     "attention.output.dense": "attention.proj",
+    "attention.o_proj": "attention.proj",
     "intermediate.dense": "mlp.fc1",
     "output.dense": "mlp.fc2",
     "layernorm_before": "norm1",
     "layernorm_after": "norm2",
-    # transformers >= 5 module names (state_dict() of a live model)
-    "attention.q_proj": ("attention.qkv", 0),
-    "attention.k_proj": ("attention.qkv", 1),
-    "attention.v_proj": ("attention.qkv", 2),
-    "attention.o_proj": "attention.proj",
     "mlp.fc1": "mlp.fc1",
     "mlp.fc2": "mlp.fc2",
+}
+HF_LAYER_RENAMES: dict[str, str | tuple[str, int]] = {
+    **{name: ("attention.qkv", slot) for names in QKV_SOURCES for slot, name in enumerate(names)},
+    **LAYER_RENAMES,
 }
 HF_LAYER_PREFIXES = (
     re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$"),
@@ -164,58 +172,142 @@ class LoadingReport:
         return "\n".join(lines)
 
 
-def adapt_state_dict(
-    state_dict: dict[str, torch.Tensor],
-    expected: dict[str, torch.Size],
-    source_grid: tuple[int, int],
-    target_grid: tuple[int, int],
-    report: LoadingReport,
-    keep_head: bool,
-) -> dict[str, torch.Tensor]:
-    """Fit a converted state dict (our keys, no prefix) to a model whose parameters are `expected`.
+# ---- loading through transformers' from_pretrained ------------------------------------------------------
+# transformers applies these to every checkpoint key (renamings first, then at most one converter) before it
+# loads the tensors into the model: so dtype, device_map, meta-device init, sharded and Hub checkpoints and
+# the loading info are transformers' own. They only ever load: on save our keys are written as they are.
 
-    `expected` maps our unprefixed keys to shapes. Position embeddings are resampled from `source_grid` to
-    `target_grid`; the classifier is kept only when `keep_head` and its shape matches, otherwise it is
-    reported as newly initialised (the model's own zero init). Any other missing key or mismatched shape
-    raises, naming the key.
-    """
-    out = dict(state_dict)
-    key = "embeddings.position_embeddings"
-    if key in out and source_grid != target_grid:
-        out[key] = resample_position_embeddings(out[key], source_grid, target_grid)
-        report.resampled[key] = (source_grid, target_grid)
-    wants_head = all(k in expected for k in HEAD_KEYS)
-    has_head = all(k in out for k in HEAD_KEYS)
-    head_fits = has_head and wants_head and all(out[k].shape == expected[k] for k in HEAD_KEYS)
-    if has_head and not (keep_head and head_fits):
-        for k in HEAD_KEYS:
-            source_shape = tuple(out.pop(k).shape)
-            report.discarded[k] = (
-                f"source head {source_shape} replaced by a new one" if wants_head else "no head in this model"
-            )
-    if wants_head and not (keep_head and head_fits):
-        report.newly_initialized.extend(HEAD_KEYS)
-    unexpected = sorted(set(out) - set(expected))
-    missing = sorted(set(expected) - set(out) - set(report.newly_initialized))
-    if unexpected or missing:
-        raise KeyError(
-            f"Checkpoint {report.source} does not fit the model: missing keys {missing[:10]}, unexpected keys "
-            f"{unexpected[:10]}. Check that num_hidden_layers and the other sizes match the checkpoint."
-        )
-    wrong = [
-        f"{k}: checkpoint {tuple(out[k].shape)} vs model {tuple(expected[k])}"
-        for k in out
-        if out[k].shape != expected[k]
+
+class _LoadOnly:
+    """A weight transform that transformers does not reverse on save_pretrained: our folders keep our keys,
+    which Trainer's checkpoint resume reads back with a plain load_state_dict."""
+
+    def reverse_transform(self):
+        return WeightRenaming(list(self._original_target_patterns), list(self._original_target_patterns))
+
+
+class _Renaming(_LoadOnly, WeightRenaming):
+    pass
+
+
+class _Converter(_LoadOnly, WeightConverter):
+    pass
+
+
+def _checkpoint_info(config: Any) -> dict[str, Any] | None:
+    """What the checkpoint being loaded holds (see `ViTFTConfig.get_config_dict`), when the config came from
+    it; None for `config=` objects of another source and for `state_dict=` loads."""
+    info = getattr(config, "_checkpoint", None)
+    if info is None or info.get("source") != str(getattr(config, "_name_or_path", "")):
+        return None
+    return info
+
+
+def _notes(model: torch.nn.Module) -> dict[str, dict]:
+    """Where the loading ops leave what the report says (read and cleared by `build_loading_report`)."""
+    return model.__dict__.setdefault("_loading_notes", {"resampled": {}, "replaced": {}})
+
+
+class ResamplePositionEmbeddings(ConversionOps):
+    """Resample the checkpoint's position-embedding table to the model's patch grid (`pos_embed.py`)."""
+
+    def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
+        (tensor,) = input_dict.pop(source_patterns[0])
+        target = config.grid_size
+        info = _checkpoint_info(config)
+        source = tuple(info["grid"]) if info else target
+        if tensor.shape[1] != 1 + source[0] * source[1]:  # another source: only a square grid can be inferred
+            side = math.isqrt(tensor.shape[1] - 1)
+            if side * side != tensor.shape[1] - 1:
+                raise ValueError(
+                    f"cannot tell the patch grid of position embeddings {tuple(tensor.shape)}: load from the "
+                    "checkpoint's folder with image_size=... instead of passing config= or state_dict="
+                )
+            source = (side, side)
+        if source != target:
+            tensor = resample_position_embeddings(tensor, source, target)
+            _notes(model)["resampled"]["embeddings.position_embeddings"] = (source, target)
+        return {target_patterns[0]: tensor}
+
+
+class KeepHeadForSameLabels(ConversionOps):
+    """Keep a classifier only for the checkpoint's own labels; otherwise drop it, so that transformers
+    initialises a new one (zero, as in the paper) and lists it as missing."""
+
+    def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
+        (tensor,) = input_dict.pop(source_patterns[0])
+        name = kwargs["full_layer_name"]
+        info = _checkpoint_info(config)
+        same_labels = info is None or info["id2label"] == config.id2label
+        if same_labels and tensor.shape == model.get_parameter(name).shape:
+            return {target_patterns[0]: tensor}
+        _notes(model)["replaced"][name.removeprefix("vit.")] = tuple(tensor.shape)
+        return {}
+
+
+def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
+    """transformers ViT checkpoints (ViTModel, ViTForImageClassification) -> our modules, as transformers
+    weight transforms: the tables above, the position embeddings resampled, the head kept for its own labels.
+    Our own folders have our keys already and pass through unchanged."""
+    mapping: list[WeightRenaming | WeightConverter] = [_Renaming(r"encoder\.layer\.", "layers.")]
+    mapping += [
+        _Renaming(rf"\.{re.escape(source)}\.", f".{target}.")
+        for source, target in LAYER_RENAMES.items()
+        if source != target
     ]
-    if wrong:
-        raise ValueError(f"Shape mismatch loading {report.source}: {wrong[:10]}")
-    report.loaded = sorted(out)
-    return out
+    mapping += [_Converter(list(names), "attention.qkv", [Concatenate(dim=0)]) for names in QKV_SOURCES]
+    mapping.append(
+        _Converter("embeddings.position_embeddings", "embeddings.position_embeddings", [ResamplePositionEmbeddings()])
+    )
+    mapping += [_Converter(key, key, [KeepHeadForSameLabels()]) for key in HEAD_KEYS]
+    return mapping
+
+
+def build_loading_report(model: torch.nn.Module, loading_info: Any) -> LoadingReport:
+    """The report of a finished `from_pretrained`, from transformers' loading info and the ops' notes.
+
+    Known discards (the pooler, a head the model has no place for) leave `loading_info.unexpected_keys`; any
+    other unexpected key raises, naming it: a checkpoint tensor is never skipped without a word.
+    """
+    config = model.config
+    info = _checkpoint_info(config)
+    notes = model.__dict__.pop("_loading_notes", {"resampled": {}, "replaced": {}})
+    config.__dict__.pop("_checkpoint", None)
+    source = str(getattr(config, "_name_or_path", "") or "a state dict")
+    report = LoadingReport(source=source, source_format=info["format"] if info else "state dict")
+    has_head = isinstance(getattr(model, "classifier", None), torch.nn.Linear)
+    unknown = []
+    for key in sorted(loading_info.unexpected_keys):
+        short = key.removeprefix("vit.")
+        if short in DISCARDED_KEYS:
+            report.discarded[short] = "pre-logits pooler, removed for fine-tuning as in the ViT paper"
+        elif short in HEAD_KEYS and not has_head:
+            report.discarded[short] = "no head in this model"
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ValueError(
+            f"{source} has tensors this model has no place for: {unknown[:10]}{' ...' if len(unknown) > 10 else ''}. "
+            "vit_ft loads transformers ViTModel / ViTForImageClassification checkpoints and its own folders; check "
+            "that the checkpoint is one of these."
+        )
+    loading_info.unexpected_keys = set()
+    for key, shape in notes["replaced"].items():
+        report.discarded[key] = f"source head {shape} replaced by a new one (labels: {config.num_labels})"
+    report.resampled = notes["resampled"]
+    mismatched = {name for name, *_ in loading_info.mismatched_keys}
+    fresh = set(loading_info.missing_keys) | mismatched
+    prefix = "" if not hasattr(model, "classifier") else f"{model.base_model_prefix}."
+    report.newly_initialized = [k.removeprefix(prefix) for k in model.state_dict() if k in fresh]
+    report.loaded = sorted(k.removeprefix(prefix) for k in model.state_dict() if k not in fresh)
+    logger.info("%s", report)
+    return report
 
 
 __all__ = [
     "LoadingReport",
-    "adapt_state_dict",
+    "build_loading_report",
+    "checkpoint_conversion_mapping",
     "convert_hf_vit_state_dict",
     "strip_prefix",
     "to_hf_vit_state_dict",
