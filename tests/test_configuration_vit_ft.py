@@ -1,7 +1,7 @@
 import pytest
 from transformers import ViTConfig
 
-from vit_ft import VIT_SIZES, ViTFTConfig
+from vit_ft import VIT_SIZES, ViTFTConfig, ViTFTModel
 
 
 def test_field_names_match_transformers_vit_config():
@@ -44,16 +44,20 @@ def test_image_size_pair_and_grid():
     assert ViTFTConfig(image_size=384).grid_size == (24, 24)
 
 
-def test_heads_must_divide_hidden_size():
+def test_heads_must_divide_hidden_size_when_the_model_is_built():
+    """As transformers: ViTConfig accepts it, the attention module refuses it."""
+    config = ViTFTConfig(hidden_size=100, num_attention_heads=12)
+    ViTConfig(hidden_size=100, num_attention_heads=12)
     with pytest.raises(
         ValueError, match=r"hidden_size \(100\) must be divisible by num_attention_heads \(12\)"
     ):
-        ViTFTConfig(hidden_size=100, num_attention_heads=12)
+        ViTFTModel(config)
 
 
-def test_image_size_must_be_multiple_of_patch_size():
+def test_image_size_must_be_multiple_of_patch_size_when_the_model_is_built():
+    config = ViTFTConfig(image_size=380, patch_size=16)
     with pytest.raises(ValueError, match=r"not divisible by patch_size.*e\.g\. \(384, 384\)"):
-        ViTFTConfig(image_size=380, patch_size=16)
+        ViTFTModel(config)
 
 
 @pytest.mark.parametrize("bad", [{"pooling": "max"}, {"hidden_dropout_prob": 1.5}, {"image_size": "big"}])

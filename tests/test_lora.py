@@ -7,7 +7,8 @@ import torch
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.arguments import ModelArguments
-from vit_ft.lora import PackedBitsDropout, apply_lora, count_parameters, load_for_inference, merge_lora
+from vit_ft.kernels import PackedBitsDropout
+from vit_ft.lora import apply_lora, count_parameters, load_for_inference, merge_lora
 
 from .conftest import randomize, run_finetune_script, tiny_ft_config, write_tiny_recipe
 

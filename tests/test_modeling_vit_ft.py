@@ -2,11 +2,9 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
 from vit_ft import ViTFTForImageClassification, ViTFTModel
-from vit_ft import kernels
 
 from .conftest import randomize, tiny_ft_config, tiny_hf_config
 
@@ -197,93 +195,6 @@ def test_init_weights_zero_head_and_truncated_normal():
     assert abs(weight.std().item() - 0.02) < 0.003 and abs(weight.mean().item()) < 0.003
     assert torch.all(model.vit.layers[0].norm1.weight == 1)
     assert model.no_weight_decay() == {"vit.embeddings.cls_token", "vit.embeddings.position_embeddings"}
-
-
-# ---- bf16 on CPU: oneDNN attention ----------------------------------------------------------------------
-
-needs_onednn_bf16 = pytest.mark.skipif(
-    not kernels._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products"
-)
-
-
-def mean_errors(outputs: list[torch.Tensor], references: list[torch.Tensor]) -> list[float]:
-    return [(out.double() - ref).abs().mean().item() for out, ref in zip(outputs, references, strict=True)]
-
-
-def attention_errors(attention, qkv: torch.Tensor, grad_out: torch.Tensor, reference) -> list[float]:
-    """Mean |error| of the output and of the q, k, v gradients, against float64 reference values."""
-    leaves = [t.detach().clone().requires_grad_() for t in qkv.unbind(2)]
-    query, key, value = (t.transpose(1, 2) for t in leaves)  # the model's strided (B, heads, N, d) views
-    attention(query, key, value).backward(grad_out)
-    return mean_errors([attention(query, key, value)] + [t.grad.transpose(1, 2) for t in leaves], reference)
-
-
-@needs_onednn_bf16
-@pytest.mark.parametrize(
-    ("batch", "heads", "seq_len", "head_dim"),
-    [(2, 3, 17, 16), (2, 2, 50, 32), (1, 4, 197, 64)],  # scale 1/4 and 1/8 folded into q; 1/sqrt(32) not
-)
-def test_onednn_bf16_attention_is_as_accurate_as_torch_flash_attention(
-    monkeypatch, batch, heads, seq_len, head_dim
-):
-    # two heads per chunk, so the chunk loop runs several times
-    monkeypatch.setattr(kernels, "_ATTENTION_CHUNK_BYTES", 2 * 4 * seq_len * seq_len)
-    generator = torch.Generator().manual_seed(0)
-    qkv = (1.5 * torch.randn(batch, seq_len, 3, heads, head_dim, generator=generator)).bfloat16()
-    grad_out = torch.randn(batch, heads, seq_len, head_dim, generator=generator).bfloat16()
-    scale = head_dim**-0.5
-
-    exact = [t.double().transpose(1, 2).requires_grad_() for t in qkv.unbind(2)]
-    out = F.softmax(exact[0] @ exact[1].transpose(-2, -1) * scale, dim=-1) @ exact[2]
-    out.backward(grad_out.double())
-    reference = [out.detach()] + [t.grad for t in exact]
-
-    previous = torch.backends.mkldnn.matmul.fp32_precision
-    ours = attention_errors(
-        lambda q, k, v: kernels._OneDNNBF16Attention.apply(q, k, v, scale), qkv, grad_out, reference
-    )
-    assert torch.backends.mkldnn.matmul.fp32_precision == previous  # the switch is put back
-    flash = attention_errors(
-        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=scale), qkv, grad_out, reference
-    )
-    for name, error, flash_error in zip(["output", "dq", "dk", "dv"], ours, flash, strict=True):
-        assert error <= 1.5 * flash_error, (name, error, flash_error)
-
-
-@needs_onednn_bf16
-def test_bf16_autocast_matches_transformers_to_its_own_rounding(monkeypatch, tmp_path):
-    """Under bf16 autocast our model (oneDNN attention) is as close to the fp32 model as transformers' ViT
-    (torch's flash attention) is, for logits and gradients; and the oneDNN attention really ran."""
-    hf_config = tiny_hf_config(num_labels=5, num_attention_heads=2)  # head_dim 16
-    randomize(ViTForImageClassification(hf_config)).save_pretrained(tmp_path)
-    theirs = ViTForImageClassification.from_pretrained(tmp_path, attn_implementation="sdpa")
-    ours = ViTFTForImageClassification.from_pretrained(tmp_path)
-    pixels = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
-    labels = torch.tensor([0, 1, 2, 3])
-    calls = []
-    real_apply = kernels._OneDNNBF16Attention.apply
-    monkeypatch.setattr(
-        kernels._OneDNNBF16Attention, "apply", lambda *args: calls.append(1) or real_apply(*args)
-    )
-
-    def run(model, bf16: bool) -> list[torch.Tensor]:
-        model.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            output = model(pixel_values=pixels, labels=labels)
-        output.loss.backward()
-        grads = [param.grad.double() for param in model.parameters()]
-        return [output.logits.double().detach()] + grads
-
-    errors = {}
-    for name, model in (("ours", ours), ("theirs", theirs)):
-        exact = run(model, bf16=False)
-        approx = run(model, bf16=True)
-        errors[name] = sum(mean_errors(approx, exact)) / sum(t.abs().mean().item() for t in exact)
-    assert len(calls) == 2  # two layers, one forward each
-    assert errors["ours"] <= 1.25 * errors["theirs"], errors
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):  # inference takes it too
-        ours.eval()(pixel_values=pixels)
-    assert len(calls) == 4
 
 
 @pytest.mark.slow

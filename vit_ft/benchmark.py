@@ -41,11 +41,11 @@ from torch.utils import flop_counter
 from transformers import ViTConfig, ViTForImageClassification
 
 from .arguments import ModelArguments
-from .configuration_vit_ft import ViTFTConfig
+from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .data import build_transforms
 from .images import random_resized_crop_box, to_normalized_tensor
 from .lora import apply_lora, count_parameters
-from .modeling_vit_ft import VIT_CONFIG_FIELDS, ViTFTForImageClassification
+from .modeling_vit_ft import ViTFTForImageClassification
 
 __all__ = [
     "SECTIONS",

@@ -14,7 +14,7 @@ from transformers import PretrainedConfig
 VIT_CONFIG_FIELDS = (
     "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
     "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
-    "image_size", "patch_size", "num_channels", "qkv_bias", "dtype", "torch_dtype",
+    "image_size", "patch_size", "num_channels", "qkv_bias",
 )  # fmt: skip
 
 # Named sizes from one table. Base/Large/Huge: ViT paper (arXiv 2010.11929) Table 1; Tiny/Small: DeiT
@@ -134,7 +134,8 @@ class ViTFTConfig(PretrainedConfig):
         if model_type == "vit":
             architectures = config_dict.get("architectures") or ["ViTModel"]
             fmt = f"transformers {architectures[0]}"
-            fields = {name: config_dict[name] for name in VIT_CONFIG_FIELDS if name in config_dict}
+            kept = (*VIT_CONFIG_FIELDS, "dtype", "torch_dtype")  # the dtype for from_pretrained(dtype="auto")
+            fields = {name: config_dict[name] for name in kept if name in config_dict}
             if "ViTForImageClassification" in architectures and "id2label" in config_dict:
                 fields.update(id2label=config_dict["id2label"], label2id=config_dict.get("label2id"))
             else:

@@ -100,7 +100,13 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
         cache_dir=model_args.cache_dir,
     )
-    logger.info("%s", model.loading_report)
+    missing = [key for key in model.loading_report.newly_initialized if not key.startswith("classifier.")]
+    if missing:
+        raise ValueError(
+            f"{model_args.model_name_or_path} lacks encoder weights {missing[:5]}{' ...' if len(missing) > 5 else ''}: "
+            "fine-tuning starts from a complete pre-trained ViT; check that model_name_or_path is a ViTModel / "
+            "ViTForImageClassification checkpoint of the same size."
+        )
     try:
         base = AutoImageProcessor.from_pretrained(
             model_args.model_name_or_path, cache_dir=model_args.cache_dir
