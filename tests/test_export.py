@@ -47,19 +47,29 @@ def finetuned(hf_classifier_dir):
     return model
 
 
-def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_path):
+@pytest.mark.parametrize("kernels", ["1", "0"], ids=["kernels-on", "kernels-off"])
+def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_path, kernels):
+    """The folder's code (kernels.py included) runs without vit_ft, with the CPU kernels on and off."""
     folder = tmp_path / "model"
     finetuned.save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
     assert (
         config["auto_map"]["AutoModelForImageClassification"] == "modeling_vit_ft.ViTFTForImageClassification"
     )
-    assert {"modeling_vit_ft.py", "configuration_vit_ft.py", "conversion.py", "pos_embed.py"} <= {
-        p.name for p in folder.iterdir()
-    }
+    assert {
+        "modeling_vit_ft.py",
+        "configuration_vit_ft.py",
+        "conversion.py",
+        "pos_embed.py",
+        "kernels.py",
+    } <= {p.name for p in folder.iterdir()}
     pixels = torch.randn(2, 3, 24, 32)
     torch.save(pixels, tmp_path / "pixels.pt")
-    env_cache = {"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    env_cache = {
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_HUB_OFFLINE": "1",
+        "VIT_FT_KERNELS": kernels,
+    }
     result = subprocess.run(
         [sys.executable, "-c", CLEAN_PROCESS, str(folder), str(tmp_path / "pixels.pt"), str(tmp_path / "out.json")],
         cwd=tmp_path, env={**_base_env(), **env_cache}, capture_output=True, text=True, timeout=300,
