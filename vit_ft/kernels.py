@@ -49,13 +49,14 @@ def _cpu_vendor() -> str:
 
 
 def kernels_enabled() -> bool:
-    """Whether the oneDNN paths may run at all: the `VIT_FT_KERNELS` switch, oneDNN on, not compiling."""
+    """Whether the oneDNN paths may run at all: the `VIT_FT_KERNELS` switch, oneDNN on, not tracing."""
     setting = os.environ.get(KERNELS_ENV, "auto").strip().lower()
     if setting in ("0", "false", "off", "no"):
         return False
     if setting not in ("1", "true", "on", "yes") and _cpu_vendor() != "AuthenticAMD":
         return False
-    return torch.backends.mkldnn.enabled and not torch.compiler.is_compiling()
+    # torch.compile and torch.export trace the plain path: they emit their own kernels, portable graphs
+    return torch.backends.mkldnn.enabled and not (torch.compiler.is_compiling() or torch.compiler.is_exporting())
 
 
 # ---- linear layers ----------------------------------------------------------------------------------------

@@ -28,9 +28,10 @@ from .conversion import build_loading_report, checkpoint_conversion_mapping
 from .kernels import Linear, linear_activation, sdpa_attention_forward
 from .pos_embed import resample_position_embeddings
 
-# transformers' attention registry, with "sdpa" taking the CPU bf16 kernel where it applies
-ATTENTION_FUNCTIONS = AttentionInterface()
-ATTENTION_FUNCTIONS["sdpa"] = sdpa_attention_forward
+# transformers' attention registry (every registered function), with "sdpa" taking the CPU bf16 kernel where it
+# applies; the name is the one transformers looks for before it lets set_attn_implementation switch a model
+ALL_ATTENTION_FUNCTIONS = AttentionInterface()
+ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa_attention_forward
 
 
 class ViTFTPatchEmbeddings(nn.Module):
@@ -145,7 +146,7 @@ class ViTFTAttention(nn.Module):
         query, key, value = (t.transpose(1, 2) for t in qkv.unbind(2))  # each (B, heads, N, head_dim)
         attention_interface: Callable = eager_attention_forward
         if not output_attentions:
-            attention_interface = ATTENTION_FUNCTIONS.get_interface(
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
         attn_output, attn_weights = attention_interface(
