@@ -1,12 +1,14 @@
-"""scripts/evaluate.py and vit_ft.evaluation: metrics, per-class table, confusion matrix, mistakes, report."""
+"""scripts/evaluate_model.py and vit_ft.evaluation: metrics, per-class table, confusion matrix, mistakes."""
 
 import csv
+import importlib.util
 import json
 import os
 import pickle
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,10 +36,10 @@ def read_csv(path):
 
 @pytest.fixture(scope="module")
 def report(tiny_finetuned_dir, tmp_path_factory):
-    """The report of `python scripts/evaluate.py` on the fine-tune's recorded (test) data, as a user runs it."""
+    """The report of `python scripts/evaluate_model.py` on the fine-tune's recorded (test) data."""
     out = tmp_path_factory.mktemp("report") / "report"
     result = subprocess.run(
-        [sys.executable, "scripts/evaluate.py", "--model", str(tiny_finetuned_dir), "--output_dir", str(out)],
+        [sys.executable, "scripts/evaluate_model.py", "--model", tiny_finetuned_dir, "--output_dir", out],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -201,15 +203,12 @@ def test_training_seed_is_read_without_running_the_pickle(tmp_path):
     assert read_training_seed(tmp_path) == 11
 
 
-def test_scripts_folder_does_not_hide_the_evaluate_library(tmp_path):
-    """`python scripts/x.py` puts scripts/ first on sys.path, where evaluate.py has the `evaluate` library's
-    name: importing `evaluate` must still give the library (a stand-in here: the real one is slow to import;
-    the session fine-tune, whose metrics import it from scripts/finetune.py, exercises that one)."""
-    (tmp_path / "evaluate").mkdir()
-    (tmp_path / "evaluate" / "__init__.py").write_text("load = 'the library'\n")
-    code = f"import sys; sys.path[:0] = ['scripts', {str(tmp_path)!r}]; import evaluate; print(evaluate.load)"
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "the library"
+def test_no_script_is_named_like_a_module():
+    """`python scripts/x.py` puts scripts/ first on sys.path, so a script named like a standard-library or
+    installed module (`inspect`, the `evaluate` library) would stand in for it in every import of that run."""
+    scripts = (REPO / "scripts").resolve()
+    assert all(Path(p or os.curdir).resolve() != scripts for p in sys.path)
+    stems = sorted(path.stem for path in scripts.glob("*.py"))
+    assert "evaluate_model" in stems and "inspect_model" in stems
+    shadowing = [s for s in stems if s in sys.stdlib_module_names or importlib.util.find_spec(s) is not None]
+    assert shadowing == []

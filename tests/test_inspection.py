@@ -1,4 +1,4 @@
-"""scripts/inspect.py and vit_ft.inspection: the ViT paper's Figure 7 for our model, and rollout overlays."""
+"""scripts/inspect_model.py and vit_ft.inspection: the ViT paper's Figure 7 of our model, rollout overlays."""
 
 import json
 import math
@@ -103,7 +103,7 @@ def test_position_similarity_has_one_panel_per_position(tmp_path):
 
 @pytest.fixture(scope="module")
 def inspected(tiny_finetuned_dir, tmp_path_factory):
-    """`python scripts/inspect.py` on the tiny fine-tune, with two rollout images and one unreadable file."""
+    """`python scripts/inspect_model.py` on the tiny fine-tune: two rollout images, one unreadable file."""
     tmp = tmp_path_factory.mktemp("inspect")
     test_dir = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["data"]["test_dir"]
     images = sorted(Path(test_dir).glob("*/*.png"))[:2]
@@ -111,7 +111,7 @@ def inspected(tiny_finetuned_dir, tmp_path_factory):
     result = subprocess.run(
         [
             sys.executable,
-            "scripts/inspect.py",
+            "scripts/inspect_model.py",
             "--model",
             str(tiny_finetuned_dir),
             "--output_dir",
@@ -151,13 +151,3 @@ def test_inspection_numbers_have_the_models_shapes(inspected):
     rollout = summary["rollout"]
     assert [r["error"] is None for r in rollout] == [True, True, False]
     assert all(r["label"] in [str(i) for i in range(10)] for r in rollout[:2])
-
-
-def test_scripts_folder_does_not_hide_the_standard_librarys_inspect():
-    """`python scripts/x.py` puts scripts/ on sys.path, where inspect.py would shadow the standard library."""
-    code = "import sys; sys.path.insert(0, 'scripts'); import inspect, dataclasses; print(inspect.signature)"
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "function signature" in result.stdout

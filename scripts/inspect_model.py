@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Pictures of what a ViT learned (the ViT paper's Figure 7), plus attention rollout on given images.
 
-python scripts/inspect.py --model outputs/digits --output_dir figures/digits
-python scripts/inspect.py --model outputs/dogs --output_dir figures/dogs --images dog1.jpg dog2.jpg --num_images 64
+python scripts/inspect_model.py --model outputs/digits --output_dir figures/digits
+python scripts/inspect_model.py --model outputs/dogs --output_dir figures/dogs --images dog1.jpg dog2.jpg --num_images 64
 
 Writes patch_embedding_pca.png (first 28 principal components of the patch filters), position_similarity.png
 (a small map per patch position), attention_distance.png (mean attention distance per head against depth, on
@@ -13,11 +13,6 @@ a sample of the model's evaluation data, or --data_dir / --recipe / the --images
 import argparse
 import logging
 import sys
-
-from _shadowing import load_library, without_scripts_dir
-
-if __name__ != "__main__":
-    load_library(__name__)  # imported as the library this file shadows: hand the importer the real one
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,7 +36,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    sys.path[:] = without_scripts_dir(sys.path)  # see above: let `import inspect` find the standard library
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Evaluate a fine-tuned model and write a report: metrics, per-class table, confusion matrix, mistakes.
 
-python scripts/evaluate.py --model outputs/digits --output_dir reports/digits          # the recorded test split
-python scripts/evaluate.py --model outputs/digits --output_dir reports/digits-48 --image_size 48
-python scripts/evaluate.py --model outputs/dogs-lora/adapter --output_dir reports/dogs --recipe dogs --split validation
-python scripts/evaluate.py --model outputs/digits --output_dir reports/mine --data_dir my_digits/   # <class>/<image>
+python scripts/evaluate_model.py --model outputs/digits --output_dir reports/digits    # the recorded test split
+python scripts/evaluate_model.py --model outputs/digits --output_dir reports/digits-48 --image_size 48
+python scripts/evaluate_model.py --model outputs/dogs-lora/adapter --output_dir reports/dogs --recipe dogs --split validation
+python scripts/evaluate_model.py --model outputs/digits --output_dir reports/mine --data_dir my_digits/   # <class>/<image>
 
 Writes REPORT/report.md (open it), metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
 mistakes.png/.csv, predictions.csv and a copy of the fine-tune's training_curves.png.
@@ -15,11 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-
-from _shadowing import load_library, without_scripts_dir
-
-if __name__ != "__main__":
-    load_library(__name__)  # imported as the library this file shadows: hand the importer the real one
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,7 +45,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    sys.path[:] = without_scripts_dir(sys.path)  # see above: `import evaluate` must find the library
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
