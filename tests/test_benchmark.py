@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from transformers import ViTForImageClassification
 
-from vit_ft.benchmark import (
+from benchmarks import (
     SECTIONS,
     MatmulCeiling,
     Row,

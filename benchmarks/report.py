@@ -1,0 +1,63 @@
+"""The report: a Markdown table (the machine, the settings, one line per row, then the notes) and the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(value: float) -> str:
+    if value >= 100_000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def _header(result: dict[str, Any]) -> list[str]:
+    """The machine and the settings, as two paragraphs."""
+    machine, settings = result["machine"], result["settings"]
+    load = result["load_average"]
+    overrides = f" {settings['overrides']}" if settings["overrides"] else ""
+    return [
+        f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, {machine['torch_threads']} torch "
+        f"threads, {machine['cpu_capability']}, oneDNN bf16: {machine['onednn_bf16']}; Python "
+        f"{machine['python']}, torch {machine['torch']}, transformers {machine['transformers']}, Pillow "
+        f"{machine['pillow']}.",
+        "",
+        f"Settings: ViT-{settings['variant']}/{settings['patch_size']} at {settings['image_size']} px"
+        f"{overrides}, {settings['num_labels']} classes, warm-up {settings['warmup']}, "
+        f"{settings['rounds']} interleaved rounds. Load average (1 min) {load['before'][0]:.1f} before, "
+        f"{load['after'][0]:.1f} after; {result['elapsed_s'] / 60:.1f} min.",
+        "",
+    ]
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """The machine, the settings and one table row per measurement."""
+    lines = [
+        *_header(result),
+        "| section | measurement | candidate | reference | ratio | per-round ratios | target | met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in result["rows"]:
+        spread = "" if row["ratio_low"] is None else f"{row['ratio_low']:.2f}-{row['ratio_high']:.2f}"
+        met = {True: "yes", False: "**no**", None: ""}[row["met"]]
+        lines.append(
+            f"| {row['section']} | {row['measurement']} | {row['candidate']}: {_fmt(row['candidate_value'])} "
+            f"{row['unit']} | {row['reference']}: {_fmt(row['reference_value'])} {row['unit']} | "
+            f"{row['ratio']:.3g}x | {spread} | {row['target'] or ''} | {met} |"
+        )
+    notes = [f"{row['section']}, {row['candidate']}: {row['note']}" for row in result["rows"] if row["note"]]
+    lines.extend(["", *(f"- {note}" for note in [*result["notes"], *notes])])
+    return "\n".join(lines) + "\n"
+
+
+def write_results(result: dict[str, Any], output_dir: str | os.PathLike) -> tuple[Path, Path]:
+    """benchmark.md and benchmark.json in `output_dir`."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    markdown, data = output_dir / "benchmark.md", output_dir / "benchmark.json"
+    markdown.write_text(to_markdown(result), encoding="utf-8")
+    data.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return markdown, data

@@ -1,0 +1,132 @@
+"""Running the selected sections into one result, and the command line that scripts/bench.py calls."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from .common import SECTIONS, BenchmarkSettings, Row, machine_info, quick_settings
+from .data import bench_data
+from .gpu import bench_gpu, gpu_available
+from .lora import bench_lora
+from .model import bench_model
+from .report import to_markdown, write_results
+from .workloads import build_contenders
+
+
+def run_benchmark(settings: BenchmarkSettings) -> dict[str, Any]:
+    """Run the selected sections; returns {"machine", "settings", "rows", "notes", "load_average", ...}."""
+    threads = torch.get_num_threads()
+    try:
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        return _run_sections(settings)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
+    start = time.perf_counter()
+    load_before = os.getloadavg()
+    rows: list[Row] = []
+    notes = []
+    gpu = "gpu" in settings.sections and gpu_available(settings)
+    if "gpu" in settings.sections and not gpu:
+        notes.append(
+            f"No {settings.gpu_device} device here: the gpu rows ({settings.gpu_image_size} px, bf16, batch "
+            f"{settings.gpu_batch_size}) were not measured."
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        model_sections = [s for s in ("model", "ceiling") if s in settings.sections]
+        if model_sections:
+            ours, theirs = build_contenders(settings, folder)
+            rows.extend(bench_model(settings, ours, theirs, model_sections))
+            del ours, theirs
+        if "lora" in settings.sections:
+            if not model_sections:
+                build_contenders(settings, folder)
+            rows.extend(bench_lora(settings, folder))
+        if gpu:
+            rows.extend(bench_gpu(settings, folder))
+    if "data" in settings.sections:
+        rows.extend(bench_data(settings))
+    load_after = os.getloadavg()
+    busiest = max(load_before[0], load_after[0])
+    if busiest > 1.5 * torch.get_num_threads():  # ours alone loads one per thread
+        notes.append(
+            f"The machine was busy (1-minute load average up to {busiest:.1f} on {os.cpu_count()} CPUs): other "
+            "processes took cores mid-run, so ratios may be far from a quiet machine's; wide per-round ranges "
+            "show it. Rerun when the machine is idle."
+        )
+    return {
+        "machine": machine_info(),
+        "settings": asdict(settings),
+        "rows": [asdict(row) for row in rows],
+        "notes": notes,
+        "load_average": {"before": load_before, "after": load_after},
+        "elapsed_s": time.perf_counter() - start,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None, description: str | None = None) -> tuple[BenchmarkSettings, str]:
+    """The settings and the output folder from the command line; `description` heads --help."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a tiny ViT and small photos: a smoke run")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, from {SECTIONS}")
+    parser.add_argument("--dtypes", default=None, help="comma-separated, from fp32,bf16 (default: both)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved timed rounds")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed calls per contender first")
+    parser.add_argument("--batch-size", type=int, default=None, help="inference batch size")
+    parser.add_argument("--train-batch-size", type=int, default=None, help="training batch size")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--gpu-device", default=None, help="device of the gpu section (default: cuda)")
+    parser.add_argument("--gpu-image-size", type=int, default=None, help="gpu section image size (384)")
+    parser.add_argument("--gpu-batch-size", type=int, default=None, help="gpu section batch size (64)")
+    parser.add_argument("--output-dir", default="outputs/benchmark", help="where benchmark.md/.json go")
+    args = parser.parse_args(argv)
+    overrides = {
+        "sections": tuple(s.strip() for s in args.sections.split(",") if s.strip()),
+        "dtypes": tuple(d.strip() for d in args.dtypes.split(",")) if args.dtypes else None,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "warmup": args.warmup,
+        "infer_batch_size": args.batch_size,
+        "train_batch_size": args.train_batch_size,
+        "measure_memory": False if args.no_memory else None,
+        "gpu_device": args.gpu_device,
+        "gpu_image_size": args.gpu_image_size,
+        "gpu_batch_size": args.gpu_batch_size,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    settings = quick_settings(**overrides) if args.quick else BenchmarkSettings(**overrides)
+    return settings, args.output_dir
+
+
+def main(argv: list[str] | None = None, description: str | None = None) -> dict:
+    """Parse the command line, run, write benchmark.md and benchmark.json, print the table."""
+    settings, output_dir = parse_args(sys.argv[1:] if argv is None else argv, description)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    hf_logging.set_verbosity_error()  # loading reports and progress bars would interleave with the table
+    hf_logging.disable_progress_bar()
+    result = run_benchmark(settings)
+    markdown, data = write_results(result, output_dir)
+    print(to_markdown(result))
+    print(f"Wrote {markdown} and {data}")
+    return result
