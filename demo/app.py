@@ -26,15 +26,21 @@ import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image, UnidentifiedImageError  # noqa: E402
 
-from vit_ft.images import DEFAULT_MAX_PIXELS, load_image, resize_and_center_crop, to_normalized_tensor  # noqa: E402
-from vit_ft.lora import ADAPTER_DIR, load_for_inference  # noqa: E402
+from vit_ft.images import (  # noqa: E402
+    DEFAULT_MAX_PIXELS,
+    image_extensions,
+    load_image,
+    resize_and_center_crop,
+    to_normalized_tensor,
+)
+from vit_ft.inference import load_classifier  # noqa: E402
 from vit_ft.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from vit_ft.run_record import ADAPTER_DIR  # noqa: E402
 
 logger = logging.getLogger("vit_ft")
 
 TOP_K = 5
 DISPLAY_SIDE = 448  # the heat map is drawn at about this size (longer side), whatever the model's resolution
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 # what a Hub id is downloaded with; never the repository's code: the demo runs vit_ft's own
 HUB_FILES = ["*.json", "*.safetensors", "examples/*", f"{ADAPTER_DIR}/*"]
 # system fonts: the default theme would fetch Google Fonts, and the demo must work with no internet
@@ -52,24 +58,21 @@ class Classifier:
     """
 
     def __init__(self, model: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
-        from peft import PeftModel
-
         self.folder = resolve_model(model)
         # a Hub id as given; a local folder by its name only (the page needs no server paths)
         self.name = Path(model).resolve().name if Path(model).exists() else str(model)
-        loaded = load_for_inference(self.folder)
-        if isinstance(loaded, PeftModel):  # one set of weights: faster, and rollout sees the plain model
-            loaded = loaded.merge_and_unload()
-        self.model = loaded.float().eval()
-        self.size: tuple[int, int] = tuple(self.model.config.image_hw)
-        self.labels = {int(i): name for i, name in self.model.config.id2label.items()}
-        self.mean, self.std, self.rescale_factor, self.resample = _preprocessing(self.folder)
+        # a LoRA adapter merged: one set of weights is faster, and rollout sees the plain model
+        loaded = load_classifier(self.folder, device="cpu", max_pixels=max_pixels, merge_lora=True)
+        self.model = loaded.model.float().eval()
+        self.labels = loaded.id2label
+        pre = loaded.preprocessing
+        self.size: tuple[int, int] = pre.image_size
+        self.mean, self.std, self.rescale_factor, self.resample = pre.mean, pre.std, pre.rescale_factor, pre.resample
         self.max_pixels = max_pixels
         examples = self.folder / "examples"
+        suffixes = image_extensions()
         self.examples = sorted(
-            str(p)
-            for p in (examples.iterdir() if examples.is_dir() else [])
-            if p.suffix.lower() in IMAGE_SUFFIXES
+            str(p) for p in (examples.iterdir() if examples.is_dir() else []) if p.suffix.lower() in suffixes
         )
         scale = DISPLAY_SIDE / max(self.size)
         self.display_size = (round(self.size[0] * scale), round(self.size[1] * scale))
@@ -148,22 +151,6 @@ def resolve_model(model: str | Path) -> Path:
     from huggingface_hub import snapshot_download
 
     return Path(snapshot_download(str(model), allow_patterns=HUB_FILES))
-
-
-def _preprocessing(folder: Path) -> tuple[list[float], list[float], float, int]:
-    """(mean, std, rescale_factor, resample) from the folder's (or its adapter's) image processor."""
-    from transformers import AutoImageProcessor
-
-    for source in (folder, folder / ADAPTER_DIR):
-        if (source / "preprocessor_config.json").is_file():
-            p = AutoImageProcessor.from_pretrained(source)
-            mean = list(p.image_mean) if p.do_normalize else [0.0, 0.0, 0.0]
-            std = list(p.image_std) if p.do_normalize else [1.0, 1.0, 1.0]
-            return mean, std, p.rescale_factor if p.do_rescale else 1.0, int(p.resample)
-    logger.warning(
-        "No preprocessor_config.json in %s: using ViT's mean 0.5, std 0.5 and bicubic resizing.", folder
-    )
-    return [0.5] * 3, [0.5] * 3, 1 / 255, int(Image.Resampling.BICUBIC)
 
 
 def _header_size(path: str) -> tuple[int, int] | None:

@@ -7,8 +7,9 @@ import torch
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.arguments import ModelArguments
+from vit_ft.inference import load_model
 from vit_ft.kernels import PackedBitsDropout
-from vit_ft.lora import apply_lora, count_parameters, load_for_inference, merge_lora
+from vit_ft.lora import apply_lora, count_parameters, merge_lora
 
 from .conftest import randomize, run_finetune_script, tiny_ft_config, write_tiny_recipe
 
@@ -97,8 +98,8 @@ def test_lora_recipe_writes_adapter_and_merged_model(tmp_path):
     assert adapter_config["modules_to_save"] == ["classifier"] and adapter_config["r"] == 16
     assert json.loads((out / "vit_ft_run.json").read_text())["lora"] is True
 
-    adapter_model = load_for_inference(out / "adapter")
-    merged_model = load_for_inference(out)
+    adapter_model = load_model(out / "adapter")
+    merged_model = load_model(out)
     assert type(adapter_model).__name__ == "PeftModel" and type(merged_model) is ViTFTForImageClassification
     pixels = torch.randn(4, 3, 32, 32)
     with torch.no_grad():

@@ -12,11 +12,11 @@ from PIL import Image
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.data import build_transforms
+from vit_ft.inference import load_classifier
 from vit_ft.prediction import (
     PREDICTION_COLUMNS,
     PredictionWriter,
     collect_image_files,
-    load_classifier,
     predict_files,
     read_predictions,
     run_prediction,

@@ -20,18 +20,16 @@ from typing import Any
 
 from huggingface_hub import HfApi, ModelCard
 
-from .lora import ADAPTER_DIR, is_adapter_folder
+from .images import image_extensions
+from .run_record import ADAPTER_DIR, PROCESSOR_FILE, RUN_RECORD_FILE, is_adapter_folder, read_run_record
 
 logger = logging.getLogger("vit_ft")
 
 FORMATS = ("vit_ft", "transformers")
-RUN_INFO_FILE = "vit_ft_run.json"  # written by vit_ft.training.save_outputs
 EXAMPLES_DIR = "examples"  # sample images, shown by demo/app.py
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
-PROCESSOR_FILE = "preprocessor_config.json"
 # what the fine-tune recorded, shared in both formats
-RECORD_FILES = ("labels.json", "training_curves.png", RUN_INFO_FILE, "*_results.json", "trainer_state.json")
+RECORD_FILES = ("labels.json", "training_curves.png", RUN_RECORD_FILE, "*_results.json", "trainer_state.json")
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", "*.py", PROCESSOR_FILE)
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub repository id, not a local path
 
@@ -81,7 +79,7 @@ def stage_for_hub(
     _copy_matching(output_dir, staging, RECORD_FILES)
     examples = output_dir / EXAMPLES_DIR
     if examples.is_dir():
-        _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in IMAGE_SUFFIXES))
+        _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions())))
     hub_model_card(run_info, repo_id, format, staging).save(staging / "README.md")
     return staging
 
@@ -187,8 +185,8 @@ def _card_body(run_info: dict[str, Any], repo_id: str, format: str, folder: Path
     ]
     if (folder / "training_curves.png").is_file():
         lines += ["## Training", "", "![training curves](training_curves.png)", ""]
-    if (folder / RUN_INFO_FILE).is_file():
-        lines += [f"All run settings are in `{RUN_INFO_FILE}`.", ""]
+    if (folder / RUN_RECORD_FILE).is_file():
+        lines += [f"All run settings are in `{RUN_RECORD_FILE}`.", ""]
     return "\n".join(lines)
 
 
@@ -219,11 +217,11 @@ def _adapter_dir(output_dir: Path) -> Path | None:
 
 def _read_run_info(output_dir: Path, adapter_dir: Path | None) -> dict[str, Any]:
     """`vit_ft_run.json`, or what the folder itself says when the run record is missing."""
-    path = output_dir / RUN_INFO_FILE
-    if path.is_file():
-        return json.loads(path.read_text())
+    record = read_run_record(output_dir)
+    if record is not None:
+        return record
     logger.warning(
-        "No %s in %s: the model card will not name the recipe or dataset.", RUN_INFO_FILE, output_dir
+        "No %s in %s: the model card will not name the recipe or dataset.", RUN_RECORD_FILE, output_dir
     )
     config_dir = output_dir if (output_dir / "config.json").is_file() else adapter_dir or output_dir
     config = (
@@ -273,12 +271,9 @@ def _code_files(folder: Path) -> list[str]:
 
 def _load_merged(output_dir: Path):
     """The classifier to share: the folder's model, or base + LoRA adapter with the adapter merged in."""
-    from peft import PeftModel
+    from .inference import load_classifier
 
-    from .lora import load_for_inference
-
-    model = load_for_inference(output_dir)
-    return model.merge_and_unload() if isinstance(model, PeftModel) else model
+    return load_classifier(output_dir, device="cpu", merge_lora=True).model
 
 
 def _load_processor(output_dir: Path, adapter_dir: Path | None):

@@ -18,9 +18,12 @@ from PIL import Image, ImageOps
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "VIT_MEAN",
+    "VIT_STD",
     "ImageSource",
     "center_crop_box",
     "describe_source",
+    "image_extensions",
     "load_image",
     "random_resized_crop",
     "random_resized_crop_box",
@@ -31,6 +34,9 @@ __all__ = [
 
 # Pillow's own default (PIL.Image.MAX_IMAGE_PIXELS): ~ a 9459 x 9459 image, 256 MiB as 8-bit RGBA.
 DEFAULT_MAX_PIXELS = 89_478_485
+# ViTImageProcessor's normalisation (google/vit-* checkpoints), for a model that comes without a processor
+VIT_MEAN = (0.5, 0.5, 0.5)
+VIT_STD = (0.5, 0.5, 0.5)
 
 # A path, raw encoded bytes, a binary file object, a `datasets.Image(decode=False)` value {"bytes", "path"},
 # or an already decoded PIL image.
@@ -41,6 +47,13 @@ _WHITE = (255, 255, 255)
 _DIRECT_TO_RGB = {"1", "L", "P", "CMYK", "YCbCr", "HSV", "RGBX"}
 # Modes with an alpha channel, composited on white after a conversion to RGBA.
 _WITH_ALPHA = {"RGBA", "RGBa", "LA", "La", "PA"}
+
+
+def image_extensions() -> set[str]:
+    """Lower-case file suffixes read as images: those of datasets' imagefolder builder (the training loader)."""
+    from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
+
+    return {ext.lower() for ext in ImageFolder.EXTENSIONS}
 
 
 def describe_source(source: Any) -> str:

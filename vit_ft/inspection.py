@@ -26,15 +26,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from .prediction import (  # noqa: E402
-    Classifier,
-    describe_error,
-    display_image,
-    load_classifier,
-    plot_image_grid,
-    progress_bar,
-    short,
-)
+from .eval_data import resolve_eval_data  # noqa: E402
+from .figures import display_image, plot_image_grid, short  # noqa: E402
+from .inference import Classifier, describe_error, iter_batches, load_classifier  # noqa: E402
 from .rollout import overlay_heatmap, rollout_maps  # noqa: E402
 
 logger = logging.getLogger("vit_ft")
@@ -218,23 +212,18 @@ def attention_distances(
     height, width = classifier.preprocessing.image_size
     patch = tuple(classifier.model.config.patch_hw)
     grid = (height // patch[0], width // patch[1])
+
+    def forward(pixels: torch.Tensor) -> torch.Tensor:  # (B, channels, height, width) -> (layers, heads)
+        attentions = classifier.model(pixel_values=pixels.to(classifier.device), output_attentions=True).attentions
+        return mean_attention_distance(attentions, grid, patch).sum(dim=0)
+
     total, used = None, 0
-    with progress_bar(len(sources), "Attention distance", progress) as bar:
-        for start in range(0, len(sources), batch_size):
-            pixels = []
-            for source in sources[start : start + batch_size]:
-                try:
-                    pixels.append(classifier.transform.transform_image(source))
-                except Exception as error:  # one unreadable sample must not stop the figure
-                    logger.warning("Skipping an image that does not decode (%s).", describe_error(error))
-            bar.update(len(sources[start : start + batch_size]))
-            if not pixels:
-                continue
-            batch = torch.stack(pixels).to(classifier.device)  # (B, channels, height, width)
-            attentions = classifier.model(pixel_values=batch, output_attentions=True).attentions
-            values = mean_attention_distance(attentions, grid, patch).sum(dim=0)  # (layers, heads)
-            total = values if total is None else total + values
-            used += len(pixels)
+    for batch in iter_batches(classifier, sources, batch_size, 0, "Attention distance", progress, forward):
+        for error in batch.errors.values():  # one unreadable sample must not stop the figure
+            logger.warning("Skipping an image that does not decode (%s).", describe_error(error))
+        if batch.decoded:
+            total = batch.outputs if total is None else total + batch.outputs
+            used += len(batch.decoded)
     if total is None:
         raise ValueError("None of the sample images decodes; cannot compute attention distances.")
     return total / used, used
@@ -318,9 +307,7 @@ def _sample_sources(
 ) -> tuple[list[Any], str]:
     """Images for the attention distances: a random sample of the evaluation data (see
     `vit_ft.evaluation.resolve_eval_data`), or the given images when there is no data to sample."""
-    from .evaluation import read_run_info, resolve_eval_data
-
-    if recipe is None and data_dir is None and read_run_info(model) is None:
+    if recipe is None and data_dir is None and classifier.run_record is None:
         if not images:
             raise ValueError(
                 f"{model} records no evaluation data (no vit_ft_run.json): pass --images, --data_dir or --recipe "

@@ -1,8 +1,7 @@
-"""LoRA fine-tuning with peft: apply, save (adapter and merged model), and load either for inference."""
+"""LoRA fine-tuning with peft: apply, and save the adapter and the merged model (loading is `vit_ft.inference`)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,12 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 
 from .arguments import ModelArguments, parse_lora_target_modules
-from .configuration_vit_ft import ViTFTConfig
 from .kernels import PackedBitsDropout
 from .modeling_vit_ft import ViTFTForImageClassification
+from .run_record import ADAPTER_DIR
 
 logger = logging.getLogger("vit_ft")
 
-ADAPTER_DIR = "adapter"
 # our module names: the fused query/key/value projection (peft's ViT example adapts query and value);
 # "attention+mlp" adds the attention output projection and the MLP
 TARGET_PRESETS = {"attention": ["qkv"], "attention+mlp": ["qkv", "proj", "fc1", "fc2"]}
@@ -87,33 +85,9 @@ def merge_lora(model: PeftModel) -> ViTFTForImageClassification:
     return copy.deepcopy(model).merge_and_unload()
 
 
-def is_adapter_folder(path: str | Path) -> bool:
-    return (Path(path) / "adapter_config.json").is_file()
-
-
-def load_adapter_model(adapter_dir: str | Path) -> PeftModel:
-    """Rebuild the base model at the fine-tuned resolution and labels, then attach the adapter."""
-    adapter_dir = Path(adapter_dir)
-    config = ViTFTConfig.from_pretrained(adapter_dir)
-    base_name = json.loads((adapter_dir / "adapter_config.json").read_text())["base_model_name_or_path"]
-    base = ViTFTForImageClassification.from_pretrained(base_name, config=config)
-    return PeftModel.from_pretrained(base, adapter_dir).eval()
-
-
-def load_for_inference(path: str | Path, **kwargs: Any) -> torch.nn.Module:
-    """A model folder (vit_ft format, merged LoRA included), an adapter folder, or a Hub id."""
-    path_obj = Path(path)
-    if is_adapter_folder(path_obj):
-        return load_adapter_model(path_obj)
-    if not (path_obj / "config.json").exists() and is_adapter_folder(path_obj / ADAPTER_DIR):
-        return load_adapter_model(path_obj / ADAPTER_DIR)
-    return ViTFTForImageClassification.from_pretrained(str(path), **kwargs).eval()
-
-
 __all__ = [
     "apply_lora",
     "count_parameters",
-    "load_for_inference",
     "lora_config",
     "merge_lora",
     "save_lora_outputs",

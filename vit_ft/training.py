@@ -19,10 +19,10 @@ from .arguments import DataArguments, ModelArguments
 from .data import build_transforms, collate_fn, drop_bad_images, load_image_datasets, write_digits_imagefolder
 from .metrics import build_compute_metrics
 from .modeling_vit_ft import ViTFTForImageClassification
+from .run_record import LABELS_FILE, write_run_record
 
 logger = logging.getLogger("vit_ft")
 
-RUN_INFO_FILE = "vit_ft_run.json"  # what the fine-tune used, read back by evaluate/predict/push scripts
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -298,7 +298,7 @@ def save_outputs(
     if not trainer.is_world_process_zero():
         return
     id2label = dict(enumerate(names))
-    (output_dir / "labels.json").write_text(
+    (output_dir / LABELS_FILE).write_text(
         json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
     )
     run_info = {
@@ -313,7 +313,7 @@ def save_outputs(
         "written_by_process": training_args.process_index,
         "metrics": metrics,
     }
-    (output_dir / RUN_INFO_FILE).write_text(json.dumps(run_info, indent=2, default=str))
+    write_run_record(output_dir, run_info)
     plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
     write_model_card(output_dir, run_info)
     if training_args.push_to_hub:

@@ -1,0 +1,87 @@
+"""vit_ft.inference: the one loader (full, merged and LoRA folders, preprocessing, run record) that predict,
+evaluate, inspect, push and the demo all use, and the one batched loop."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vit_ft import ViTFTForImageClassification, inference
+from vit_ft.evaluation import run_evaluation
+from vit_ft.hub import stage_for_hub
+from vit_ft.inspection import run_inspection
+from vit_ft.prediction import run_prediction
+
+from .conftest import REPO, randomize, tiny_ft_config
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Records every model that goes through `inference.load_model`, the one place models are loaded."""
+    calls = []
+    real = inference.load_model
+    monkeypatch.setattr(inference, "load_model", lambda model, **kw: calls.append(str(model)) or real(model, **kw))
+    return calls
+
+
+def test_every_tool_loads_through_the_one_loader(tiny_finetuned_dir, tmp_path, loads):
+    test_dir = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["data"]["test_dir"]
+    image = next(p for p in sorted(Path(test_dir).glob("*/*.png")))
+    model = str(tiny_finetuned_dir)
+    run_prediction(model, [image], tmp_path / "preds.csv", progress=False)
+    assert loads == [model]
+    run_evaluation(model, tmp_path / "eval", max_samples=8, progress=False)
+    assert loads == [model] * 2
+    run_inspection(model, tmp_path / "inspect", num_images=2, progress=False)
+    assert loads == [model] * 3
+    stage_for_hub(tiny_finetuned_dir, tmp_path / "staged", "me/digits", format="transformers")
+    assert loads == [model] * 4
+    sys.path.insert(0, str(REPO / "demo"))
+    try:
+        from app import Classifier as DemoClassifier
+    finally:
+        sys.path.remove(str(REPO / "demo"))
+    DemoClassifier(tiny_finetuned_dir)
+    assert loads == [model] * 5
+
+
+def test_loaded_classifier_brings_preprocessing_labels_and_record(tiny_finetuned_dir):
+    classifier = inference.load_classifier(tiny_finetuned_dir, device="cpu")
+    processor = json.loads((tiny_finetuned_dir / "preprocessor_config.json").read_text())
+    assert classifier.preprocessing.image_size == (processor["size"]["height"], processor["size"]["width"])
+    assert list(classifier.preprocessing.mean) == processor["image_mean"]
+    assert classifier.id2label == {int(k): v for k, v in classifier.model.config.id2label.items()}
+    assert classifier.run_record == json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())
+
+
+def test_a_plain_folder_loads_without_importing_peft(tmp_path):
+    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
+    model.save_pretrained(tmp_path)
+    script = (
+        "import sys\nfrom vit_ft.inference import load_classifier\n"
+        f"load_classifier({str(tmp_path)!r}, device='cpu')\nprint('peft' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_iter_batches_reports_bad_images_and_keeps_order(tmp_path):
+    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
+    classifier = inference.Classifier(
+        model, inference.Preprocessing((16, 16)), {0: "a", 1: "b", 2: "c"}, "tiny", torch.device("cpu")
+    )
+    from PIL import Image
+
+    good = tmp_path / "good.png"
+    Image.new("RGB", (20, 20), "red").save(good)
+    (tmp_path / "bad.png").write_text("not an image")
+    sources = [str(good), str(tmp_path / "bad.png"), str(good)]
+    batches = list(inference.iter_batches(classifier, sources, batch_size=2, progress=False))
+    assert [b.start for b in batches] == [0, 2]
+    assert batches[0].decoded == [0] and list(batches[0].errors) == [1] and batches[1].decoded == [0]
+    assert batches[0].outputs.shape == (1, 3)
+    torch.testing.assert_close(batches[0].outputs, batches[1].outputs)  # the same image, the same logits

@@ -1,0 +1,282 @@
+"""One way to load a trained model for inference, and the one batched inference loop.
+
+`load_classifier` takes a vit_ft folder (full or merged model), a LoRA adapter folder (or an output folder
+with `adapter/`), or a Hub id, and returns the model with its evaluation preprocessing, label names and run
+record; peft is imported only for an adapter. predict, evaluate, inspect, push and the demo all load through
+it. `iter_batches` runs a model over many images a batch at a time, turning an image that does not decode
+into an error for that image instead of a crash.
+
+    classifier = load_classifier("outputs/digits")
+    for batch in iter_batches(classifier, ["a.png", "b.png"]):
+        batch.outputs  # (decoded images, num_labels) logits
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from tqdm.auto import tqdm
+
+from .configuration_vit_ft import nearest_multiple, to_2tuple
+from .data import ImageClassificationTransform, build_transforms
+from .images import DEFAULT_MAX_PIXELS, VIT_MEAN, VIT_STD
+from .modeling_vit_ft import ViTFTForImageClassification
+from .run_record import ADAPTER_DIR, PROCESSOR_FILE, is_adapter_folder, read_run_record
+
+logger = logging.getLogger("vit_ft")
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """The evaluation geometry and normalisation: resize + centre crop to `image_size`, then normalise."""
+
+    image_size: tuple[int, int]  # (height, width)
+    mean: tuple[float, ...] = VIT_MEAN
+    std: tuple[float, ...] = VIT_STD
+    rescale_factor: float = 1 / 255
+    resample: int = Image.Resampling.BICUBIC  # what vit_ft fine-tunes and evaluates with
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+
+    def transform(self) -> ImageClassificationTransform:
+        """The eval transform of `vit_ft.data.build_transforms` with these settings."""
+        return build_transforms(
+            self.image_size,
+            mean=self.mean,
+            std=self.std,
+            train=False,
+            rescale_factor=self.rescale_factor,
+            resample=self.resample,
+            max_pixels=self.max_pixels,
+        )
+
+
+@dataclass
+class Classifier:
+    """A loaded image classifier: the model (in eval mode, on `device`), its preprocessing, label names, and
+    the fine-tune's run record when the model is a local output folder."""
+
+    model: torch.nn.Module
+    preprocessing: Preprocessing
+    id2label: dict[int, str]
+    source: str
+    device: torch.device
+    run_record: dict[str, Any] | None = None
+    transform: ImageClassificationTransform = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.transform = self.preprocessing.transform()
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    @torch.inference_mode()
+    def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)` on CPU."""
+        out = self.model(pixel_values=pixel_values.to(self.device))
+        return out.logits.float().cpu()
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_model(model: str | os.PathLike, merge_lora: bool = False) -> torch.nn.Module:
+    """The classifier in `model` in eval mode: a vit_ft folder or Hub id, or a LoRA adapter (a folder with
+    adapter_config.json, or an output folder whose adapter is in `adapter/`) on its recorded base model,
+    merged when `merge_lora`."""
+    path = Path(model)
+    adapter = path if is_adapter_folder(path) else None
+    if adapter is None and not (path / "config.json").exists() and is_adapter_folder(path / ADAPTER_DIR):
+        adapter = path / ADAPTER_DIR
+    if adapter is None:
+        return ViTFTForImageClassification.from_pretrained(str(model)).eval()
+    from peft import PeftModel  # only adapters need peft
+
+    from .configuration_vit_ft import ViTFTConfig
+
+    config = ViTFTConfig.from_pretrained(adapter)  # the fine-tuned architecture, labels and resolution
+    base_name = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    base = ViTFTForImageClassification.from_pretrained(base_name, config=config)
+    loaded = PeftModel.from_pretrained(base, adapter).eval()
+    return loaded.merge_and_unload() if merge_lora else loaded
+
+
+def _read_processor_config(model: str | os.PathLike) -> dict[str, Any] | None:
+    """The image processor settings of a local folder (or its adapter/ subfolder), else of a Hub id, else None."""
+    path = Path(model)
+    for folder in (path, path / ADAPTER_DIR):
+        candidate = folder / PROCESSOR_FILE
+        if candidate.is_file():
+            return json.loads(candidate.read_text(encoding="utf-8"))
+    if path.exists():
+        return None
+    try:
+        from transformers import AutoImageProcessor
+
+        return AutoImageProcessor.from_pretrained(str(model)).to_dict()
+    except (OSError, ValueError) as error:
+        logger.warning("No image processor for %s (%s).", model, error)
+        return None
+
+
+def read_preprocessing(
+    model: str | os.PathLike,
+    config: Any,
+    image_size: int | Sequence[int] | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> Preprocessing:
+    """The model's evaluation preprocessing: mean/std/resample from its image processor, size from its config.
+
+    `image_size` (an int or (height, width)) evaluates at another test-time resolution; it must be a multiple
+    of the patch size (the model resamples its position embeddings to the new grid).
+    """
+    size = tuple(config.image_hw) if image_size is None else _as_hw(image_size)
+    patch = tuple(config.patch_hw)
+    if size[0] % patch[0] or size[1] % patch[1] or min(size) <= 0:
+        near = nearest_multiple(size, patch)
+        raise ValueError(
+            f"image_size={size[0]}x{size[1]} is not a multiple of the model's patch size {patch[0]}x{patch[1]}; "
+            f"use e.g. --image_size {near[0]}"
+            + ("" if near[0] == near[1] else f" (or {near[0]}x{near[1]})")
+            + "."
+        )
+    processor = _read_processor_config(model)
+    if processor is None:
+        logger.warning("No %s for %s: normalising with mean 0.5, std 0.5.", PROCESSOR_FILE, model)
+        return Preprocessing(image_size=size, max_pixels=max_pixels)
+    normalize, rescale = processor.get("do_normalize", True), processor.get("do_rescale", True)
+    return Preprocessing(
+        image_size=size,
+        mean=tuple(float(v) for v in processor.get("image_mean", VIT_MEAN)) if normalize else (0.0,) * 3,
+        std=tuple(float(v) for v in processor.get("image_std", VIT_STD)) if normalize else (1.0,) * 3,
+        rescale_factor=float(processor.get("rescale_factor", 1 / 255)) if rescale else 1.0,
+        resample=int(processor.get("resample", Image.Resampling.BICUBIC)),
+        max_pixels=max_pixels,
+    )
+
+
+def _as_hw(size: int | Sequence[int]) -> tuple[int, int]:
+    if not isinstance(size, int) and len(size) == 1:
+        size = size[0]
+    try:
+        return to_2tuple(size if isinstance(size, int) else tuple(int(v) for v in size), "image_size")
+    except (TypeError, ValueError):
+        raise ValueError(f"image_size={size!r} must be one int or a (height, width) pair.") from None
+
+
+def load_classifier(
+    model: str | os.PathLike,
+    image_size: int | Sequence[int] | None = None,
+    device: str | torch.device | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    merge_lora: bool = False,
+) -> Classifier:
+    """Load `model` (vit_ft folder, LoRA adapter folder or output folder with `adapter/`, or a Hub id) for
+    inference, with its evaluation preprocessing, label names and run record.
+
+    A LoRA model is kept unmerged (its adapters active) unless `merge_lora`; `image_size` changes only the input
+    resolution: the model resamples its position embeddings on the fly, as `from_pretrained(image_size=...)`
+    would.
+    """
+    loaded = load_model(model, merge_lora=merge_lora)
+    if hasattr(loaded, "get_base_model"):  # a peft model: its base model holds the active LoRA layers
+        loaded = loaded.get_base_model()
+    config = loaded.config
+    if not getattr(config, "id2label", None) or getattr(config, "num_labels", 0) < 1:
+        raise ValueError(
+            f"{model} has no classification head (no labels in its config); pass a fine-tuned model folder."
+        )
+    device = torch.device(device) if device is not None else default_device()
+    preprocessing = read_preprocessing(model, config, image_size, max_pixels)
+    id2label = {int(k): str(v) for k, v in config.id2label.items()}
+    return Classifier(
+        loaded.to(device).eval(), preprocessing, id2label, str(model), device, read_run_record(model)
+    )
+
+
+# ---- the batched inference loop ---------------------------------------------------------------------------
+
+
+def describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def progress_bar(total: int, desc: str, enabled: bool | None = None) -> tqdm:
+    """A tqdm bar on stderr; `enabled=None` shows it only on a terminal."""
+    return tqdm(total=total, desc=desc, unit="img", disable=None if enabled is None else not enabled)
+
+
+def _try(function: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return function(value)
+    except Exception as error:  # any failure makes this one image unusable, not the run
+        return error
+
+
+@dataclass
+class Batch:
+    """One batch of `iter_batches`: the sources, which of them decoded, and the model's outputs for those."""
+
+    start: int  # index of sources[0] in the whole input
+    sources: list[Any]
+    decoded: list[int]  # offsets in `sources` of the images that decoded, in order
+    errors: dict[int, BaseException]  # offset -> why that image did not decode
+    outputs: Any = None  # forward(pixels of the decoded images); None when none decoded
+
+
+def iter_batches(
+    classifier: Classifier,
+    sources: Sequence[Any],
+    batch_size: int = 32,
+    num_workers: int = 0,
+    desc: str = "Predicting",
+    progress: bool | None = None,
+    forward: Callable[[torch.Tensor], Any] | None = None,
+) -> Iterator[Batch]:
+    """Decode `sources` (paths, bytes, {"bytes", "path"} values) with the classifier's transform and run
+    `forward` (default: `classifier.logits`) on each batch of `(B, channels, height, width)` pixels.
+
+    `num_workers` threads decode in parallel (Pillow releases the GIL while decoding).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be positive.")
+    forward = forward or classifier.logits
+    pool = ThreadPoolExecutor(num_workers) if num_workers > 0 else None
+    decode = classifier.transform.transform_image
+    try:
+        with progress_bar(len(sources), desc, progress) as bar:
+            for start in range(0, len(sources), batch_size):
+                chunk = list(sources[start : start + batch_size])
+                pixels = list(pool.map(lambda s: _try(decode, s), chunk)) if pool else [_try(decode, s) for s in chunk]
+                decoded = [i for i, p in enumerate(pixels) if isinstance(p, torch.Tensor)]
+                errors = {i: p for i, p in enumerate(pixels) if not isinstance(p, torch.Tensor)}
+                outputs = forward(torch.stack([pixels[i] for i in decoded])) if decoded else None
+                bar.update(len(chunk))
+                yield Batch(start, chunk, decoded, errors, outputs)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+__all__ = [
+    "Batch",
+    "Classifier",
+    "Preprocessing",
+    "default_device",
+    "describe_error",
+    "iter_batches",
+    "load_classifier",
+    "load_model",
+    "progress_bar",
+    "read_preprocessing",
+]

@@ -1,0 +1,68 @@
+"""The layout of a fine-tune's output folder and its run record, `vit_ft_run.json`, in one place.
+
+The fine-tune writes the record (what it used: recipe, base model, resolution, data arguments, seeds,
+metrics); evaluate, inspect, push and the demo read it back through `read_run_record`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+RUN_RECORD_FILE = "vit_ft_run.json"
+ADAPTER_DIR = "adapter"  # a LoRA fine-tune's adapter (with its trained head), beside the merged model
+PROCESSOR_FILE = "preprocessor_config.json"
+LABELS_FILE = "labels.json"
+
+
+def is_adapter_folder(path: str | os.PathLike) -> bool:
+    """A peft adapter folder (adapter_config.json), not a complete model."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def run_folder(model: str | os.PathLike) -> Path | None:
+    """The fine-tune's output folder for a local model path (the parent of an `adapter/` folder), else None."""
+    path = Path(model)
+    if not path.is_dir():
+        return None
+    if path.name == ADAPTER_DIR and is_adapter_folder(path) and (path.parent / RUN_RECORD_FILE).is_file():
+        return path.parent
+    return path
+
+
+def read_run_record(model: str | os.PathLike) -> dict[str, Any] | None:
+    """The run record a fine-tune wrote next to the model, or None (a Hub id, a converted checkpoint)."""
+    folder = run_folder(model)
+    if folder is None or not (folder / RUN_RECORD_FILE).is_file():
+        return None
+    return json.loads((folder / RUN_RECORD_FILE).read_text(encoding="utf-8"))
+
+
+def recorded_seed(record: dict[str, Any] | None) -> int | None:
+    """The seed the fine-tune drew its data with (TrainingArguments' data_seed, else seed), if recorded."""
+    for key in ("data_seed", "seed"):
+        if record and record.get(key) is not None:
+            return int(record[key])
+    return None
+
+
+def write_run_record(output_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
+    """Write `record` as the folder's run record (values JSON cannot hold are written as strings)."""
+    path = Path(output_dir) / RUN_RECORD_FILE
+    path.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    return path
+
+
+__all__ = [
+    "ADAPTER_DIR",
+    "LABELS_FILE",
+    "PROCESSOR_FILE",
+    "RUN_RECORD_FILE",
+    "is_adapter_folder",
+    "read_run_record",
+    "recorded_seed",
+    "run_folder",
+    "write_run_record",
+]
