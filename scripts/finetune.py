@@ -11,7 +11,9 @@ python scripts/finetune.py --list-recipes
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+from vit_ft.hub import push_output_dir
 from vit_ft.recipes import RecipeError, parse_args, recipe_name
 from vit_ft.training import run_finetune
 
@@ -33,7 +35,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         model_args, data_args, training_args = parse_args(argv)  # validates everything before any work
     except RecipeError as error:
         sys.exit(f"error: {error}")
-    return run_finetune(model_args, data_args, training_args, recipe=recipe_from_argv(argv))
+    metrics = run_finetune(model_args, data_args, training_args, recipe=recipe_from_argv(argv))
+    if training_args.push_to_hub and training_args.process_index == 0:  # one complete push, by process 0
+        output_dir = Path(training_args.output_dir)
+        url = push_output_dir(
+            output_dir,
+            training_args.hub_model_id or output_dir.name,
+            token=training_args.hub_token,
+            private=training_args.hub_private_repo,
+        )
+        print(f"Pushed {output_dir} to the Hub: {url}")
+    return metrics
 
 
 if __name__ == "__main__":

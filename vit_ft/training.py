@@ -241,7 +241,7 @@ def run_finetune(
     model, processor = load_model(model_args, names)
     attach_transforms(splits, processor, data_args)
 
-    # trainer; vit_ft.hub pushes the finished folder once, with our card, instead of Trainer's per-save pushes
+    # trainer; the finished folder is pushed once, with our card (scripts/finetune.py), not at every save
     trainer_args = copy.copy(training_args)
     trainer_args.push_to_hub = False
     trainer = Trainer(
@@ -316,16 +316,6 @@ def save_outputs(
     write_run_record(output_dir, run_info)
     plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
     write_model_card(output_dir, run_info)
-    if training_args.push_to_hub:
-        from .hub import push_output_dir
-
-        url = push_output_dir(
-            output_dir,
-            training_args.hub_model_id or output_dir.name,
-            token=training_args.hub_token,
-            private=training_args.hub_private_repo,
-        )
-        logger.info("Pushed %s to the Hub: %s", output_dir, url)
     logger.info(
         "Results in %s: %s",
         output_dir,
