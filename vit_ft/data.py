@@ -34,6 +34,7 @@ from PIL import Image
 from .images import (
     DEFAULT_MAX_PIXELS,
     describe_source,
+    image_extensions,
     load_image,
     random_resized_crop,
     resize_and_center_crop,
@@ -355,12 +356,6 @@ def drop_bad_images(
 _VALIDATION_NAMES = ("validation", "valid", "val", "dev", "eval")
 
 
-def _image_extensions() -> set[str]:
-    from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
-
-    return {ext.lower() for ext in ImageFolder.EXTENSIONS}
-
-
 def _check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
     """Fail early, naming the argument, unless folder is laid out as <folder>/<class>/<image>."""
     root = Path(folder).expanduser()
@@ -369,7 +364,7 @@ def _check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
             f"{argument}={os.fspath(folder)!r} is not a directory; pass a folder laid out as "
             "<folder>/<class name>/<image file>."
         )
-    extensions = _image_extensions()
+    extensions = image_extensions()
     images = []
     for path in root.rglob("*"):
         relative = path.relative_to(root).parts
