@@ -1,4 +1,4 @@
-"""Tests for vit_ft.metrics: the packaged evaluate modules load offline by path and agree with scikit-learn."""
+"""Tests for vit_ft.metrics: the packaged evaluate module loads offline by path and agrees with scikit-learn."""
 
 import fnmatch
 import os
@@ -12,21 +12,14 @@ import pytest
 from sklearn.metrics import accuracy_score, f1_score, top_k_accuracy_score
 from transformers import EvalPrediction
 
-from vit_ft.metrics import (
-    METRIC_MODULES,
-    METRIC_NAMES,
-    METRICS_DIR,
-    build_compute_metrics,
-    load_metric,
-    metric_path,
-)
+from vit_ft.metrics import METRIC_NAMES, METRIC_PATH, build_compute_metrics, load_metric
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def metrics():
-    return {name: load_metric(name) for name in METRIC_MODULES}
+def metric():
+    return load_metric()
 
 
 @pytest.fixture(scope="module")
@@ -46,30 +39,23 @@ def _random(seed: int, num_examples: int, num_classes: int) -> tuple[np.ndarray,
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def test_modules_are_package_data():
-    """pyproject ships `metrics/*/*.py`; every module must match it, or an installed wheel cannot load it."""
+def test_module_is_package_data():
+    """pyproject ships `metrics/*/*.py`; the module must match it, or an installed wheel cannot load it."""
     pyproject = (REPO / "pyproject.toml").read_text()
     package_data = re.search(
         r"^\[tool\.setuptools\.package-data\]\s*\nvit_ft\s*=\s*\[(.*?)\]", pyproject, re.M | re.S
     )
     assert package_data, "pyproject.toml lost its [tool.setuptools.package-data] vit_ft entry"
     patterns = re.findall(r'"([^"]+)"', package_data.group(1))
-    for name in METRIC_MODULES:
-        relative = metric_path(name).relative_to(METRICS_DIR.parent).as_posix()
-        assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
+    relative = METRIC_PATH.relative_to(REPO / "vit_ft").as_posix()
+    assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
 
 
-@pytest.mark.parametrize("name", METRIC_MODULES)
-def test_modules_have_one_import_per_line(name):
+def test_module_has_one_import_per_line():
     """evaluate reads the module's import lines to find its dependencies; `import a, b` would be misread."""
-    lines = metric_path(name).read_text().splitlines()
+    lines = METRIC_PATH.read_text().splitlines()
     imports = [line for line in lines if re.match(r"^(import|from)\s", line)]
     assert imports and not [line for line in imports if re.match(r"^import\s+\S+\s*,", line)]
-
-
-def test_unknown_metric_names_the_available_ones():
-    with pytest.raises(ValueError, match="accuracy, top_k_accuracy, f1"):
-        load_metric("precision")
 
 
 def test_loads_and_computes_with_the_hub_offline():
@@ -88,11 +74,11 @@ def test_loads_and_computes_with_the_hub_offline():
 
 def test_instances_do_not_share_state():
     """Each load gets its own in-memory store, as every process of a multi-process run does."""
-    first, second = load_metric("accuracy"), load_metric("accuracy")
+    first, second = load_metric(), load_metric()
     assert first.experiment_id != second.experiment_id
-    first.add_batch(predictions=[0, 0], references=[0, 1])
-    assert second.compute(predictions=[1], references=[1]) == {"accuracy": 1.0}
-    assert first.compute() == {"accuracy": 0.5}
+    first.add_batch(predictions=[[1.0, 0.0], [1.0, 0.0]], references=[0, 1])
+    assert second.compute(predictions=[[0.0, 1.0]], references=[1], k=1)["accuracy"] == 1.0
+    assert first.compute(k=1)["accuracy"] == 0.5
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -100,60 +86,51 @@ def test_instances_do_not_share_state():
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("seed", "num_examples", "num_classes"), [(0, 200, 2), (1, 500, 10), (2, 1000, 37)])
-def test_accuracy_matches_sklearn(metrics, seed, num_examples, num_classes):
+@pytest.mark.parametrize(
+    ("seed", "num_examples", "num_classes", "k"),
+    [(0, 200, 3, 1), (1, 500, 10, 5), (2, 1000, 37, 5), (3, 400, 100, 3), (4, 600, 120, 5)],
+)
+def test_metrics_match_sklearn(metric, seed, num_examples, num_classes, k):
     logits, labels = _random(seed, num_examples, num_classes)
     predictions = logits.argmax(-1)
-    result = metrics["accuracy"].compute(predictions=predictions, references=labels)["accuracy"]
-    assert result == pytest.approx(accuracy_score(labels, predictions))
-    weights = np.random.default_rng(seed).uniform(size=num_examples)
-    weighted = metrics["accuracy"].compute(predictions=predictions, references=labels, sample_weight=weights)
-    assert weighted["accuracy"] == pytest.approx(accuracy_score(labels, predictions, sample_weight=weights))
-    count = metrics["accuracy"].compute(predictions=predictions, references=labels, normalize=False)
-    assert count["accuracy"] == accuracy_score(labels, predictions, normalize=False)
+    result = metric.compute(predictions=logits, references=labels, k=k)
+    assert list(result) == ["accuracy", f"top{k}_accuracy", "f1"]
+    assert result["accuracy"] == pytest.approx(accuracy_score(labels, predictions))
+    top_k = top_k_accuracy_score(labels, logits, k=k, labels=np.arange(num_classes))
+    assert result[f"top{k}_accuracy"] == pytest.approx(top_k)
+    assert 0.0 < result[f"top{k}_accuracy"] < 1.0  # the case is not degenerate
+    assert result["f1"] == pytest.approx(f1_score(labels, predictions, average="macro"))
+    assert result["f1"] != pytest.approx(f1_score(labels, predictions, average="weighted"), abs=1e-9)
 
 
-@pytest.mark.parametrize(("seed", "num_classes", "k"), [(0, 3, 1), (1, 10, 5), (2, 37, 5), (3, 100, 3)])
-def test_top_k_accuracy_matches_sklearn(metrics, seed, num_classes, k):
-    logits, labels = _random(seed, 400, num_classes)
-    result = metrics["top_k_accuracy"].compute(predictions=logits, references=labels, k=k)["top_k_accuracy"]
-    expected = top_k_accuracy_score(labels, logits, k=k, labels=np.arange(num_classes))
-    assert result == pytest.approx(expected)
-    assert 0.0 < result < 1.0  # the case is not degenerate
-
-
-def test_top_k_defaults_to_5_and_clips_k_to_the_number_of_classes(metrics):
+def test_top_k_defaults_to_5_and_clips_k_to_the_number_of_classes(metric):
     logits, labels = _random(4, 300, 10)
-    default = metrics["top_k_accuracy"].compute(predictions=logits, references=labels)["top_k_accuracy"]
+    default = metric.compute(predictions=logits, references=labels)["top5_accuracy"]
     assert default == pytest.approx(top_k_accuracy_score(labels, logits, k=5, labels=np.arange(10)))
     few_classes_logits, few_classes_labels = _random(5, 50, 3)
     for k in (3, 5, 100):  # k >= number of classes: every label is in the top k
-        result = metrics["top_k_accuracy"].compute(
-            predictions=few_classes_logits, references=few_classes_labels, k=k
-        )
-        assert result == {"top_k_accuracy": 1.0}
+        result = metric.compute(predictions=few_classes_logits, references=few_classes_labels, k=k)
+        assert result[f"top{k}_accuracy"] == 1.0
 
 
-def test_top_k_rejects_labels_outside_the_score_columns(metrics):
+def test_top_k_breaks_ties_as_sklearn_does(metric):
+    logits = np.round(_random(6, 300, 8)[0], 0)  # many tied scores
+    labels = np.random.default_rng(6).integers(0, 8, size=300)
+    result = metric.compute(predictions=logits, references=labels, k=2)["top2_accuracy"]
+    assert result == pytest.approx(top_k_accuracy_score(labels, logits, k=2, labels=np.arange(8)))
+
+
+def test_rejects_bad_inputs_with_the_fix(metric):
     with pytest.raises(ValueError, match=r"labels in \[0, 3\)"):
-        metrics["top_k_accuracy"].compute(predictions=np.zeros((2, 3)), references=[0, 3], k=1)
+        metric.compute(predictions=np.zeros((2, 3)), references=[0, 3], k=1)
+    with pytest.raises(ValueError, match="k=0 must be at least 1"):
+        metric.compute(predictions=np.zeros((2, 3)), references=[0, 1], k=0)
 
 
-@pytest.mark.parametrize(("seed", "num_classes"), [(0, 2), (1, 10), (2, 120)])
-def test_f1_is_macro_and_matches_sklearn(metrics, seed, num_classes):
-    logits, labels = _random(seed, 600, num_classes)
-    predictions = logits.argmax(-1)
-    result = metrics["f1"].compute(predictions=predictions, references=labels)["f1"]
-    assert result == pytest.approx(f1_score(labels, predictions, average="macro"))
-    micro = metrics["f1"].compute(predictions=predictions, references=labels, average="micro")["f1"]
-    assert micro == pytest.approx(f1_score(labels, predictions, average="micro"))
-    assert result != pytest.approx(f1_score(labels, predictions, average="weighted"), abs=1e-9)
-
-
-def test_f1_counts_a_never_predicted_class_as_zero(metrics):
+def test_f1_counts_a_never_predicted_class_as_zero(metric):
     labels = np.array([0, 0, 1, 1, 2, 2])
     predictions = np.array([0, 0, 1, 1, 1, 1])  # class 2 is never predicted
-    result = metrics["f1"].compute(predictions=predictions, references=labels)["f1"]
+    result = metric.compute(predictions=np.eye(3)[predictions], references=labels)["f1"]
     assert result == pytest.approx(f1_score(labels, predictions, average="macro", zero_division=0.0))
     assert result == pytest.approx((1.0 + 2 / 3 + 0.0) / 3)
 

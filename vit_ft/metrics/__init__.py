@@ -1,7 +1,8 @@
-"""Classification metrics as `evaluate` modules that ship inside vit_ft and load offline by path.
+"""Classification metrics as a local `evaluate` module that ships inside vit_ft and loads offline by path.
 
-`evaluate.load("accuracy")` fetches its module from the Hub; ours live in `vit_ft/metrics/<name>/<name>.py`
-(package data, see pyproject) and load from there, so evaluation works without a network.
+`evaluate.load("accuracy")` fetches its module from the Hub; ours lives in
+`vit_ft/metrics/classification/classification.py` (package data, see pyproject) and loads from there, so
+evaluation works without a network. It computes accuracy, top-k accuracy and macro-F1 together from the logits.
 """
 
 import uuid
@@ -11,22 +12,13 @@ from typing import Any
 
 import numpy as np
 
-METRICS_DIR = Path(__file__).resolve().parent
-METRIC_MODULES = ("accuracy", "top_k_accuracy", "f1")
+METRIC_PATH = Path(__file__).resolve().parent / "classification" / "classification.py"
 # Keys of the dict that build_compute_metrics' function returns (Trainer logs them as eval_<key>).
 METRIC_NAMES = ("accuracy", "top5_accuracy", "f1")
 
 
-def metric_path(name: str) -> Path:
-    """Path of the module file of the packaged metric `name` (one of METRIC_MODULES)."""
-    path = METRICS_DIR / name / f"{name}.py"
-    if name not in METRIC_MODULES or not path.is_file():
-        raise ValueError(f"Unknown metric {name!r}; vit_ft ships: {', '.join(METRIC_MODULES)}.")
-    return path
-
-
-def load_metric(name: str, **kwargs: Any):
-    """Load the packaged metric `name` with `evaluate.load` from its file, without touching the network.
+def load_metric(**kwargs: Any):
+    """Load the packaged metric module with `evaluate.load` from its file, without touching the network.
 
     By default the module keeps its inputs in memory under a fresh experiment_id: no cache files and no file
     locks, so every process of a multi-process run can load and compute it independently. That fits Trainer,
@@ -38,7 +30,7 @@ def load_metric(name: str, **kwargs: Any):
     kwargs.setdefault("experiment_id", uuid.uuid4().hex)
     if kwargs.get("num_process", 1) == 1:
         kwargs.setdefault("keep_in_memory", True)
-    return evaluate.load(str(metric_path(name)), **kwargs)
+    return evaluate.load(str(METRIC_PATH), **kwargs)
 
 
 def _logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -66,32 +58,16 @@ def _logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
 def build_compute_metrics(top_k: int = 5) -> Callable[[Any], dict[str, float]]:
     """Return a Trainer `compute_metrics`: EvalPrediction -> {"accuracy", "top5_accuracy", "f1"} (macro-F1).
 
-    The metric modules are loaded once, here, not at every evaluation. With top_k != 5 the key is
+    The metric module is loaded once, here, not at every evaluation. With top_k != 5 the key is
     f"top{top_k}_accuracy"; with fewer than top_k classes it is 1.0 by definition.
     """
-    accuracy = load_metric("accuracy")
-    top_k_accuracy = load_metric("top_k_accuracy")
-    f1 = load_metric("f1")
+    metric = load_metric()
 
     def compute_metrics(eval_pred: Any) -> dict[str, float]:
         logits, labels = _logits_and_labels(eval_pred)
-        predictions = logits.argmax(axis=-1)  # (num_examples,)
-        return {
-            "accuracy": accuracy.compute(predictions=predictions, references=labels)["accuracy"],
-            f"top{top_k}_accuracy": top_k_accuracy.compute(predictions=logits, references=labels, k=top_k)[
-                "top_k_accuracy"
-            ],
-            "f1": f1.compute(predictions=predictions, references=labels, average="macro")["f1"],
-        }
+        return metric.compute(predictions=logits, references=labels, k=top_k)
 
     return compute_metrics
 
 
-__all__ = [
-    "METRICS_DIR",
-    "METRIC_MODULES",
-    "METRIC_NAMES",
-    "build_compute_metrics",
-    "load_metric",
-    "metric_path",
-]
+__all__ = ["METRIC_NAMES", "METRIC_PATH", "build_compute_metrics", "load_metric"]
