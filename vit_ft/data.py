@@ -11,347 +11,40 @@ Typical use (the trainer script's "data" stage)::
 
 Decoding happens in the transform, so the image column should be cast to `datasets.Image(decode=False)`:
 then JPEGs are decoded at reduced size (draft mode) and a bad file cannot crash a worker.
+
+This module loads the splits (`load_image_datasets`: Hub datasets, `save_to_disk` folders and image folders,
+with labels encoded by the training split's classes, a held-out validation split and seeded subsets). The
+other jobs have their own modules, and the names above are importable from here too: the transforms and
+collator in `vit_ft.transforms`, bad-file screening in `vit_ft.bad_images`, the built-in digits folders in
+`vit_ft.digits`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
-import shutil
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import datasets
-import numpy as np
-import torch
-from PIL import Image
 
-from .images import (
-    DEFAULT_MAX_PIXELS,
-    describe_source,
-    image_extensions,
-    load_image,
-    random_resized_crop,
-    resize_and_center_crop,
-    to_normalized_tensor,
-)
+from .bad_images import drop_bad_images
+from .digits import write_digits_imagefolder
+from .images import image_extensions
+from .transforms import ImageClassificationTransform, build_transforms, collate_fn
 
 __all__ = [
     "ImageClassificationTransform",
     "build_transforms",
     "collate_fn",
     "drop_bad_images",
-    "find_bad_images",
     "load_image_datasets",
     "write_digits_imagefolder",
 ]
 
 logger = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------------------------------------------------
-# Transforms
-# ---------------------------------------------------------------------------------------------------------
-
-
-class ImageClassificationTransform:
-    """Batch transform for `datasets.Dataset.set_transform` / `with_transform`; see `build_transforms`.
-
-    A class rather than a closure so that it pickles (DataLoader workers with spawn, `datasets` hashing).
-    """
-
-    def __init__(
-        self,
-        image_size: tuple[int, int],
-        mean: Sequence[float],
-        std: Sequence[float],
-        train: bool,
-        crop_scale: tuple[float, float],
-        crop_ratio: tuple[float, float],
-        horizontal_flip: bool,
-        crop_pct: float,
-        rescale_factor: float,
-        resample: int,
-        image_column: str,
-        label_column: str,
-        max_pixels: int | None,
-        draft: bool,
-    ) -> None:
-        self.image_size = image_size
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
-        self.train = train
-        self.crop_scale = crop_scale
-        self.crop_ratio = crop_ratio
-        self.horizontal_flip = horizontal_flip
-        self.crop_pct = crop_pct
-        self.rescale_factor = rescale_factor
-        self.resample = resample
-        self.image_column = image_column
-        self.label_column = label_column
-        self.max_pixels = max_pixels
-        self.draft = draft
-        # Eval decodes for the resize, which covers (height, width) / crop_pct; train decodes for each drawn
-        # crop instead (see vit_ft.images.random_resized_crop).
-        self.min_decode_size = math.ceil(max(image_size) / crop_pct) if draft and not train else None
-
-    def __repr__(self) -> str:
-        mode = "train" if self.train else "eval"
-        return (
-            f"{type(self).__name__}({mode}, image_size={self.image_size}, mean={self.mean}, std={self.std}, "
-            f"crop_scale={self.crop_scale}, horizontal_flip={self.horizontal_flip}, crop_pct={self.crop_pct}, "
-            f"resample={Image.Resampling(self.resample).name}, draft={self.draft})"
-        )
-
-    def transform_image(self, image: Any) -> torch.Tensor:
-        """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width)."""
-        if self.train:
-            img = random_resized_crop(
-                image,
-                self.image_size,
-                self.crop_scale,
-                self.crop_ratio,
-                self.resample,
-                self.max_pixels,
-                self.draft,
-            )
-            if self.horizontal_flip and torch.rand(1).item() < 0.5:
-                img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        else:
-            img = load_image(image, min_size=self.min_decode_size, max_pixels=self.max_pixels)
-            img = resize_and_center_crop(img, self.image_size, self.crop_pct, self.resample)
-        return to_normalized_tensor(img, self.mean, self.std, self.rescale_factor)
-
-    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
-        if self.image_column not in batch:
-            raise KeyError(
-                f"The batch has no image column {self.image_column!r} (columns: {sorted(batch)}). Pass "
-                "image_column= to build_transforms, and with the HF Trainer set remove_unused_columns=False "
-                "(otherwise it drops the image column before the transform sees it)."
-            )
-        pixel_values = []
-        for image in batch[self.image_column]:
-            try:
-                pixel_values.append(self.transform_image(image))
-            except Exception as error:  # any failure: one bad file must not kill an epoch
-                logger.warning(
-                    "Could not decode image %s (%s: %s); using a blank (mean-colour) image instead. "
-                    "Run vit_ft.data.drop_bad_images on the split before training to remove it.",
-                    describe_source(image),
-                    type(error).__name__,
-                    error,
-                )
-                pixel_values.append(torch.zeros(3, *self.image_size))
-        output: dict[str, list] = {"pixel_values": pixel_values}
-        if self.label_column in batch:
-            output["labels"] = [int(label) for label in batch[self.label_column]]
-        return output
-
-
-def build_transforms(
-    image_size: int | tuple[int, int],
-    mean: Sequence[float],
-    std: Sequence[float],
-    train: bool,
-    crop_scale: tuple[float, float] = (0.08, 1.0),
-    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
-    horizontal_flip: bool = True,
-    crop_pct: float = 1.0,
-    rescale_factor: float = 1 / 255,
-    resample: int = Image.Resampling.BICUBIC,
-    image_column: str = "image",
-    label_column: str = "label",
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    draft: bool = True,
-) -> ImageClassificationTransform:
-    """Batch transform {image_column: [...], label_column: [...]} -> {"pixel_values": [(3, height, width)
-    float32 tensor, ...], "labels": [int, ...]} for `Dataset.with_transform` / `set_transform`.
-
-    Images may be `datasets.Image(decode=False)` values {"bytes", "path"} (the main path: decoding happens
-    here, JPEGs at reduced size via draft mode, and a file that fails to decode becomes a blank image with a
-    warning instead of an exception), PIL images (a decoded column: datasets decodes before this runs, so a
-    bad file raises there), paths or bytes. Every image becomes 8-bit RGB first (see `vit_ft.images.to_rgb`).
-
-    Train: torchvision's RandomResizedCrop(image_size, crop_scale, crop_ratio) then a horizontal flip with
-    p=0.5, drawn from torch's global RNG (seed with `transformers.set_seed`). Eval: resize to cover
-    image_size / crop_pct, then centre-crop image_size. Then (pixel * rescale_factor - mean) / std.
-
-    Args:
-        image_size: (height, width), or one int for a square.
-        mean, std: per-channel statistics, the checkpoint image processor's `image_mean` / `image_std`.
-        crop_pct: eval crop fraction; 1.0 (default) crops the whole shorter side, timm-style 0.875/0.9
-            resize 224 / 0.875 = 256 first.
-        rescale_factor: the image processor's `rescale_factor`, 1/255.
-        resample: PIL resampling filter. Bicubic by default: Pillow's bicubic is antialiased when
-            downscaling and sharper than bilinear, and it is what timm/big_vision ViT recipes evaluate with.
-            Pass the checkpoint processor's `resample` (e.g. 2 = bilinear for google/vit-base-patch16-224)
-            to match its preprocessing exactly.
-        max_pixels: decompression-bomb limit per image; None disables it.
-        draft: decode JPEGs at the largest 1/2, 1/4, 1/8 reduction that still keeps the output a
-            downscale: of the resize in eval, of each drawn crop in train (the crop is drawn on the header's
-            size before decoding).
-    """
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    if len(size) != 2 or min(size) < 1:
-        raise ValueError(f"image_size={image_size!r} must be a positive int or a (height, width) pair.")
-    if len(mean) != 3 or len(std) != 3:
-        raise ValueError(
-            f"mean={list(mean)} and std={list(std)} need 3 values each (images are converted to RGB); "
-            "pass the checkpoint image processor's image_mean and image_std."
-        )
-    if min(std) <= 0:
-        raise ValueError(f"std={list(std)} must be positive.")
-    if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
-        raise ValueError(f"crop_scale={crop_scale} must satisfy 0 < low <= high <= 1, e.g. (0.08, 1.0).")
-    if not 0 < crop_ratio[0] <= crop_ratio[1]:
-        raise ValueError(f"crop_ratio={crop_ratio} must satisfy 0 < low <= high, e.g. (3/4, 4/3).")
-    if not 0 < crop_pct <= 1:
-        raise ValueError(f"crop_pct={crop_pct} must be in (0, 1]; 1.0 keeps the whole shorter side.")
-    return ImageClassificationTransform(
-        image_size=(int(size[0]), int(size[1])),
-        mean=mean,
-        std=std,
-        train=train,
-        crop_scale=tuple(crop_scale),
-        crop_ratio=tuple(crop_ratio),
-        horizontal_flip=horizontal_flip,
-        crop_pct=crop_pct,
-        rescale_factor=rescale_factor,
-        resample=int(resample),
-        image_column=image_column,
-        label_column=label_column,
-        max_pixels=max_pixels,
-        draft=draft,
-    )
-
-
-def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Transformed examples -> {"pixel_values": (batch, channels, height, width), "labels": (batch,) long}.
-
-    `labels` is left out when the examples have none (prediction on unlabelled images).
-    """
-    batch = {"pixel_values": torch.stack([example["pixel_values"] for example in examples])}
-    if "labels" in examples[0]:
-        batch["labels"] = torch.tensor([int(example["labels"]) for example in examples], dtype=torch.long)
-    return batch
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Bad files
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _decode_error(value: Any, max_pixels: int | None) -> str:
-    """'' when the image decodes, else the reason."""
-    if value is None:
-        return "missing image (null value)"
-    try:
-        # min_size=1 lets JPEGs decode at 1/8 scale: libjpeg still reads the whole entropy-coded stream, so
-        # truncation and unreadable headers are caught as in a full decode (tests check truncation).
-        load_image(value, min_size=1, max_pixels=max_pixels)
-    except Exception as error:  # any failure makes the file unusable
-        return f"{type(error).__name__}: {error}"
-    return ""
-
-
-def _as_undecoded_images(dataset: datasets.Dataset, image_column: str) -> datasets.Dataset:
-    """Only `image_column`, cast to `datasets.Image(decode=False)` so rows are {"bytes", "path"} dicts."""
-    if image_column not in dataset.column_names:
-        raise KeyError(
-            f"image_column={image_column!r} is not a column of the dataset; columns: {dataset.column_names}."
-        )
-    feature = dataset.features[image_column]
-    if not isinstance(feature, datasets.Image) and feature != datasets.Value("string"):
-        raise TypeError(
-            f"Column {image_column!r} holds {feature}, not images; pass the column that holds "
-            "datasets.Image values (or file paths) as image_column."
-        )
-    return dataset.select_columns([image_column]).cast_column(image_column, datasets.Image(decode=False))
-
-
-def find_bad_images(
-    dataset: datasets.Dataset,
-    image_column: str = "image",
-    num_proc: int | None = None,
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
-) -> list[tuple[int, str, str]]:
-    """Rows whose image cannot be decoded: [(row index, path or identifier, reason), ...], in row order.
-
-    The column is read as `datasets.Image(decode=False)` (paths/bytes) and each image decoded with
-    `load_image` (JPEG at 1/8 scale, which still catches truncation), so a file that passes here decodes in
-    the transform. Catches missing files, non-images, truncated files and images over max_pixels.
-    """
-    raw = _as_undecoded_images(dataset, image_column)
-
-    def check(values: list[Any], indices: list[int]) -> dict[str, list]:
-        bad: dict[str, list] = {"index": [], "source": [], "reason": []}
-        for value, index in zip(values, indices, strict=True):
-            reason = _decode_error(value, max_pixels)
-            if reason:
-                bad["index"].append(index)
-                bad["source"].append(describe_source(value) if value else f"{image_column}[{index}]")
-                bad["reason"].append(reason)
-        return bad
-
-    result = raw.map(
-        check,
-        input_columns=[image_column],
-        with_indices=True,
-        batched=True,
-        batch_size=256,
-        remove_columns=[image_column],
-        features=datasets.Features(
-            {
-                "index": datasets.Value("int64"),
-                "source": datasets.Value("string"),
-                "reason": datasets.Value("string"),
-            }
-        ),
-        num_proc=num_proc,
-        keep_in_memory=True,  # file contents can change between runs: never reuse a cached verdict
-        load_from_cache_file=False,
-        desc="Checking images",
-    )
-    return [
-        (int(i), str(s), str(r))
-        for i, s, r in zip(result["index"], result["source"], result["reason"], strict=True)
-    ]
-
-
-def drop_bad_images(
-    dataset: datasets.Dataset,
-    image_column: str,
-    logger: logging.Logger,
-    num_proc: int | None = None,
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    max_listed: int = 5,
-) -> datasets.Dataset:
-    """`dataset` without the rows `find_bad_images` reports; logs how many and the first `max_listed`."""
-    bad = find_bad_images(dataset, image_column, num_proc=num_proc, max_pixels=max_pixels)
-    if not bad:
-        logger.info("All %d images in column %r decode.", len(dataset), image_column)
-        return dataset
-    if len(bad) == len(dataset):
-        raise ValueError(
-            f"None of the {len(dataset)} images in column {image_column!r} decodes, e.g. {bad[0][1]} "
-            f"({bad[0][2]}). Check the files, or that image_column names the image column."
-        )
-    listed = "; ".join(f"{source} ({reason})" for _, source, reason in bad[:max_listed])
-    more = f"; and {len(bad) - max_listed} more" if len(bad) > max_listed else ""
-    logger.warning(
-        "Dropping %d of %d images that cannot be decoded: %s%s", len(bad), len(dataset), listed, more
-    )
-    bad_rows = {index for index, _, _ in bad}
-    return dataset.select([i for i in range(len(dataset)) if i not in bad_rows])
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------------------
 
 _VALIDATION_NAMES = ("validation", "valid", "val", "dev", "eval")
 
@@ -414,6 +107,7 @@ def _load_named(name: str, config: str | None, cache_dir: str | None) -> dataset
 
 
 def _pick_split(splits: datasets.DatasetDict, split: str, argument: str, source: str) -> datasets.Dataset:
+    """splits[split], or a KeyError that lists the available splits for `argument`."""
     if split not in splits:
         raise KeyError(
             f"{argument}={split!r} is not a split of {source}; available splits: {sorted(splits)}. "
@@ -475,6 +169,7 @@ def _label_strings(dataset: datasets.Dataset, where: str) -> tuple[set[str], Cal
 
 
 def _class_names(train: datasets.Dataset) -> list[str]:
+    """The class names of the training split: a ClassLabel's names, else its sorted distinct labels."""
     feature = train.features["label"]
     if isinstance(feature, datasets.ClassLabel):
         return list(feature.names)
@@ -548,6 +243,35 @@ def load_image_datasets(
     `validation_split_percentage` fraction of train becomes validation; 0 means no "validation" split at all.
     max_train_samples / max_eval_samples then take seeded random subsets (eval: validation and test).
     """
+    _check_one_source(dataset_name, train_dir, validation_dir, test_dir)
+    if dataset_name is not None:
+        splits = (train_split, validation_split, test_split)
+        raw = _named_splits(dataset_name, dataset_config, splits, validation_split_percentage, cache_dir)
+    else:
+        raw = _folder_splits(train_dir, validation_dir, test_dir, cache_dir)
+    labelled, names = _labelled_splits(raw, image_column, label_column)
+    _add_validation_split(labelled, validation_split_percentage, seed)
+
+    labelled["train"] = _subsample(labelled["train"], max_train_samples, seed, "max_train_samples")
+    for split in ("validation", "test"):
+        if split in labelled:
+            labelled[split] = _subsample(labelled[split], max_eval_samples, seed, "max_eval_samples")
+    result = datasets.DatasetDict(
+        {split: labelled[split] for split in ("train", "validation", "test") if split in labelled}
+    )
+    logger.info(
+        "Loaded %s with %d classes.", ", ".join(f"{k}: {len(v)}" for k, v in result.items()), len(names)
+    )
+    return result, names
+
+
+def _check_one_source(
+    dataset_name: str | None,
+    train_dir: str | os.PathLike | None,
+    validation_dir: str | os.PathLike | None,
+    test_dir: str | os.PathLike | None,
+) -> None:
+    """Fail unless exactly one of dataset_name and train_dir is given, with folders only beside train_dir."""
     if (dataset_name is None) == (train_dir is None):
         raise ValueError(
             "Pass exactly one data source: dataset_name (a Hub dataset id or a save_to_disk folder) or "
@@ -559,42 +283,75 @@ def load_image_datasets(
             "validation_split / test_split."
         )
 
-    raw: dict[str, tuple[datasets.Dataset, str]] = {}  # split -> (dataset, description for errors)
-    if dataset_name is not None:
-        source = f"dataset {dataset_name!r}" + (f" (config {dataset_config!r})" if dataset_config else "")
-        available = _load_named(dataset_name, dataset_config, cache_dir)
-        raw["train"] = (
+
+def _named_splits(
+    dataset_name: str,
+    dataset_config: str | None,
+    splits: tuple[str, str | None, str | None],
+    validation_split_percentage: float,
+    cache_dir: str | None,
+) -> dict[str, tuple[datasets.Dataset, str]]:
+    """The (train, validation, test) splits of a named dataset -> {split: (dataset, description for errors)}.
+
+    A validation split that is asked for but absent is left out (to be held out of train), unless the
+    dataset has a validation-like split under another name: then the error names it.
+    """
+    train_split, validation_split, test_split = splits
+    source = f"dataset {dataset_name!r}" + (f" (config {dataset_config!r})" if dataset_config else "")
+    available = _load_named(dataset_name, dataset_config, cache_dir)
+    raw = {
+        "train": (
             _pick_split(available, train_split, "train_split", source),
             f"split {train_split!r} of {source}",
         )
-        if validation_split is not None and validation_split in available:
-            raw["validation"] = (available[validation_split], f"split {validation_split!r} of {source}")
-        elif validation_split is not None:
-            similar = [s for s in available if s.lower() in _VALIDATION_NAMES]
-            if similar:
-                raise KeyError(
-                    f"validation_split={validation_split!r} is not a split of {source}; available splits: "
-                    f"{sorted(available)}. Pass validation_split={similar[0]!r}, or validation_split=None to "
-                    f"hold out {validation_split_percentage:.0%} of {train_split!r} instead."
-                )
-        if test_split is not None:
-            raw["test"] = (
-                _pick_split(available, test_split, "test_split", source),
-                f"split {test_split!r} of {source}",
+    }
+    if validation_split is not None and validation_split in available:
+        raw["validation"] = (available[validation_split], f"split {validation_split!r} of {source}")
+    elif validation_split is not None:
+        similar = [s for s in available if s.lower() in _VALIDATION_NAMES]
+        if similar:
+            raise KeyError(
+                f"validation_split={validation_split!r} is not a split of {source}; available splits: "
+                f"{sorted(available)}. Pass validation_split={similar[0]!r}, or validation_split=None to "
+                f"hold out {validation_split_percentage:.0%} of {train_split!r} instead."
             )
-    else:
-        folders = {
-            split: (argument, folder, _check_image_folder(folder, argument))
-            for split, argument, folder in (
-                ("train", "train_dir", train_dir),
-                ("validation", "validation_dir", validation_dir),
-                ("test", "test_dir", test_dir),
-            )
-            if folder is not None
-        }
-        for split, (argument, folder, root) in folders.items():
-            raw[split] = (_load_image_folder(root, cache_dir), f"{argument}={os.fspath(folder)!r}")
+    if test_split is not None:
+        raw["test"] = (
+            _pick_split(available, test_split, "test_split", source),
+            f"split {test_split!r} of {source}",
+        )
+    return raw
 
+
+def _folder_splits(
+    train_dir: str | os.PathLike,
+    validation_dir: str | os.PathLike | None,
+    test_dir: str | os.PathLike | None,
+    cache_dir: str | None,
+) -> dict[str, tuple[datasets.Dataset, str]]:
+    """Image folders -> {split: (dataset, description for errors)}; every folder is checked before any loads."""
+    folders = {
+        split: (argument, folder, _check_image_folder(folder, argument))
+        for split, argument, folder in (
+            ("train", "train_dir", train_dir),
+            ("validation", "validation_dir", validation_dir),
+            ("test", "test_dir", test_dir),
+        )
+        if folder is not None
+    }
+    return {
+        split: (_load_image_folder(root, cache_dir), f"{argument}={os.fspath(folder)!r}")
+        for split, (argument, folder, root) in folders.items()
+    }
+
+
+def _labelled_splits(
+    raw: dict[str, tuple[datasets.Dataset, str]], image_column: str, label_column: str
+) -> tuple[dict[str, datasets.Dataset], list[str]]:
+    """Standard "image"/"label" columns with labels encoded by the training split's class names.
+
+    Returns ({split: dataset}, class names); a class of another split without training images is an error.
+    """
     splits = {
         split: _standard_columns(dataset, image_column, label_column, where)
         for split, (dataset, where) in raw.items()
@@ -611,32 +368,24 @@ def load_image_datasets(
                     f"Class(es) {missing} of {raw[split][1]} have no training images in {raw['train'][1]}. "
                     "Add training images for them or remove them from this split."
                 )
-    if "validation" not in splits and validation_split_percentage == 0:
-        logger.info("No validation split and validation_split_percentage=0: training without one.")
-    elif "validation" not in splits:
-        splits["train"], splits["validation"] = _hold_out(splits["train"], validation_split_percentage, seed)
-        logger.info(
-            "No validation split: held out %.0f%% of train (stratified, seed=%d).",
-            100 * validation_split_percentage,
-            seed,
-        )
+    return splits, names
 
-    splits["train"] = _subsample(splits["train"], max_train_samples, seed, "max_train_samples")
-    for split in ("validation", "test"):
-        if split in splits:
-            splits[split] = _subsample(splits[split], max_eval_samples, seed, "max_eval_samples")
-    result = datasets.DatasetDict(
-        {split: splits[split] for split in ("train", "validation", "test") if split in splits}
-    )
-    logger.info(
-        "Loaded %s with %d classes.", ", ".join(f"{k}: {len(v)}" for k, v in result.items()), len(names)
-    )
-    return result, names
+
+def _add_validation_split(splits: dict[str, datasets.Dataset], fraction: float, seed: int) -> None:
+    """Without a "validation" split, hold one out of train in place (none at all when fraction is 0)."""
+    if "validation" in splits:
+        return
+    if fraction == 0:
+        logger.info("No validation split and validation_split_percentage=0: training without one.")
+        return
+    splits["train"], splits["validation"] = _hold_out(splits["train"], fraction, seed)
+    logger.info("No validation split: held out %.0f%% of train (stratified, seed=%d).", 100 * fraction, seed)
 
 
 def _hold_out(
     train: datasets.Dataset, fraction: float, seed: int
 ) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """Split train into (train, validation) with a seeded, stratified `fraction` held out."""
     if not 0 < fraction < 1:
         raise ValueError(
             f"validation_split_percentage={fraction} must be a fraction in [0, 1), e.g. 0.1 to hold out 10% "
@@ -653,83 +402,3 @@ def _hold_out(
             "Raise validation_split_percentage, add images, or provide a validation split."
         ) from error
     return parts["train"], parts["test"]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Built-in smoke dataset
-# ---------------------------------------------------------------------------------------------------------
-
-_DIGITS_MARKER = "digits.json"
-
-
-def _count_pngs(root: Path) -> dict[str, int]:
-    return {split: sum(1 for _ in (root / split).glob("*/*.png")) for split in ("train", "test")}
-
-
-def write_digits_imagefolder(root: str | os.PathLike, seed: int = 0, test_size: float = 0.2) -> Path:
-    """scikit-learn's handwritten digits (1,797 8x8 grayscale images, 10 classes, no download) as PNG image
-    folders root/train/<digit>/<index>.png and root/test/<digit>/<index>.png; returns root.
-
-    Stratified split (`train_test_split(stratify=y, random_state=seed)`); pixels 0..16 scaled to 0..255 and
-    kept at 8x8 (the model's transform resizes). Written once: a complete root with the same seed and
-    test_size is left alone. The files go to a temporary sibling folder renamed into place at the end, so
-    an interrupted run never leaves a root that looks complete.
-    """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    root = Path(root).expanduser()
-    settings = {"seed": seed, "test_size": test_size}
-    if _digits_complete(root, settings):
-        return root
-    if root.exists() and any(root.iterdir()):
-        raise FileExistsError(
-            f"{root} exists but is not a complete digits image folder (no {_DIGITS_MARKER}); delete it or "
-            "pass another root."
-        )
-
-    digits = load_digits()
-    pixels = np.rint(digits.images * (255.0 / 16.0)).astype(np.uint8)  # (n, 8, 8), 0..16 -> 0..255
-    indices = np.arange(len(pixels))
-    train_idx, test_idx = train_test_split(
-        indices, test_size=test_size, stratify=digits.target, random_state=seed
-    )
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
-    try:
-        counts = {}
-        for split, split_idx in (("train", train_idx), ("test", test_idx)):
-            for digit in range(10):
-                (staging / split / str(digit)).mkdir(parents=True)
-            for i in split_idx:
-                Image.fromarray(pixels[i]).save(staging / split / str(digits.target[i]) / f"{i}.png")
-            counts[split] = len(split_idx)
-        marker = {**settings, "counts": counts}
-        (staging / _DIGITS_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        try:
-            os.rename(staging, root)  # atomic; fails if another process got there first
-        except OSError:
-            if not _digits_complete(root, settings):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return root
-
-
-def _digits_complete(root: Path, settings: dict[str, Any]) -> bool:
-    """True when root holds a finished digits folder written with `settings`; False when root is absent."""
-    marker_path = root / _DIGITS_MARKER
-    if not marker_path.is_file():
-        return False
-    marker = json.loads(marker_path.read_text())
-    if {key: marker.get(key) for key in settings} != settings:
-        raise FileExistsError(
-            f"{root} holds digits written with seed={marker.get('seed')}, test_size={marker.get('test_size')}, "
-            f"not seed={settings['seed']}, test_size={settings['test_size']}; pass those values or another root."
-        )
-    if _count_pngs(root) != marker["counts"]:
-        raise FileExistsError(
-            f"{root} is a damaged digits folder ({_count_pngs(root)} PNGs, {marker['counts']} expected); "
-            "delete it and run again."
-        )
-    return True
