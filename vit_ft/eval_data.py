@@ -63,6 +63,13 @@ def _as_eval_data(
     return EvalData(dataset, labels, description, notes)
 
 
+def _seeded_subset(dataset: datasets.Dataset, max_samples: int | None, seed: int) -> datasets.Dataset:
+    """`max_samples` random images of `dataset`, the same ones for the same seed; all of them if it has no more."""
+    if max_samples is None or max_samples >= len(dataset):
+        return dataset
+    return dataset.shuffle(seed=seed).select(range(max_samples))
+
+
 def data_from_fields(
     fields: dict[str, Any],
     id2label: dict[int, str],
@@ -91,9 +98,8 @@ def data_from_fields(
         )
     source = fields.get("dataset_name") or fields.get(f"{split}_dir") or fields.get("train_dir")
     description = f"split {split!r} of {source} ({where}, seed {seed})"
-    dataset = splits[split]
-    if max_samples is not None and max_samples < len(dataset):
-        dataset = dataset.shuffle(seed=seed).select(range(max_samples))
+    dataset = _seeded_subset(splits[split], max_samples, seed)
+    if len(dataset) < len(splits[split]):
         description += f", {max_samples} random images"
     return _as_eval_data(dataset, names, id2label, description, [])
 
@@ -149,10 +155,9 @@ def folder_eval_data(
 ) -> EvalData:
     """All images of `folder`/<class name>/<image>; class names are matched to the model's label names."""
     splits, names = load_image_datasets(train_dir=folder, validation_split_percentage=0, seed=seed)
-    dataset = splits["train"]
+    dataset = _seeded_subset(splits["train"], max_samples, seed)
     description = f"image folder {os.fspath(folder)}"
-    if max_samples is not None and max_samples < len(dataset):
-        dataset = dataset.shuffle(seed=seed).select(range(max_samples))
+    if len(dataset) < len(splits["train"]):
         description += f" ({max_samples} random images, seed {seed})"
     return _as_eval_data(dataset, names, id2label, description, [])
 
