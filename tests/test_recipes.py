@@ -16,7 +16,6 @@ from vit_ft.arguments import DataArguments, ModelArguments
 from vit_ft.recipes import (
     TRAINING_DEFAULTS,
     RecipeError,
-    check_data_paths,
     check_precision,
     list_recipes,
     load_recipe,
@@ -366,14 +365,6 @@ def test_evaluation_needs_data_and_a_computed_metric():
     with pytest.raises(RecipeError, match="no validation data"):
         parse_args(["--recipe", "cifar10", *_cpu_flags("cifar10"), "--validation_split_percentage", "0"])
     parse_args(["--recipe", "digits", "--validation_split_percentage", "0", "--eval_strategy", "no"])
-
-
-def test_check_data_paths_names_the_missing_folder(tmp_path):
-    data_args = DataArguments(train_dir=str(tmp_path / "nowhere"))
-    with pytest.raises(RecipeError, match=r"train_dir=.*nowhere.*is not a folder"):
-        check_data_paths(data_args)
-    check_data_paths(DataArguments(train_dir=str(tmp_path)))
-    check_data_paths(DataArguments(train_dir=str(tmp_path / "later"), builtin_dataset="digits"))
 
 
 # ----------------------------------------------------------------------------------------------------------------

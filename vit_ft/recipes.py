@@ -76,9 +76,6 @@ def recipes_dir() -> Path:
     return Path.cwd() / "recipes"  # an installed (non-editable) package does not carry the repo's recipes
 
 
-RECIPES_DIR = recipes_dir()
-
-
 def list_recipes() -> list[str]:
     """Names of the recipes in `recipes_dir()`, sorted (a recipe's name is its file name without `.yaml`)."""
     directory = recipes_dir()
@@ -490,25 +487,12 @@ def check_evaluation(data_args: DataArguments, training_args: TrainingArguments)
         )
 
 
-def check_data_paths(data_args: DataArguments) -> None:
-    """Fail when a local image folder is missing (built-in datasets are written on first use, so they pass)."""
-    if data_args.builtin_dataset:
-        return
-    for name in ("train_dir", "validation_dir", "test_dir"):
-        folder = getattr(data_args, name)
-        if folder is not None and not Path(folder).expanduser().is_dir():
-            raise RecipeError(
-                f"{name}={folder!r} is not a folder. Point --{name} at a folder with one sub-folder of images per "
-                "class (see the recipe's comments for where to download it)."
-            )
-
-
 def validate(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
     """All static checks, cheapest first-to-fail order: image size vs patch size, precision, evaluation setup.
 
     Needs no network: the checkpoint's patch size is read only from a local folder or the HF cache
-    (otherwise that check is left to the model loader). Data folders are not required to exist yet;
-    call check_data_paths before loading data.
+    (otherwise that check is left to the model loader). Data folders are not required to exist yet:
+    `vit_ft.data.load_image_datasets` checks them, naming the argument, when it loads them.
     """
     check_image_size(model_args)
     check_precision(training_args)
@@ -611,12 +595,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 
 __all__ = [
     "ARGUMENT_DATACLASSES",
-    "RECIPES_DIR",
     "RECIPES_ENV_VAR",
     "TRAINING_DEFAULTS",
     "RecipeError",
     "RecipeInfo",
-    "check_data_paths",
     "check_evaluation",
     "check_image_size",
     "check_precision",
