@@ -175,6 +175,50 @@ def most_confident_mistakes(
     return mistakes
 
 
+def _metrics_record(
+    model: str, classifier: Classifier, data: EvalData, outputs: EvalOutputs, top_k: int, elapsed: float
+) -> dict[str, Any]:
+    """What metrics.json holds: the numbers, what was evaluated at which resolution, and how fast."""
+    info = classifier.run_record or {}
+    return {
+        **compute_metrics(outputs, top_k),
+        "num_images": int(len(outputs.labels)),
+        "num_skipped": len(outputs.skipped),
+        "num_classes": classifier.num_labels,
+        "model": model,
+        "data": data.description,
+        "image_size": list(classifier.preprocessing.image_size),
+        "trained_image_size": info.get("image_size"),
+        "images_per_second": round(len(outputs.labels) / max(elapsed, 1e-9), 2),
+        "device": str(classifier.device),
+        "skipped": outputs.skipped,
+        "notes": data.notes,
+    }
+
+
+def _write_tables(
+    output_dir: Path, outputs: EvalOutputs, counts: np.ndarray, table: list[dict[str, Any]], id2label: dict[int, str]
+) -> None:
+    """per_class.csv/.md, confusion_matrix.npy/.csv and predictions.csv (one row per evaluated image)."""
+    write_csv(output_dir / "per_class.csv", table)
+    (output_dir / "per_class.md").write_text(markdown_table(table, PER_CLASS_COLUMNS), encoding="utf-8")
+    np.save(output_dir / "confusion_matrix.npy", counts)
+    write_confusion_csv(counts, id2label, output_dir / "confusion_matrix.csv")
+    probabilities, predictions = outputs.probabilities, outputs.predictions
+    rows = [
+        {
+            "row": int(row),
+            "source": outputs.sources[i],
+            "true_label": id2label[int(label)],
+            "predicted_label": id2label[int(pred)],
+            "probability": float(probabilities[i, pred]),
+            "correct": bool(label == pred),
+        }
+        for i, (row, label, pred) in enumerate(zip(outputs.rows, outputs.labels, predictions, strict=True))
+    ]
+    write_csv(output_dir / "predictions.csv", rows)
+
+
 def run_evaluation(
     model: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -208,47 +252,12 @@ def run_evaluation(
     predictions = outputs.predictions
     counts = confusion_counts(outputs.labels, predictions, classifier.num_labels)
     table = per_class_table(counts, id2label)
-    info = classifier.run_record or {}
-    metrics: dict[str, Any] = {
-        **compute_metrics(outputs, top_k),
-        "num_images": int(len(outputs.labels)),
-        "num_skipped": len(outputs.skipped),
-        "num_classes": classifier.num_labels,
-        "model": model,
-        "data": data.description,
-        "image_size": list(classifier.preprocessing.image_size),
-        "trained_image_size": info.get("image_size"),
-        "images_per_second": round(len(outputs.labels) / max(elapsed, 1e-9), 2),
-        "device": str(classifier.device),
-        "skipped": outputs.skipped,
-        "notes": data.notes,
-    }
+    metrics = _metrics_record(model, classifier, data, outputs, top_k, elapsed)
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
-    write_csv(output_dir / "per_class.csv", table)
-    (output_dir / "per_class.md").write_text(markdown_table(table, PER_CLASS_COLUMNS), encoding="utf-8")
-    np.save(output_dir / "confusion_matrix.npy", counts)
-    write_confusion_csv(counts, id2label, output_dir / "confusion_matrix.csv")
-    probabilities = outputs.probabilities
-    write_csv(
-        output_dir / "predictions.csv",
-        [
-            {
-                "row": int(row),
-                "source": outputs.sources[i],
-                "true_label": id2label[int(label)],
-                "predicted_label": id2label[int(pred)],
-                "probability": float(probabilities[i, pred]),
-                "correct": bool(label == pred),
-            }
-            for i, (row, label, pred) in enumerate(
-                zip(outputs.rows, outputs.labels, predictions, strict=True)
-            )
-        ],
-    )
+    _write_tables(output_dir, outputs, counts, table, id2label)
     mistakes = most_confident_mistakes(outputs, data, id2label, max_mistakes)
     write_csv(output_dir / "mistakes.csv", [vars(m) for m in mistakes])
-
     figures = {
         "confusion_matrix": plot_confusion_matrix(
             counts,

@@ -6,9 +6,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
 from transformers import ViTConfig, ViTImageProcessorPil
 
+from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .conversion import to_hf_vit_state_dict
 from .modeling_vit_ft import ViTFTForImageClassification
 
@@ -37,36 +39,7 @@ def export_to_transformers(
             "The model has no classification head (num_labels=0); nothing to export as a classifier."
         )
     height, width = config.image_hw
-    hf_config = ViTConfig(
-        **{
-            name: getattr(config, name)
-            for name in (
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "intermediate_size",
-                "hidden_act",
-                "hidden_dropout_prob",
-                "attention_probs_dropout_prob",
-                "initializer_range",
-                "layer_norm_eps",
-                "patch_size",
-                "num_channels",
-                "qkv_bias",
-            )
-        },  # fmt: skip
-        image_size=height if height == width else [height, width],
-        **(
-            {
-                "id2label": dict(config.id2label),
-                "label2id": dict(config.label2id),
-                "problem_type": config.problem_type,
-            }
-            if with_head
-            else {}
-        ),
-        architectures=["ViTForImageClassification" if with_head else "ViTModel"],
-    )
+    hf_config = _vit_config(config, with_head)
     if image_processor is None:
         image_processor = ViTImageProcessorPil()
     image_processor = ViTImageProcessorPil(
@@ -81,12 +54,31 @@ def export_to_transformers(
             k.removeprefix("vit."): v for k, v in state_dict.items() if not k.startswith("classifier.")
         }
 
-    output_dir = Path(output_dir)
+    return _write_atomically(Path(output_dir), hf_config, image_processor, state_dict)
+
+
+def _vit_config(config: ViTFTConfig, with_head: bool) -> ViTConfig:
+    """transformers' ViTConfig of the same architecture at the model's resolution (labels only with a head)."""
+    height, width = config.image_hw
+    fields = {name: getattr(config, name) for name in VIT_CONFIG_FIELDS if name != "image_size"}
+    head = {"id2label": dict(config.id2label), "label2id": dict(config.label2id), "problem_type": config.problem_type}
+    return ViTConfig(
+        **fields,
+        image_size=height if height == width else [height, width],
+        **(head if with_head else {}),
+        architectures=["ViTForImageClassification" if with_head else "ViTModel"],
+    )
+
+
+def _write_atomically(
+    output_dir: Path, config: ViTConfig, processor: ViTImageProcessorPil, state_dict: dict[str, torch.Tensor]
+) -> Path:
+    """Config, processor and weights written to a temporary sibling folder, then renamed into place."""
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:
-        hf_config.save_pretrained(staging)
-        image_processor.save_pretrained(staging)
+        config.save_pretrained(staging)
+        processor.save_pretrained(staging)
         save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"})
         if output_dir.exists():
             shutil.rmtree(output_dir)

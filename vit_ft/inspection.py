@@ -320,6 +320,23 @@ def _sample_sources(
     return list(data.dataset["image"]), data.description
 
 
+def _embedding_figures(
+    network: torch.nn.Module, output_dir: Path, figures: dict[str, str]
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int], int]:
+    """Figure 7 (left and centre): the patch-embedding filters' principal components and the position
+    embeddings' similarity; their file names go into `figures`."""
+    embeddings = network.vit.embeddings
+    components, explained = patch_embedding_components(embeddings.patch_embeddings.projection.weight)
+    figures["patch_embedding_pca"] = plot_patch_embedding_components(
+        components, explained, output_dir / "patch_embedding_pca.png"
+    ).name
+    grid = tuple(network.config.grid_size)
+    similarity = position_similarity(embeddings.position_embeddings, grid)
+    path, panels = plot_position_similarity(similarity, output_dir / "position_similarity.png")
+    figures["position_similarity"] = path.name
+    return components, explained, grid, panels
+
+
 def run_inspection(
     model: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -341,19 +358,9 @@ def run_inspection(
     classifier = load_classifier(model, image_size, device)
     network = classifier.model
     config = network.config
-    embeddings = network.vit.embeddings
     figures: dict[str, str] = {}
 
-    components, explained = patch_embedding_components(embeddings.patch_embeddings.projection.weight)
-    figures["patch_embedding_pca"] = plot_patch_embedding_components(
-        components, explained, output_dir / "patch_embedding_pca.png"
-    ).name
-
-    grid = tuple(config.grid_size)
-    similarity = position_similarity(embeddings.position_embeddings, grid)
-    path, panels = plot_position_similarity(similarity, output_dir / "position_similarity.png")
-    figures["position_similarity"] = path.name
-
+    components, explained, grid, panels = _embedding_figures(network, output_dir, figures)
     sources, sample = _sample_sources(model, classifier, images, recipe, data_dir, num_images, seed)
     distances, used = attention_distances(classifier, sources, batch_size, progress)
     height, width = classifier.preprocessing.image_size
