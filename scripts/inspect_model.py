@@ -11,49 +11,28 @@ a sample of the model's evaluation data, or --data_dir / --recipe / the --images
 """
 
 import argparse
-import logging
-import sys
+
+from vit_ft.cli import add_data_arguments, add_inference_arguments, setup_logging, tool_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", required=True, help="vit_ft model folder, LoRA adapter folder, or Hub id.")
+    parser = tool_parser(__doc__)
     parser.add_argument("--output_dir", required=True, help="Folder for the figures.")
     parser.add_argument("--images", nargs="*", default=[], help="Images for the attention-rollout overlays.")
-    data = parser.add_mutually_exclusive_group()
-    data.add_argument("--recipe", help="Sample the attention-distance images from this recipe's data.")
-    data.add_argument("--data_dir", help="Sample them from an image folder <folder>/<class name>/<image>.")
+    add_data_arguments(parser, "Sample the attention-distance images")
     parser.add_argument(
         "--num_images", type=int, default=32, help="Images the attention distances average over."
     )
-    parser.add_argument("--image_size", type=int, help="Input resolution (a multiple of the patch size).")
-    parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument("--seed", type=int, help="Seed of the data sample (default: the fine-tune's).")
-    parser.add_argument("--device", help="cuda, cpu, ... (default: cuda when available).")
+    add_inference_arguments(parser, batch_size=16)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
-    logging.getLogger("vit_ft").setLevel(logging.INFO)
+    setup_logging()
     from vit_ft.inspection import run_inspection
 
-    return run_inspection(
-        args.model,
-        args.output_dir,
-        images=args.images,
-        recipe=args.recipe,
-        data_dir=args.data_dir,
-        num_images=args.num_images,
-        image_size=args.image_size,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        device=args.device,
-    )
+    return run_inspection(**vars(args))  # the flags are its parameters
 
 
 if __name__ == "__main__":

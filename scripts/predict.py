@@ -12,9 +12,10 @@ Also writes a grid of the first predicted images next to the output (preds.csv -
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from typing import Any
+
+from vit_ft.cli import add_inference_arguments, setup_logging, tool_parser
+from vit_ft.images import DEFAULT_MAX_PIXELS
 
 
 def _optional_int(text: str) -> int | None:
@@ -22,20 +23,15 @@ def _optional_int(text: str) -> int | None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = tool_parser(__doc__)
     parser.add_argument("inputs", nargs="+", help="Image files and folders.")
-    parser.add_argument("--model", required=True, help="vit_ft model folder, LoRA adapter folder, or Hub id.")
     parser.add_argument(
         "--output", required=True, help="preds.csv or preds.jsonl (the suffix picks the format)."
     )
     parser.add_argument("--top_k", type=int, default=5)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--image_size", type=int, help="Test-time resolution (a multiple of the patch size).")
-    parser.add_argument("--device", help="cuda, cpu, ... (default: cuda when available).")
+    add_inference_arguments(parser, batch_size=32)
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
-    parser.add_argument("--max_pixels", type=_optional_int, default=89_478_485,
+    parser.add_argument("--max_pixels", type=_optional_int, default=DEFAULT_MAX_PIXELS,
                         help="Files with more pixels get an error row (decompression-bomb guard); 'none' disables.")  # fmt: skip
     parser.add_argument(
         "--figure", default="auto", help="PNG of predicted images (default: next to --output); 'none'."
@@ -45,9 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
-    logging.getLogger("vit_ft").setLevel(logging.INFO)
+    setup_logging()
     from vit_ft.prediction import run_prediction
 
     return run_prediction(

@@ -11,9 +11,8 @@ Log in first (`hf auth login`) or set HF_TOKEN. Checkpoints, runs and pickles ar
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 
+from vit_ft.cli import setup_logging
 from vit_ft.hub import FORMATS, push_output_dir, stage_for_hub
 
 
@@ -41,8 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> str:
     args = parse_args(argv)
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    logging.getLogger("vit_ft").setLevel(logging.INFO)
+    setup_logging(timestamps=False)
     if args.local_dir:
         staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format)
         print(f"Staged {args.output_dir} for {args.hub_model_id} ({args.format} format) in {staged}")
