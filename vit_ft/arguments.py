@@ -9,7 +9,8 @@ checkpoint's patch size, precision against the hardware, ...) live in `vit_ft.re
 import re
 from dataclasses import dataclass, field
 
-POOLING_CHOICES = ("cls", "mean")
+from .configuration_vit_ft import POOLING_CHOICES
+
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 BUILTIN_PRETRAININGS = ("digits",)
 BUILTIN_DATASETS = ("digits",)
