@@ -21,13 +21,13 @@ from transformers import ViTImageProcessorPil
 
 from .configuration_vit_ft import ViTFTConfig
 from .export import export_to_transformers
+from .images import VIT_MEAN, VIT_STD
 from .modeling_vit_ft import ViTFTForImageClassification
 
 logger = logging.getLogger(__name__)
 
 # Small enough to pre-train in about a minute on two CPU cores; deep enough to be a real encoder.
 DIGITS_VIT = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 256}
-MEAN, STD = 0.5, 0.5  # the normalisation of the google/vit-* processors, kept for the fine-tune
 
 
 def read_image_folder(root: str | Path, size: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -43,7 +43,8 @@ def read_image_folder(root: str | Path, size: int) -> tuple[torch.Tensor, torch.
                 image = image.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
             pixels.append(np.asarray(image, dtype=np.float32).transpose(2, 0, 1) / 255.0)
             labels.append(index)
-    tensor = (torch.from_numpy(np.stack(pixels)) - MEAN) / STD  # (N, 3, size, size)
+    mean, std = torch.tensor(VIT_MEAN)[:, None, None], torch.tensor(VIT_STD)[:, None, None]  # (3, 1, 1)
+    tensor = (torch.from_numpy(np.stack(pixels)) - mean) / std  # (N, 3, size, size)
     return tensor, torch.tensor(labels), classes
 
 
@@ -103,7 +104,7 @@ def pretrain_digits(
             )
     logger.info("pre-training took %.0f s", time.perf_counter() - start)
     processor = ViTImageProcessorPil(
-        size={"height": image_size, "width": image_size}, image_mean=[MEAN] * 3, image_std=[STD] * 3
+        size={"height": image_size, "width": image_size}, image_mean=list(VIT_MEAN), image_std=list(VIT_STD)
     )
     return export_to_transformers(model.eval(), output_dir, image_processor=processor, with_head=False)
 
