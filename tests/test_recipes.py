@@ -1,10 +1,9 @@
 """Tests for vit_ft.recipes and vit_ft.arguments: every recipe parses and validates, flags win over YAML, and
-every error names what to fix. Offline and fast: no model, no data, no network."""
+every error names what to fix (the checks run by parse_args included). Offline and fast: no model, no data,
+no network."""
 
 import dataclasses
-import json
 import re
-import types
 from pathlib import Path
 
 import pytest
@@ -12,25 +11,24 @@ import torch
 from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
 
 from vit_ft import recipes
+from vit_ft.argument_checks import accelerator_type, validate
 from vit_ft.arguments import DataArguments, ModelArguments
 from vit_ft.recipes import (
     TRAINING_DEFAULTS,
     RecipeError,
-    check_precision,
     list_recipes,
     load_recipe,
     parse_args,
     print_recipes,
     recipe_info,
     resolve_recipe,
-    validate,
 )
 
 REPO_RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 ALL_RECIPES = list_recipes()
 BASE_RECIPES = ("dogs", "hymenoptera", "cifar10", "cifar100", "pets", "flowers102", "digits")
 PAPER_RECIPES = ("dogs", "cifar10", "cifar100", "pets", "flowers102")
-ON_CPU = recipes._device_type() == "cpu"
+ON_CPU = accelerator_type() == "cpu"
 
 
 def _cpu_flags(name: str) -> list[str]:
@@ -49,18 +47,23 @@ def _plain(value):
     return getattr(value, "value", value)
 
 
-@pytest.fixture
-def tiny_checkpoint(tmp_path: Path) -> Path:
-    """A local checkpoint folder with only a config.json: patch size 4 at 32 pixels."""
-    folder = tmp_path / "tiny-vit"
-    ViTConfig(
+def _tiny_vit_config() -> ViTConfig:
+    """A one-layer ViT config: patch size 4 at 32 pixels."""
+    return ViTConfig(
         image_size=32,
         patch_size=4,
         hidden_size=32,
         num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=64,
-    ).save_pretrained(folder)
+    )
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path: Path) -> Path:
+    """A local checkpoint folder with only a config.json: patch size 4 at 32 pixels."""
+    folder = tmp_path / "tiny-vit"
+    _tiny_vit_config().save_pretrained(folder)
     return folder
 
 
@@ -156,14 +159,7 @@ def test_sgd_momentum_reaches_the_optimizer(tmp_path):
             str(tmp_path),
         ]
     )
-    config = ViTConfig(
-        image_size=32,
-        patch_size=4,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
+    config = _tiny_vit_config()
     eval_dataset = [{"pixel_values": torch.zeros(3, 32, 32), "labels": 0}]
     trainer = Trainer(model=ViTForImageClassification(config), args=training_args, eval_dataset=eval_dataset)
     optimizer = trainer.create_optimizer()
@@ -310,41 +306,6 @@ def test_bad_image_size_against_a_local_checkpoint_fails_before_anything_else(ti
         parse_args([*argv, "--dataset_name", "uoft-cs/cifar10", "--fp16", "true"])
     model_args, *_ = parse_args([*argv[:-1], "64"])
     assert model_args.image_size == 64
-
-
-def test_image_size_is_checked_against_a_checkpoint_in_the_hf_cache(tmp_path):
-    """A Hub id whose config.json is already in the cache (laid out as huggingface_hub does) is read offline."""
-    commit = "0" * 40
-    repo = tmp_path / "models--someone--tiny-vit"
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    (repo / "snapshots" / commit / "config.json").write_text(
-        json.dumps({"model_type": "vit", "patch_size": 16})
-    )
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    args = ModelArguments(model_name_or_path="someone/tiny-vit", image_size=100, cache_dir=str(tmp_path))
-    with pytest.raises(RecipeError, match=r"patch size 16 .*--image_size 96 or 112"):
-        recipes.check_image_size(args)
-    recipes.check_image_size(dataclasses.replace(args, image_size=384))
-
-
-def test_image_size_check_is_skipped_when_the_config_is_not_local(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    model_args = ModelArguments(
-        model_name_or_path="nobody/not-a-cached-model", image_size=30, cache_dir=str(tmp_path)
-    )
-    recipes.check_image_size(model_args)  # nothing to read: left to the model loader
-
-
-def test_fp16_without_a_gpu_is_an_error_that_suggests_bf16():
-    with pytest.raises(RecipeError, match=r"fp16 .*needs a CUDA GPU.*bf16"):
-        check_precision(types.SimpleNamespace(fp16=True, bf16=False, use_cpu=False), device_type="cpu")
-    with pytest.raises(RecipeError, match="use_cpu is set"):
-        check_precision(types.SimpleNamespace(fp16=True, use_cpu=True), device_type="cuda")
-    check_precision(types.SimpleNamespace(fp16=True, use_cpu=False), device_type="cuda")
-    with pytest.raises(RecipeError, match=r"bf16 is set but no GPU.*--use_cpu true"):
-        check_precision(types.SimpleNamespace(bf16=True, use_cpu=False), device_type="cpu")
-    check_precision(types.SimpleNamespace(bf16=True, use_cpu=True), device_type="cpu")
 
 
 @pytest.mark.skipif(not ON_CPU, reason="needs a machine without a GPU")

@@ -9,30 +9,38 @@ A recipe's keys are exactly the field names of `ModelArguments`, `DataArguments`
 
 An unknown key, in the YAML or on the command line, is an error that names it and the closest valid key.
 Everything that can be checked without a network is checked by `validate` before any model or data is loaded.
+
+This module finds and reads recipes and merges them with the flags (`parse_args`). The parser over the
+dataclasses and the per-field conversion live in `vit_ft.recipe_fields` (with `RecipeError`), the static
+checks in `vit_ft.argument_checks`.
 """
 
-import argparse
 import dataclasses
 import difflib
-import json
 import os
 import sys
 import types
-import typing
 from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 import yaml
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
+from vit_ft.argument_checks import check_image_size, check_precision, validate
 from vit_ft.arguments import DataArguments, ModelArguments
-from vit_ft.metrics import METRIC_NAMES
+from vit_ft.recipe_fields import (
+    ArgumentField,
+    RecipeError,
+    argument_fields,
+    build_parser,
+    coerce,
+    only_explicit_flags,
+    suggest,
+)
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
 _REPO_RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-
-ARGUMENT_DATACLASSES = (ModelArguments, DataArguments, TrainingArguments)
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
 TRAINING_DEFAULTS: dict[str, Any] = {
@@ -51,14 +59,6 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "dataloader_pin_memory": torch.cuda.is_available(),
 }
 OUTPUT_ROOT = "outputs"
-
-# Optional fields where the string "none" already means something, so it must not become None.
-_NONE_IS_A_VALUE = frozenset({"report_to"})
-_NONE_STRINGS = frozenset({"none", "null"})
-
-
-class RecipeError(ValueError):
-    """A recipe or command line that cannot become valid arguments; the message says what to change."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -114,155 +114,6 @@ def recipe_name(path: str | os.PathLike) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The fields a recipe may set, with the argparse action that converts their command-line strings
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Field:
-    name: str
-    owner: type
-    hint: Any  # the annotation, e.g. `int | None`
-    action: argparse.Action
-
-    def allows(self, kind: type) -> bool:
-        return any(arg is kind or typing.get_origin(arg) is kind for arg in _union_args(self.hint))
-
-    def describe(self) -> str:
-        if self.action.choices:
-            return "one of " + ", ".join(str(choice) for choice in self.action.choices)
-        names = [
-            "null" if arg is type(None) else getattr(arg, "__name__", str(arg))
-            for arg in _union_args(self.hint)
-        ]
-        return " or ".join(names)
-
-
-def _union_args(hint: Any) -> tuple[Any, ...]:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
-class _Parser(HfArgumentParser):
-    """HfArgumentParser whose errors raise RecipeError (testable, same message) instead of exiting."""
-
-    def error(self, message: str):
-        raise RecipeError(f"{message} (run with --help to see every flag)")
-
-
-def _build_parser() -> _Parser:
-    parser = _Parser(
-        ARGUMENT_DATACLASSES,
-        allow_abbrev=False,  # `--learn 0.1` must not silently mean --learning_rate
-        description="Fine-tune a ViT from a recipe; flags override the recipe's values.",
-    )
-    parser.add_argument(
-        "--recipe", help="Recipe name in recipes/ (see --list-recipes) or path to a .yaml file."
-    )
-    parser.add_argument(
-        "--list-recipes", "--list_recipes", action="store_true", help="Print the recipes and exit."
-    )
-    return parser
-
-
-def _fields(parser: argparse.ArgumentParser) -> dict[str, _Field]:
-    actions = {}
-    for action in parser._actions:
-        main_option = f"--{action.dest}"
-        if main_option in action.option_strings:  # skips the `--no_<name>` complements of boolean flags
-            actions[action.dest] = action
-    fields = {}
-    for owner in ARGUMENT_DATACLASSES:
-        hints = typing.get_type_hints(owner)
-        for field in dataclasses.fields(owner):
-            if field.init:
-                fields[field.name] = _Field(field.name, owner, hints[field.name], actions[field.name])
-    return fields
-
-
-def _none_aware(convert: typing.Callable[[str], Any]) -> typing.Callable[[str], Any]:
-    """Wrap an argparse type so that `none`/`null` gives None, letting a flag unset a recipe value."""
-
-    def parse(text: str) -> Any:
-        return None if text.strip().lower() in _NONE_STRINGS else convert(text)
-
-    parse.__name__ = getattr(convert, "__name__", "value")
-    return parse
-
-
-def _prepare_for_explicit_flags(parser: argparse.ArgumentParser, fields: dict[str, _Field]) -> None:
-    """Make parse_known_args return only the flags actually given, and accept `none` for optional fields."""
-    for action in parser._actions:
-        if action.dest == "help":
-            continue
-        action.default = argparse.SUPPRESS
-        action.required = False
-        field = fields.get(action.dest)
-        if (
-            field is not None
-            and action.type is not None
-            and field.allows(type(None))
-            and not field.allows(bool)
-            and field.name not in _NONE_IS_A_VALUE
-        ):
-            action.type = _none_aware(action.type)
-
-
-def _suggest(name: str, candidates: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def _coerce(field: _Field, value: Any, where: str) -> Any:
-    """Check a YAML value against the field's type and convert it the way the command line would."""
-    if value is None:
-        if field.allows(type(None)):
-            return None
-        raise RecipeError(f"{where}: {field.name} cannot be null; it expects {field.describe()}.")
-    if isinstance(value, dict):
-        if field.allows(dict):
-            return value
-        raise RecipeError(
-            f"{where}: {field.name} expects {field.describe()}, not a nested mapping; recipes are flat "
-            f"(write `{field.name}: <value>`)."
-        )
-    if isinstance(value, list):
-        if not field.allows(list):
-            raise RecipeError(
-                f"{where}: {field.name} expects a single value ({field.describe()}), not a list."
-            )
-        if any(isinstance(item, (dict, list)) for item in value):
-            raise RecipeError(f"{where}: {field.name} expects a flat list of strings; got {value!r}.")
-        return [str(item) for item in value]
-    if isinstance(value, bool) and not field.allows(bool):
-        raise RecipeError(
-            f"{where}: {field.name}: YAML read an unquoted yes/no/on/off/true/false as the boolean {value}, but "
-            f'{field.name} expects {field.describe()}; quote the value, e.g. {field.name}: "no".'
-        )
-    if (
-        isinstance(value, str)
-        and value.strip().lower() in _NONE_STRINGS
-        and field.allows(type(None))
-        and field.name not in _NONE_IS_A_VALUE
-    ):
-        return None  # `test_split: none` unsets like the flag `--test_split none` does
-    converted = value
-    if field.action.type is not None:
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        try:
-            converted = field.action.type(text)
-        except (TypeError, ValueError, argparse.ArgumentTypeError):
-            raise RecipeError(
-                f"{where}: {field.name}={value!r} is not valid; it expects {field.describe()}."
-            ) from None
-    if field.action.choices and converted is not None and converted not in field.action.choices:
-        hint = _suggest(str(converted), [str(choice) for choice in field.action.choices])
-        raise RecipeError(f"{where}: {field.name}={value!r} is not {field.describe()}{hint}")
-    return converted
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Reading a recipe
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -299,7 +150,7 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
         raise RecipeError(
             f"{path}: a recipe is a flat mapping of `key: value` lines, but the file holds a {type(data).__name__}."
         )
-    fields = _fields(_build_parser())
+    fields = argument_fields(build_parser())
     values = {}
     for key, value in data.items():
         if not isinstance(key, str):
@@ -307,14 +158,16 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
         if key not in fields:
             raise RecipeError(
                 f"{path}: unknown key {key!r} (not a field of ModelArguments, DataArguments or TrainingArguments)"
-                f"{_suggest(key, fields) or '; run with --help to list the valid keys.'}"
+                f"{suggest(key, fields) or '; run with --help to list the valid keys.'}"
             )
-        values[key] = _coerce(fields[key], value, str(path))
+        values[key] = coerce(fields[key], value, str(path))
     return values
 
 
 @dataclasses.dataclass(frozen=True)
 class RecipeInfo:
+    """What `--list-recipes` shows of a recipe, and where its file is."""
+
     name: str
     path: Path
     description: str  # the first comment line, without its launch command
@@ -359,147 +212,6 @@ def print_recipes(file: TextIO | None = None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Static validation: everything that needs no network and no model
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def read_checkpoint_config(model_name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:
-    """The checkpoint's config.json as a dict when it is readable locally (a folder or the HF cache), else None."""
-    folder = Path(model_name_or_path).expanduser()
-    if folder.is_dir():
-        config_file = folder / "config.json"
-    else:
-        try:
-            from transformers.utils import cached_file
-
-            resolved = cached_file(
-                model_name_or_path,
-                "config.json",
-                cache_dir=cache_dir,
-                local_files_only=True,
-                _raise_exceptions_for_missing_entries=False,
-                _raise_exceptions_for_connection_errors=False,
-            )
-        except Exception:  # not cached, or not even a valid repo id: the model loader reports it later
-            return None
-        if resolved is None:
-            return None
-        config_file = Path(resolved)
-    if not config_file.is_file():
-        return None
-    try:
-        return json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _patch_size(config: dict[str, Any]) -> int | None:
-    patch = config.get("patch_size", config.get("vision_config", {}).get("patch_size"))
-    if isinstance(patch, (list, tuple)):
-        if len(set(patch)) != 1:
-            return None  # non-square patches: leave the check to the model loader
-        patch = patch[0]
-    return patch if isinstance(patch, int) and patch > 0 else None
-
-
-def check_image_size(model_args: ModelArguments) -> None:
-    """Fail early when image_size is not a positive multiple of the checkpoint's patch size (if its config is local)."""
-    if model_args.image_size is None:
-        return
-    config = read_checkpoint_config(model_args.model_name_or_path, model_args.cache_dir)
-    patch = _patch_size(config) if config else None
-    if patch is None:
-        return
-    size = model_args.image_size
-    if size % patch == 0:
-        return
-    lower, upper = (size // patch) * patch, (size // patch + 1) * patch
-    options = f"{lower} or {upper}" if lower > 0 else str(upper)
-    raise RecipeError(
-        f"image_size={size} is not a multiple of the patch size {patch} of {model_args.model_name_or_path!r}: "
-        f"the image must split into whole {patch}x{patch} patches. Use --image_size {options}."
-    )
-
-
-def _device_type() -> str:
-    import torch
-
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        return accelerator.current_accelerator().type if accelerator.is_available() else "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def check_precision(training_args: Any, device_type: str | None = None) -> None:
-    """Fail early on a mixed precision the hardware cannot run: fp16 without a GPU, bf16 on CPU without use_cpu.
-
-    `training_args` is a TrainingArguments or anything with its fp16/bf16/use_cpu attributes; `device_type`
-    ("cuda", "cpu", ...) defaults to the accelerator torch finds.
-    """
-    use_cpu = bool(getattr(training_args, "use_cpu", False))
-    device = "cpu" if use_cpu else (device_type or _device_type())
-    fp16 = bool(getattr(training_args, "fp16", False) or getattr(training_args, "fp16_full_eval", False))
-    bf16 = bool(getattr(training_args, "bf16", False) or getattr(training_args, "bf16_full_eval", False))
-    if fp16 and device == "cpu":
-        where = "use_cpu is set" if use_cpu else "no GPU was found"
-        raise RecipeError(
-            f"fp16 mixed precision needs a CUDA GPU, but {where}. Use bf16 instead (--fp16 false --bf16 true, "
-            "adding --use_cpu true on CPU) or drop fp16 (--fp16 false) to train in fp32."
-        )
-    if bf16 and device == "cpu" and not use_cpu:
-        raise RecipeError(
-            "bf16 is set but no GPU was found. Drop it (--bf16 false) to train in fp32 on CPU, or pass "
-            "--use_cpu true to train with CPU bf16 autocast."
-        )
-    if bf16 and device == "cuda" and device_type is None:
-        import torch
-
-        if not torch.cuda.is_bf16_supported():
-            raise RecipeError(
-                "bf16 needs an Ampere or newer GPU; this one has none. Use --bf16 false --fp16 true."
-            )
-
-
-def check_evaluation(data_args: DataArguments, training_args: TrainingArguments) -> None:
-    """Fail early when evaluation is on but has no data, or best-model selection watches a metric we never compute."""
-    metric = training_args.metric_for_best_model
-    if metric is not None:
-        name = metric.removeprefix("eval_")
-        if name not in (*METRIC_NAMES, "loss"):
-            allowed = ", ".join((*METRIC_NAMES, "loss"))
-            raise RecipeError(
-                f"metric_for_best_model={metric!r} is not computed here; use one of {allowed}"
-                f"{_suggest(name, (*METRIC_NAMES, 'loss')) or '.'}"
-            )
-    if str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy)) == "no":
-        return
-    if data_args.validation_split_percentage > 0:
-        return
-    if data_args.train_dir and not data_args.validation_dir:
-        raise RecipeError(
-            "Evaluation is on but there is no validation data: set validation_dir, or validation_split_percentage "
-            "> 0 to hold out part of train_dir, or --eval_strategy no."
-        )
-    if data_args.dataset_name and not data_args.validation_split:
-        raise RecipeError(
-            "Evaluation is on but there is no validation data: set validation_split to the dataset's validation "
-            "split, or validation_split_percentage > 0 to hold out part of train, or --eval_strategy no."
-        )
-
-
-def validate(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
-    """All static checks, cheapest first-to-fail order: image size vs patch size, precision, evaluation setup.
-
-    Needs no network: the checkpoint's patch size is read only from a local folder or the HF cache
-    (otherwise that check is left to the model loader). Data folders are not required to exist yet:
-    `vit_ft.data.load_image_datasets` checks them, naming the argument, when it loads them.
-    """
-    check_image_size(model_args)
-    check_precision(training_args)
-    check_evaluation(data_args, training_args)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -534,7 +246,8 @@ def _merge(layers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
     return values
 
 
-def _unknown_flag_error(rest: list[str], fields: dict[str, _Field]) -> RecipeError:
+def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> RecipeError:
+    """The error for the first argument the parser did not take, naming the closest valid flag."""
     token = rest[0]
     if not token.startswith("-"):
         return RecipeError(f"Unexpected argument {token!r}; options take the form --name value (see --help).")
@@ -548,6 +261,7 @@ def _unknown_flag_error(rest: list[str], fields: dict[str, _Field]) -> RecipeErr
 
 
 def _construct(cls: type, values: dict[str, Any]) -> Any:
+    """An instance of the dataclass `cls` from the values that are its init fields."""
     names = {field.name for field in dataclasses.fields(cls) if field.init}
     return cls(**{key: value for key, value in values.items() if key in names})
 
@@ -562,11 +276,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
-        _build_parser().parse_args(["--help"])  # prints the help with every flag's default, then exits
+        build_parser().parse_args(["--help"])  # prints the help with every flag's default, then exits
 
-    parser = _build_parser()
-    fields = _fields(parser)
-    _prepare_for_explicit_flags(parser, fields)
+    parser = build_parser()
+    fields = argument_fields(parser)
+    only_explicit_flags(parser, fields)
     namespace, rest = parser.parse_known_args(argv)
     if rest:
         raise _unknown_flag_error(rest, fields)
@@ -594,22 +308,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 
 
 __all__ = [
-    "ARGUMENT_DATACLASSES",
     "RECIPES_ENV_VAR",
     "TRAINING_DEFAULTS",
     "RecipeError",
     "RecipeInfo",
-    "check_evaluation",
-    "check_image_size",
-    "check_precision",
     "list_recipes",
     "load_recipe",
     "parse_args",
     "print_recipes",
-    "read_checkpoint_config",
     "recipe_info",
     "recipe_name",
     "recipes_dir",
     "resolve_recipe",
-    "validate",
 ]
