@@ -41,6 +41,7 @@ from vit_ft.recipe_fields import (
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
 _REPO_RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+_RECIPE_SUFFIXES = (".yaml", ".yml")
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
 TRAINING_DEFAULTS: dict[str, Any] = {
@@ -82,7 +83,7 @@ def list_recipes() -> list[str]:
     if not directory.is_dir():
         return []
     return sorted(
-        path.stem for path in directory.iterdir() if path.suffix in (".yaml", ".yml") and path.is_file()
+        path.stem for path in directory.iterdir() if path.suffix in _RECIPE_SUFFIXES and path.is_file()
     )
 
 
@@ -90,14 +91,14 @@ def resolve_recipe(name_or_path: str | os.PathLike) -> Path:
     """Return the YAML file for a recipe name (`dogs`) or a path (`my/recipe.yaml`); unknown names list the choices."""
     text = str(name_or_path)
     path = Path(text).expanduser()
-    if path.suffix in (".yaml", ".yml") or "/" in text or os.sep in text:
+    if path.suffix in _RECIPE_SUFFIXES or "/" in text or os.sep in text:
         if path.is_file():
             return path
         raise RecipeError(
             f"Recipe file {text!r} does not exist; pass an existing .yaml path or a recipe name."
         )
     directory = recipes_dir()
-    for suffix in (".yaml", ".yml"):
+    for suffix in _RECIPE_SUFFIXES:
         candidate = directory / f"{text}{suffix}"
         if candidate.is_file():
             return candidate
