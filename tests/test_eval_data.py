@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_ft.eval_data import folder_eval_data
+from vit_ft.eval_data import data_from_fields, folder_eval_data
 
 CLASSES = {"ant": 3, "bee": 5, "wasp": 4}  # class folder -> number of images
 
@@ -52,3 +52,15 @@ def test_max_samples_takes_a_subset_that_repeats_for_the_seed(folder):
     assert paths(folder_eval_data(folder, id2label, 5, seed=4)) != paths(first)
     everything = folder_eval_data(folder, id2label, 100, seed=3)  # more than there are: all of them
     assert len(everything) == sum(CLASSES.values()) and "random" not in everything.description
+
+
+def test_recorded_fields_give_the_test_split_and_its_seeded_subset(folder):
+    fields = {"train_dir": str(folder), "test_dir": str(folder), "validation_split_percentage": 0}
+    id2label = dict(enumerate(CLASSES))
+    data = data_from_fields(fields, id2label, None, 7, "the record", max_samples=4)
+    assert data.description == f"split 'test' of {folder} (the record, seed 7), 4 random images"
+    assert paths(data) == paths(data_from_fields(fields, id2label, "test", 7, "the record", max_samples=4))
+    with pytest.raises(
+        ValueError, match=r"the record has no 'validation' split; its splits are \['test', 'train'\]"
+    ):
+        data_from_fields(fields, id2label, "validation", 7, "the record")

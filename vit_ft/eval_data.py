@@ -55,19 +55,20 @@ def _as_eval_data(
     names: Sequence[str],
     id2label: dict[int, str],
     description: str,
-    notes: list[str],
+    max_samples: int | None,
+    seed: int,
+    sampled: str,
 ) -> EvalData:
+    """`dataset`'s images with their classes as the model's label ids. With `max_samples` below its size, that
+    many random images (the same ones for the same seed), and `sampled`, formatted with n and seed, is appended
+    to the description."""
+    if max_samples is not None and max_samples < len(dataset):
+        dataset = dataset.shuffle(seed=seed).select(range(max_samples))
+        description += sampled.format(n=max_samples, seed=seed)
     ids = np.asarray(_model_label_ids(names, id2label, description), dtype=np.int64)
     labels = ids[np.asarray(dataset["label"], dtype=np.int64)]  # dataset class index -> model label id
     dataset = dataset.select_columns(["image"]).cast_column("image", datasets.Image(decode=False))
-    return EvalData(dataset, labels, description, notes)
-
-
-def _seeded_subset(dataset: datasets.Dataset, max_samples: int | None, seed: int) -> datasets.Dataset:
-    """`max_samples` random images of `dataset`, the same ones for the same seed; all of them if it has no more."""
-    if max_samples is None or max_samples >= len(dataset):
-        return dataset
-    return dataset.shuffle(seed=seed).select(range(max_samples))
+    return EvalData(dataset, labels, description)
 
 
 def data_from_fields(
@@ -98,10 +99,9 @@ def data_from_fields(
         )
     source = fields.get("dataset_name") or fields.get(f"{split}_dir") or fields.get("train_dir")
     description = f"split {split!r} of {source} ({where}, seed {seed})"
-    dataset = _seeded_subset(splits[split], max_samples, seed)
-    if len(dataset) < len(splits[split]):
-        description += f", {max_samples} random images"
-    return _as_eval_data(dataset, names, id2label, description, [])
+    return _as_eval_data(
+        splits[split], names, id2label, description, max_samples, seed, ", {n} random images"
+    )
 
 
 def recorded_eval_data(
@@ -155,11 +155,9 @@ def folder_eval_data(
 ) -> EvalData:
     """All images of `folder`/<class name>/<image>; class names are matched to the model's label names."""
     splits, names = load_image_datasets(train_dir=folder, validation_split_percentage=0, seed=seed)
-    dataset = _seeded_subset(splits["train"], max_samples, seed)
     description = f"image folder {os.fspath(folder)}"
-    if len(dataset) < len(splits["train"]):
-        description += f" ({max_samples} random images, seed {seed})"
-    return _as_eval_data(dataset, names, id2label, description, [])
+    sampled = " ({n} random images, seed {seed})"
+    return _as_eval_data(splits["train"], names, id2label, description, max_samples, seed, sampled)
 
 
 def resolve_eval_data(
