@@ -12,13 +12,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import HfApi, ModelCard
+from huggingface_hub import HfApi
 
 from .images import image_extensions
 from .run_record import ADAPTER_DIR, PROCESSOR_FILE, RUN_RECORD_FILE, is_adapter_folder, read_run_record
@@ -31,7 +30,6 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of
 # what the fine-tune recorded, shared in both formats
 RECORD_FILES = ("labels.json", "training_curves.png", RUN_RECORD_FILE, "*_results.json", "trainer_state.json")
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", "*.py", PROCESSOR_FILE)
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub repository id, not a local path
 
 
 def stage_for_hub(
@@ -46,6 +44,8 @@ def stage_for_hub(
     `adapter/`) or a bare adapter folder. A LoRA adapter that was not merged is merged here, so the repository
     always holds a complete model; the adapter itself is shared too (vit_ft format, in `adapter/`).
     """
+    from .reporting import model_card  # deferred: reporting imports matplotlib
+
     if format not in FORMATS:
         raise ValueError(f"format={format!r} is not one of {FORMATS}: 'vit_ft' (our code, trust_remote_code) "
                          "or 'transformers' (plain transformers ViT, no remote code).")  # fmt: skip
@@ -80,7 +80,7 @@ def stage_for_hub(
     examples = output_dir / EXAMPLES_DIR
     if examples.is_dir():
         _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions())))
-    hub_model_card(run_info, repo_id, format, staging).save(staging / "README.md")
+    model_card(run_info, repo_id, staging, format).save(staging / "README.md")
     return staging
 
 
@@ -110,103 +110,6 @@ def push_output_dir(
         )
     logger.info("Pushed %s (%s format) to %s", output_dir, format, info.commit_url)
     return info.commit_url
-
-
-def hub_model_card(run_info: dict[str, Any], repo_id: str, format: str, folder: str | Path) -> ModelCard:
-    """The model card: `vit_ft.reporting`'s metadata named after `repo_id`, and a body for the Hub format.
-
-    The metadata (license, library, tags, datasets, base model, model-index results) comes from
-    `reporting.write_model_card`; its body, written for a local folder, is replaced by one that states the
-    recipe, resolution, full or LoRA fine-tuning, the results and how to load the repository.
-    """
-    from .reporting import write_model_card
-
-    with tempfile.TemporaryDirectory() as tmp:
-        card = ModelCard.load(write_model_card(Path(tmp), run_info))
-    data = card.data
-    data.model_name = repo_id
-    data.pipeline_tag = "image-classification"
-    base = run_info.get("base_model")
-    data.base_model = base if _is_hub_id(base) else None  # the Hub rejects a local path as base_model
-    tags = [t for t in data.tags or [] if t != "custom_code"]
-    data.tags = [*tags, "custom_code"] if format == "vit_ft" else [*tags, "vit"]
-    card.text = _card_body(run_info, repo_id, format, Path(folder))
-    return card
-
-
-def _card_body(run_info: dict[str, Any], repo_id: str, format: str, folder: Path) -> str:
-    lora = bool(run_info.get("lora"))
-    height, width = run_info.get("image_size") or (None, None)
-    data = run_info.get("data") or {}
-    dataset = data.get("dataset_name") or data.get("builtin_dataset") or "a local image folder"
-    how = "LoRA (low-rank adapters, merged into the weights here)" if lora else "full fine-tuning"
-    base = run_info.get("base_model")
-    base_text = f"[`{base}`](https://huggingface.co/{base})" if _is_hub_id(base) else "a local checkpoint"
-    if format == "vit_ft":
-        use = (
-            "```python\nfrom transformers import AutoImageProcessor, AutoModelForImageClassification\n\n"
-            f'model = AutoModelForImageClassification.from_pretrained("{repo_id}", trust_remote_code=True)\n'
-            f'processor = AutoImageProcessor.from_pretrained("{repo_id}")\n```\n\n'
-            "The model's code (`modeling_vit_ft.py` and its imports) is in this repository: it is the vit-ft ViT "
-            "(fused-qkv SDPA attention, any input resolution), not transformers' own ViT. With vit-ft installed, "
-            f'`vit_ft.ViTFTForImageClassification.from_pretrained("{repo_id}")` loads it without remote code.'
-        )
-        if lora:
-            use += " The LoRA adapter alone (peft) is in `adapter/`."
-    else:
-        use = (
-            "```python\nfrom transformers import pipeline\n\n"
-            f'classifier = pipeline("image-classification", model="{repo_id}")\n'
-            'classifier("image.jpg", top_k=5)\n```\n\n'
-            "A standard transformers `ViTForImageClassification` (exported from vit-ft): no remote code. "
-            f"Its position embeddings are at the fine-tuned {height}x{width} resolution."
-        )
-    lines = [
-        "",
-        f"# {repo_id}",
-        "",
-        f"A Vision Transformer fine-tuned for image classification with vit-ft, by {how}.",
-        "",
-        f"- Recipe: `{run_info.get('recipe')}`",
-        f"- Base model: {base_text}",
-        f"- Resolution: {height}x{width} (the image processor resizes to it)",
-        f"- Fine-tuning: {'LoRA' if lora else 'full'}",
-        f"- Dataset: `{dataset}`",
-        f"- Format: {'vit_ft (custom code, `trust_remote_code=True`)' if format == 'vit_ft' else 'transformers ViT'}",
-        "",
-        "## Evaluation results",
-        "",
-        _results_table(run_info.get("metrics") or {}),
-        "",
-        "## Use",
-        "",
-        use,
-        "",
-    ]
-    if (folder / "training_curves.png").is_file():
-        lines += ["## Training", "", "![training curves](training_curves.png)", ""]
-    if (folder / RUN_RECORD_FILE).is_file():
-        lines += [f"All run settings are in `{RUN_RECORD_FILE}`.", ""]
-    return "\n".join(lines)
-
-
-def _results_table(metrics: dict[str, Any]) -> str:
-    columns = ("accuracy", "top5_accuracy", "f1", "loss")
-    rows = []
-    for split, prefix in (("validation", "eval_"), ("test", "test_")):
-        values = [metrics.get(prefix + c) for c in columns]
-        if any(isinstance(v, (int, float)) for v in values):
-            cells = " | ".join(f"{v:.4f}" if isinstance(v, (int, float)) else "-" for v in values)
-            rows.append(f"| {split} | {cells} |")
-    if not rows:
-        return "No evaluation results were recorded."
-    return "\n".join(
-        ["| split | accuracy | top-5 accuracy | F1 | loss |", "| --- | --- | --- | --- | --- |", *rows]
-    )
-
-
-def _is_hub_id(name: Any) -> bool:
-    return isinstance(name, str) and bool(HUB_ID.match(name)) and not Path(name).exists()
 
 
 def _adapter_dir(output_dir: Path) -> Path | None:
@@ -307,4 +210,4 @@ def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> Non
             shutil.copy2(path, target / path.name)
 
 
-__all__ = ["FORMATS", "hub_model_card", "push_output_dir", "stage_for_hub"]
+__all__ = ["FORMATS", "push_output_dir", "stage_for_hub"]

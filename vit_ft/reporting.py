@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,6 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData  # noqa: E402
 from .run_record import RUN_RECORD_FILE, run_folder  # noqa: E402
 
 EVAL_METRICS = ("eval_accuracy", "eval_top5_accuracy", "eval_f1", "eval_loss")
-REPORTED = ("_accuracy", "_f1", "_loss")  # metric-name endings shown in the model card (not runtimes)
 
 
 def plot_training_curves(log_history: list[dict[str, Any]], path: str | Path) -> Path:
@@ -53,11 +53,41 @@ def plot_training_curves(log_history: list[dict[str, Any]], path: str | Path) ->
     return path
 
 
+# ---- a fine-tune's model card ----------------------------------------------------------------------------
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub repository id, not a local path
+
+
+def is_hub_id(name: Any) -> bool:
+    """Whether `name` reads as a Hub repository id ("owner/name" or "name") and is not a local path."""
+    return isinstance(name, str) and bool(HUB_ID.match(name)) and not Path(name).exists()
+
+
+def model_card(run_info: dict[str, Any], name: str, folder: str | Path, format: str = "vit_ft") -> ModelCard:
+    """The model card of a fine-tune, for its output folder and for the Hub alike.
+
+    YAML metadata (license, library, pipeline, tags, dataset, base model when it is a Hub id, model-index
+    results) and a body stating the recipe, base model, resolution, full or LoRA fine-tuning, the results
+    and how to load the model. `run_info` is the run record (`vit_ft_run.json`); `name` is what the card
+    loads (a Hub repository id, or the output folder's name); `folder` is where the card goes (it links
+    training_curves.png and the run record when they are there); `format` is the one it is shared in:
+    "vit_ft" (our code beside the weights, loaded with trust_remote_code) or "transformers" (a plain ViT).
+    """
+    body = _card_body(run_info, name, format, Path(folder))
+    return ModelCard(f"---\n{_card_data(run_info, name, format).to_yaml()}\n---\n{body}")
+
+
 def write_model_card(output_dir: str | Path, run_info: dict[str, Any]) -> Path:
-    """README.md with YAML metadata (license, library, tags, datasets, base model, model-index results)."""
+    """README.md of a fine-tune's output folder: `model_card` named after the folder."""
     output_dir = Path(output_dir)
-    metrics = run_info.get("metrics", {})
-    data = run_info.get("data", {})
+    path = output_dir / "README.md"
+    model_card(run_info, output_dir.name, output_dir).save(path)
+    return path
+
+
+def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardData:
+    metrics = run_info.get("metrics") or {}
+    data = run_info.get("data") or {}
     dataset_id = (
         data.get("dataset_name")
         or (data.get("builtin_dataset") and f"sklearn-{data['builtin_dataset']}")
@@ -72,68 +102,103 @@ def write_model_card(output_dir: str | Path, run_info: dict[str, Any]) -> Path:
             dataset_type=dataset_id,
             dataset_name=dataset_id,
             dataset_split=split,
-            metric_type=name,
-            metric_value=float(metrics[prefix + name]),
+            metric_type=metric,
+            metric_value=float(metrics[prefix + metric]),
         )
-        for name in ("accuracy", "top5_accuracy", "f1")
-        if prefix + name in metrics
+        for metric in ("accuracy", "top5_accuracy", "f1")
+        if prefix + metric in metrics
     ]
-    name = output_dir.name
     base = run_info.get("base_model")
-    card_data = ModelCardData(
+    tuning = "lora" if run_info.get("lora") else "full-fine-tuning"
+    return ModelCardData(
         license="apache-2.0",
         library_name="transformers",
         tags=[
             "vit_ft",
             "vision",
             "image-classification",
-            "lora" if run_info.get("lora") else "full-fine-tuning",
+            tuning,
+            "custom_code" if format == "vit_ft" else "vit",
         ],
         datasets=[data["dataset_name"]] if data.get("dataset_name") else None,
-        base_model=base if base and not Path(base).exists() else None,
+        base_model=base if is_hub_id(base) else None,  # the Hub rejects a local path as base_model
         metrics=["accuracy", "f1"],
         model_name=name,
         eval_results=results or None,
+        pipeline_tag="image-classification",
     )
+
+
+def _card_body(run_info: dict[str, Any], name: str, format: str, folder: Path) -> str:
+    lora = bool(run_info.get("lora"))
     height, width = run_info.get("image_size") or (None, None)
-    rows = "\n".join(
-        f"| {k} | {v:.4f} |"
-        for k, v in sorted(metrics.items())
-        if isinstance(v, float) and k.endswith(REPORTED)
+    data = run_info.get("data") or {}
+    dataset = data.get("dataset_name") or data.get("builtin_dataset") or "a local image folder"
+    merged = "merged into the weights here" if (folder / "config.json").is_file() else "in `adapter/`"
+    how = f"LoRA (low-rank adapters, {merged})" if lora else "full fine-tuning"
+    base = run_info.get("base_model")
+    base_text = f"[`{base}`](https://huggingface.co/{base})" if is_hub_id(base) else "a local checkpoint"
+    lines = [
+        "",
+        f"# {name}",
+        "",
+        f"A Vision Transformer fine-tuned for image classification with vit-ft, by {how}.",
+        "",
+        f"- Recipe: `{run_info.get('recipe')}`",
+        f"- Base model: {base_text}",
+        f"- Resolution: {height}x{width} (the image processor resizes to it)",
+        f"- Fine-tuning: {'LoRA' if lora else 'full'}",
+        f"- Dataset: `{dataset}`",
+        f"- Format: {'vit_ft (custom code, `trust_remote_code=True`)' if format == 'vit_ft' else 'transformers ViT'}",
+        "",
+        "## Evaluation results",
+        "",
+        _results_table(run_info.get("metrics") or {}),
+        "",
+        "## Use",
+        "",
+        _card_usage(name, format, lora, f"{height}x{width}"),
+        "",
+    ]
+    if (folder / "training_curves.png").is_file():
+        lines += ["## Training", "", "![training curves](training_curves.png)", ""]
+    if (folder / RUN_RECORD_FILE).is_file():
+        lines += [f"All run settings are in `{RUN_RECORD_FILE}`.", ""]
+    return "\n".join(lines)
+
+
+def _card_usage(name: str, format: str, lora: bool, resolution: str) -> str:
+    if format == "transformers":
+        return (
+            "```python\nfrom transformers import pipeline\n\n"
+            f'classifier = pipeline("image-classification", model="{name}")\n'
+            'classifier("image.jpg", top_k=5)\n```\n\n'
+            "A standard transformers `ViTForImageClassification` (exported from vit-ft): no remote code. "
+            f"Its position embeddings are at the fine-tuned {resolution} resolution."
+        )
+    usage = (
+        "```python\nfrom transformers import AutoImageProcessor, AutoModelForImageClassification\n\n"
+        f'model = AutoModelForImageClassification.from_pretrained("{name}", trust_remote_code=True)\n'
+        f'processor = AutoImageProcessor.from_pretrained("{name}")\n```\n\n'
+        "The model's code (`modeling_vit_ft.py` and its imports) is in this repository: it is the vit-ft ViT "
+        "(fused-qkv SDPA attention, any input resolution), not transformers' own ViT. With vit-ft installed, "
+        f'`vit_ft.ViTFTForImageClassification.from_pretrained("{name}")` loads it without remote code.'
     )
-    content = f"""---
-{card_data.to_yaml()}
----
+    return usage + (" The LoRA adapter alone (peft) is in `adapter/`." if lora else "")
 
-# {name}
 
-A Vision Transformer fine-tuned with vit-ft ({"LoRA" if run_info.get("lora") else "full fine-tuning"}).
-
-- Recipe: `{run_info.get("recipe")}`
-- Base model: `{base}`
-- Resolution: {height}x{width}
-- Dataset: `{dataset_id}`
-
-## Results
-
-| metric | value |
-| --- | --- |
-{rows}
-
-## Use
-
-```python
-from transformers import AutoModelForImageClassification
-model = AutoModelForImageClassification.from_pretrained("{name}", trust_remote_code=True)
-```
-
-![training curves](training_curves.png)
-
-Run settings: see `{RUN_RECORD_FILE}`.
-"""
-    path = output_dir / "README.md"
-    ModelCard(content).save(path)
-    return path
+def _results_table(metrics: dict[str, Any]) -> str:
+    """One row per split with results (validation, test); "-" where a metric was not recorded."""
+    columns = {"accuracy": "accuracy", "top5_accuracy": "top-5 accuracy", "f1": "F1", "loss": "loss"}
+    rows = []
+    for split, prefix in (("validation", "eval_"), ("test", "test_")):
+        values = {title: metrics.get(prefix + key) for key, title in columns.items()}
+        if any(isinstance(v, (int, float)) for v in values.values()):
+            cells = {t: float(v) if isinstance(v, (int, float)) else "-" for t, v in values.items()}
+            rows.append({"split": split, **cells})
+    if not rows:
+        return "No evaluation results were recorded."
+    return markdown_table(rows, ["split", *columns.values()]).rstrip("\n")
 
 
 # ---- an evaluation's report ------------------------------------------------------------------------------
@@ -184,11 +249,25 @@ def write_report(
     notes: Sequence[str],
 ) -> Path:
     """report.md: the metrics, every figure, the per-class table (or its worst rows), and the notes."""
+    lines = [
+        *_report_summary(output_dir, model, metrics),
+        *_report_figures(figures),
+        *_report_per_class(table),
+    ]
+    if notes:
+        lines += ["## Notes", "", *[f"- {note}" for note in notes], ""]
+    path = output_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any]) -> list[str]:
+    """The report's title, what was evaluated on what, and the metrics table."""
     top_key = next(k for k in metrics if k.startswith("top") and k.endswith("_accuracy"))
     top_name = f"top-{top_key.removeprefix('top').removesuffix('_accuracy')} accuracy"
     folder = run_folder(model)
     model_link = f"[`{model}`]({os.path.relpath(folder, output_dir)})" if folder else f"`{model}`"
-    lines = [
+    return [
         f"# Evaluation of `{model}`",
         "",
         f"- Model: {model_link}",
@@ -209,19 +288,31 @@ def write_report(
         "All numbers: [metrics.json](metrics.json). Per-image predictions: [predictions.csv](predictions.csv).",
         "",
     ]  # fmt: skip
-    titles = {
-        "confusion_matrix": "Confusion matrix (rows: true class, normalised)",
-        "mistakes": "Most confident mistakes",
-        "training_curves": "Training curves of the fine-tune",
-    }
-    for key, title in titles.items():
+
+
+FIGURE_TITLES = {
+    "confusion_matrix": "Confusion matrix (rows: true class, normalised)",
+    "mistakes": "Most confident mistakes",
+    "training_curves": "Training curves of the fine-tune",
+}
+
+
+def _report_figures(figures: dict[str, str]) -> list[str]:
+    """A section per figure in `figures` (key -> file name), in FIGURE_TITLES' order, and the tables behind them."""
+    lines = []
+    for key, title in FIGURE_TITLES.items():
         if key in figures:
             lines += [f"## {title}", "", f"![{title}]({figures[key]})", ""]
     lines += ["Counts: [confusion_matrix.csv](confusion_matrix.csv) ([.npy](confusion_matrix.npy)); the mistakes "
               "shown: [mistakes.csv](mistakes.csv).", ""]  # fmt: skip
     if "training_curves" not in figures:
         lines += ["No training curves: the model folder has no training_curves.png.", ""]
-    lines += [
+    return lines
+
+
+def _report_per_class(table: list[dict[str, Any]]) -> list[str]:
+    """The per-class table of the classes present, or its 10 lowest-F1 rows when there are many classes."""
+    lines = [
         "## Per class",
         "",
         "Full table: [per_class.csv](per_class.csv), [per_class.md](per_class.md).",
@@ -229,15 +320,9 @@ def write_report(
     ]
     present = [row for row in table if row["support"] > 0]
     if len(present) <= TABLE_IN_REPORT_MAX_CLASSES:
-        lines.append(markdown_table(present, PER_CLASS_COLUMNS))
-    else:
-        worst = sorted(present, key=lambda row: (row["f1"], -row["support"]))[:10]
-        lines += ["The 10 classes with the lowest F1:", "", markdown_table(worst, PER_CLASS_COLUMNS)]
-    if notes:
-        lines += ["## Notes", "", *[f"- {note}" for note in notes], ""]
-    path = output_dir / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+        return [*lines, markdown_table(present, PER_CLASS_COLUMNS)]
+    worst = sorted(present, key=lambda row: (row["f1"], -row["support"]))[:10]
+    return [*lines, "The 10 classes with the lowest F1:", "", markdown_table(worst, PER_CLASS_COLUMNS)]
 
 
 def copy_training_curves(model: str, output_dir: Path) -> str | None:
@@ -252,7 +337,9 @@ def copy_training_curves(model: str, output_dir: Path) -> str | None:
 
 __all__ = [
     "copy_training_curves",
+    "is_hub_id",
     "markdown_table",
+    "model_card",
     "plot_training_curves",
     "write_confusion_csv",
     "write_csv",
