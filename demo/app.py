@@ -54,7 +54,7 @@ class Classifier:
 
     The resolution is the model config's; mean, std, rescale factor and resampling come from the folder's
     image processor; the geometry is the evaluation one (resize to cover, centre crop), as in
-    `vit_ft.data.build_transforms(train=False)`.
+    `vit_ft.transforms.build_transforms(train=False)`.
     """
 
     def __init__(self, model: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:

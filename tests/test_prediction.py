@@ -11,7 +11,6 @@ import torch
 from PIL import Image
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.data import build_transforms
 from vit_ft.inference import load_classifier
 from vit_ft.prediction import (
     PREDICTION_COLUMNS,
@@ -21,6 +20,7 @@ from vit_ft.prediction import (
     read_predictions,
     run_prediction,
 )
+from vit_ft.transforms import build_transforms
 
 from .conftest import REPO, randomize, tiny_ft_config
 

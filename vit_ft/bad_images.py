@@ -1,7 +1,7 @@
 """Screening image files before training: find the rows whose image does not decode, and drop them.
 
 `find_bad_images` lists them (missing files, non-images, truncated files, images over `max_pixels`);
-`drop_bad_images` (also importable from `vit_ft.data`) returns the dataset without them and logs what went.
+`drop_bad_images` returns the dataset without them and logs what went.
 A file that passes here decodes in the transform of `vit_ft.transforms.build_transforms`.
 """
 

@@ -30,19 +30,9 @@ from typing import Any
 
 import datasets
 
-from .bad_images import drop_bad_images
-from .digits import write_digits_imagefolder
 from .images import image_extensions
-from .transforms import ImageClassificationTransform, build_transforms, collate_fn
 
-__all__ = [
-    "ImageClassificationTransform",
-    "build_transforms",
-    "collate_fn",
-    "drop_bad_images",
-    "load_image_datasets",
-    "write_digits_imagefolder",
-]
+__all__ = ["load_image_datasets"]
 
 logger = logging.getLogger(__name__)
 

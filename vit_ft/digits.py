@@ -1,6 +1,6 @@
 """The built-in smoke dataset: scikit-learn's handwritten digits written as PNG image folders (no download).
 
-`write_digits_imagefolder` (also importable from `vit_ft.data`) writes root/{train,test}/<digit>/<index>.png
+`write_digits_imagefolder` writes root/{train,test}/<digit>/<index>.png
 once; `load_image_datasets(train_dir=root / "train", validation_dir=root / "test")` then loads them.
 """
 

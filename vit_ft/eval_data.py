@@ -14,7 +14,8 @@ from typing import Any
 import datasets
 import numpy as np
 
-from .data import load_image_datasets, write_digits_imagefolder
+from .data import load_image_datasets
+from .digits import write_digits_imagefolder
 from .run_record import RUN_RECORD_FILE, read_run_record, recorded_seed
 
 DATA_FIELDS = (

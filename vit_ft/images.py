@@ -125,7 +125,7 @@ def _check_pixels(size: tuple[int, int], max_pixels: int | None, name: str) -> N
         raise ValueError(
             f"{name}: {size[0]}x{size[1]} = {size[0] * size[1]:,} pixels is over max_pixels={max_pixels:,} "
             "(decompression-bomb guard). If the file is trusted, pass a larger max_pixels; otherwise remove it "
-            "(vit_ft.data.drop_bad_images lists and drops such files)."
+            "(vit_ft.bad_images.drop_bad_images lists and drops such files)."
         )
 
 
@@ -178,7 +178,7 @@ def _open_local(target: str | IO[bytes], max_pixels: int | None, name: str) -> I
         except Image.DecompressionBombError as error:
             raise ValueError(
                 f"{name}: {error} If the file is trusted, raise PIL.Image.MAX_IMAGE_PIXELS and max_pixels; "
-                "otherwise remove it (vit_ft.data.drop_bad_images lists and drops such files)."
+                "otherwise remove it (vit_ft.bad_images.drop_bad_images lists and drops such files)."
             ) from error
     try:
         _check_pixels(img.size, max_pixels, name)

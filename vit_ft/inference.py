@@ -27,10 +27,10 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .configuration_vit_ft import nearest_multiple, to_2tuple
-from .data import ImageClassificationTransform, build_transforms
 from .images import DEFAULT_MAX_PIXELS, VIT_MEAN, VIT_STD
 from .modeling_vit_ft import ViTFTForImageClassification
 from .run_record import ADAPTER_DIR, PROCESSOR_FILE, is_adapter_folder, read_run_record
+from .transforms import ImageClassificationTransform, build_transforms
 
 logger = logging.getLogger("vit_ft")
 
@@ -47,7 +47,7 @@ class Preprocessing:
     max_pixels: int | None = DEFAULT_MAX_PIXELS
 
     def transform(self) -> ImageClassificationTransform:
-        """The eval transform of `vit_ft.data.build_transforms` with these settings."""
+        """The eval transform of `vit_ft.transforms.build_transforms` with these settings."""
         return build_transforms(
             self.image_size,
             mean=self.mean,

@@ -35,7 +35,7 @@ def read_image_folder(root: str | Path, size: int) -> tuple[torch.Tensor, torch.
     root = Path(root)
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not classes:
-        raise FileNotFoundError(f"No class sub-folders in {root}; write the digits first (vit_ft.data).")
+        raise FileNotFoundError(f"No class sub-folders in {root}; write the digits first (vit_ft.digits).")
     pixels, labels = [], []
     for index, name in enumerate(classes):
         for path in sorted((root / name).iterdir()):

@@ -16,10 +16,13 @@ from transformers import AutoImageProcessor, Trainer, TrainingArguments, ViTImag
 from transformers.image_utils import PILImageResampling
 
 from .arguments import DataArguments, ModelArguments
-from .data import build_transforms, collate_fn, drop_bad_images, load_image_datasets, write_digits_imagefolder
+from .bad_images import drop_bad_images
+from .data import load_image_datasets
+from .digits import write_digits_imagefolder
 from .metrics import build_compute_metrics
 from .modeling_vit_ft import ViTFTForImageClassification
 from .run_record import LABELS_FILE, write_run_record
+from .transforms import build_transforms, collate_fn
 
 logger = logging.getLogger("vit_ft")
 

@@ -2,7 +2,6 @@
 
 `build_transforms` gives the batch transform for `datasets.Dataset.with_transform` (train: random resized crop
 and flip; eval: resize and centre crop; then normalise) and `collate_fn` stacks its output for the Trainer.
-Both are also importable from `vit_ft.data`, the data layer's entry point.
 
 Decoding happens in the transform, so the image column should be cast to `datasets.Image(decode=False)`:
 then JPEGs are decoded at reduced size (draft mode) and a bad file cannot crash a worker.
@@ -115,7 +114,7 @@ class ImageClassificationTransform:
             except Exception as error:  # any failure: one bad file must not kill an epoch
                 logger.warning(
                     "Could not decode image %s (%s: %s); using a blank (mean-colour) image instead. "
-                    "Run vit_ft.data.drop_bad_images on the split before training to remove it.",
+                    "Run vit_ft.bad_images.drop_bad_images on the split before training to remove it.",
                     describe_source(image),
                     type(error).__name__,
                     error,
