@@ -15,7 +15,6 @@ from PIL import Image
 from sklearn.metrics import precision_recall_fscore_support
 
 from vit_ft.evaluation import confusion_counts, per_class_table, run_evaluation
-from vit_ft.figures import normalize_rows, plot_confusion_matrix
 
 from .conftest import REPO
 
@@ -152,25 +151,6 @@ def test_numbers_from_counts_match_sklearn():
     np.testing.assert_allclose([r["recall"] for r in table], recall)
     np.testing.assert_allclose([r["f1"] for r in table], f1)
     assert [r["support"] for r in table] == support.tolist()
-    normalized = normalize_rows(counts)
-    np.testing.assert_allclose(normalized[:5].sum(axis=1), 1.0)
-    assert normalized[5].sum() == 0
-
-
-def test_confusion_matrix_figure_grows_with_the_class_count(tmp_path):
-    rng = np.random.default_rng(0)
-    sizes = {}
-    for n in (10, 120):
-        labels = rng.integers(0, n, 2000)
-        counts = confusion_counts(
-            labels, np.where(rng.random(2000) < 0.7, labels, rng.integers(0, n, 2000)), n
-        )
-        path = plot_confusion_matrix(
-            counts, {i: f"breed number {i}" for i in range(n)}, tmp_path / f"{n}.png"
-        )
-        with Image.open(path) as image:
-            sizes[n] = image.size
-    assert sizes[120][0] > 2.5 * sizes[10][0]  # room for 120 rows of labels
 
 
 def test_no_script_is_named_like_a_module():

@@ -245,3 +245,25 @@ def test_bf16_autocast_matches_transformers_to_its_own_rounding(monkeypatch, tmp
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):  # inference takes it too
         ours.eval()(pixel_values=pixels)
     assert len(calls) == 4
+
+
+@pytest.mark.skipif(not kernels._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products")
+def test_progress_bar_monitor_thread_does_not_count_as_computing():
+    """tqdm's monitor (alive after any progress bar, e.g. from_pretrained's) runs no torch code."""
+
+    class TMonitor(threading.Thread):  # the class name tqdm's monitor thread has
+        pass
+
+    if kernels._another_thread_may_compute():
+        pytest.skip("another thread runs in this test process")
+    flags = torch.backends.mkldnn.matmul
+    previous, release = flags.fp32_precision, threading.Event()
+    monitor = TMonitor(target=release.wait, daemon=True)
+    monitor.start()
+    try:
+        with kernels._bf16_products_of_fp32():
+            seen = flags.fp32_precision
+    finally:
+        release.set()
+        monitor.join()
+    assert seen == "bf16" and flags.fp32_precision == previous

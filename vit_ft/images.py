@@ -17,7 +17,10 @@ import torch
 from PIL import Image, ImageOps
 
 __all__ = [
+    "CROP_RATIO",
+    "CROP_SCALE",
     "DEFAULT_MAX_PIXELS",
+    "RESCALE_FACTOR",
     "VIT_MEAN",
     "VIT_STD",
     "ImageSource",
@@ -37,6 +40,10 @@ DEFAULT_MAX_PIXELS = 89_478_485
 # ViTImageProcessor's normalisation (google/vit-* checkpoints), for a model that comes without a processor
 VIT_MEAN = (0.5, 0.5, 0.5)
 VIT_STD = (0.5, 0.5, 0.5)
+RESCALE_FACTOR = 1 / 255  # 8-bit pixels to [0, 1], as image processors rescale
+# Inception-style random-resized-crop: area fraction and aspect-ratio ranges (torchvision's defaults)
+CROP_SCALE = (0.08, 1.0)
+CROP_RATIO = (3 / 4, 4 / 3)
 
 # A path, raw encoded bytes, a binary file object, a `datasets.Image(decode=False)` value {"bytes", "path"},
 # or an already decoded PIL image.
@@ -252,8 +259,8 @@ _SHOWN_TO_STORED = {
 def random_resized_crop(
     source: ImageSource,
     size: tuple[int, int],
-    scale: tuple[float, float] = (0.08, 1.0),
-    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    scale: tuple[float, float] = CROP_SCALE,
+    ratio: tuple[float, float] = CROP_RATIO,
     resample: int = Image.Resampling.BICUBIC,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     draft: bool = True,
@@ -306,8 +313,8 @@ def random_resized_crop(
 def random_resized_crop_box(
     width: int,
     height: int,
-    scale: tuple[float, float] = (0.08, 1.0),
-    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    scale: tuple[float, float] = CROP_SCALE,
+    ratio: tuple[float, float] = CROP_RATIO,
 ) -> tuple[float, float, float, float]:
     """Crop box (left, top, right, bottom) drawn like torchvision's `RandomResizedCrop.get_params`.
 
@@ -372,7 +379,7 @@ def to_normalized_tensor(
     img: Image.Image,
     mean: Sequence[float],
     std: Sequence[float],
-    rescale_factor: float = 1 / 255,
+    rescale_factor: float = RESCALE_FACTOR,
 ) -> torch.Tensor:
     """8-bit RGB PIL image -> float32 (channels, height, width) tensor: (pixel * rescale_factor - mean) / std."""
     array = np.array(img, dtype=np.uint8)  # (height, width, channels), a writable copy for torch

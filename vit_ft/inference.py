@@ -27,7 +27,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .configuration_vit_ft import nearest_multiple, to_2tuple
-from .images import DEFAULT_MAX_PIXELS, VIT_MEAN, VIT_STD
+from .images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
 from .modeling_vit_ft import ViTFTForImageClassification
 from .run_record import ADAPTER_DIR, PROCESSOR_FILE, is_adapter_folder, read_run_record
 from .transforms import ImageClassificationTransform, build_transforms
@@ -42,7 +42,7 @@ class Preprocessing:
     image_size: tuple[int, int]  # (height, width)
     mean: tuple[float, ...] = VIT_MEAN
     std: tuple[float, ...] = VIT_STD
-    rescale_factor: float = 1 / 255
+    rescale_factor: float = RESCALE_FACTOR
     resample: int = Image.Resampling.BICUBIC  # what vit_ft fine-tunes and evaluates with
     max_pixels: int | None = DEFAULT_MAX_PIXELS
 
@@ -159,7 +159,7 @@ def read_preprocessing(
         image_size=size,
         mean=tuple(float(v) for v in processor.get("image_mean", VIT_MEAN)) if normalize else (0.0,) * 3,
         std=tuple(float(v) for v in processor.get("image_std", VIT_STD)) if normalize else (1.0,) * 3,
-        rescale_factor=float(processor.get("rescale_factor", 1 / 255)) if rescale else 1.0,
+        rescale_factor=float(processor.get("rescale_factor", RESCALE_FACTOR)) if rescale else 1.0,
         resample=int(processor.get("resample", Image.Resampling.BICUBIC)),
         max_pixels=max_pixels,
     )

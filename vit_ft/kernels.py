@@ -150,17 +150,29 @@ def _onednn_bf16_hardware() -> bool:
     return bool(supported is not None and supported())
 
 
+# threads that never run torch code: tqdm's progress-bar monitor (started by the first bar, e.g. of
+# from_pretrained) and TensorBoard's event-file writer (Trainer's TensorBoard callback)
+_NON_COMPUTING_THREADS = ("TMonitor", "_AsyncWriterThread")
+
+
+def _another_thread_may_compute() -> bool:
+    """Whether a Python thread other than this one is alive that could run a matrix product (a Gradio worker,
+    a user's thread pool); the known non-computing helper threads above do not count."""
+    me = threading.current_thread()
+    return any(t is not me and type(t).__name__ not in _NON_COMPUTING_THREADS for t in threading.enumerate())
+
+
 @contextlib.contextmanager
 def _bf16_products_of_fp32():
     """Let oneDNN run fp32 matrix products on its bf16 units inside the block (`fp32_precision = "bf16"`).
 
     Used only for fp32 operands that hold bf16 values (upcast exactly), where it rounds nothing: a bf16 x bf16
     product with fp32 sums and an fp32 result, which torch has no CPU call for. The switch is process-wide, so
-    it is flipped only while this is the process's only Python thread (no other thread can see it), and always
-    put back; otherwise the same products run as plain fp32 products of the same values.
+    it is flipped only while no other Python thread could run a matrix product meanwhile, and always put back;
+    otherwise the same products run as plain fp32 products of the same values.
     """
     flags = torch.backends.mkldnn.matmul
-    if threading.active_count() > 1:
+    if _another_thread_may_compute():
         yield
         return
     previous = flags.fp32_precision

@@ -18,7 +18,10 @@ import torch
 from PIL import Image
 
 from .images import (
+    CROP_RATIO,
+    CROP_SCALE,
     DEFAULT_MAX_PIXELS,
+    RESCALE_FACTOR,
     describe_source,
     load_image,
     random_resized_crop,
@@ -131,11 +134,11 @@ def build_transforms(
     mean: Sequence[float],
     std: Sequence[float],
     train: bool,
-    crop_scale: tuple[float, float] = (0.08, 1.0),
-    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    crop_scale: tuple[float, float] = CROP_SCALE,
+    crop_ratio: tuple[float, float] = CROP_RATIO,
     horizontal_flip: bool = True,
     crop_pct: float = 1.0,
-    rescale_factor: float = 1 / 255,
+    rescale_factor: float = RESCALE_FACTOR,
     resample: int = Image.Resampling.BICUBIC,
     image_column: str = "image",
     label_column: str = "label",
