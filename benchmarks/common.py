@@ -15,6 +15,7 @@ import transformers
 from PIL import Image
 
 from vit_ft.configuration_vit_ft import ViTFTConfig
+from vit_ft.kernels import cpuinfo
 
 SECTIONS = ("model", "ceiling", "lora", "data", "gpu")
 # autocast dtype per precision name; None runs without autocast
@@ -192,14 +193,7 @@ def throughput_row(
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def machine_info() -> dict[str, Any]:

@@ -37,15 +37,20 @@ except (AttributeError, RuntimeError):
 
 
 @functools.cache
-def _cpu_vendor() -> str:
+def cpuinfo(field: str) -> str:
+    """A field of the first processor in /proc/cpuinfo ("vendor_id", "model name"); "" where there is none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.split(":", 1)[0].strip() == field:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return ""
+
+
+def _cpu_vendor() -> str:
+    return cpuinfo("vendor_id")
 
 
 def kernels_enabled() -> bool:
@@ -335,6 +340,7 @@ __all__ = [
     "KERNELS_ENV",
     "Linear",
     "PackedBitsDropout",
+    "cpuinfo",
     "kernels_enabled",
     "linear",
     "linear_activation",
