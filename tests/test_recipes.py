@@ -412,3 +412,31 @@ def test_recipes_dir_follows_the_environment_variable(tmp_path, monkeypatch, cap
     assert "mine" in capsys.readouterr().out
     monkeypatch.setenv(recipes.RECIPES_ENV_VAR, str(tmp_path / "empty"))
     assert list_recipes() == []
+
+
+def test_an_empty_recipe_file_is_one_error(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing here\n")
+    with pytest.raises(RecipeError, match="the recipe is empty"):
+        parse_args(["--recipe", str(path)])
+
+
+def test_a_data_source_on_the_command_line_replaces_the_recipes_builtin_data():
+    _, data_args, _ = parse_args(["--recipe", "digits", "--train_dir", "my/train", "--validation_dir", "my/val"])
+    assert (data_args.train_dir, data_args.validation_dir) == ("my/train", "my/val")
+    assert data_args.builtin_dataset is None and data_args.test_dir is None
+    _, data_args, _ = parse_args(["--recipe", "digits", "--dataset_name", "uoft-cs/cifar10"])
+    assert data_args.dataset_name == "uoft-cs/cifar10" and data_args.train_dir is None
+
+
+@pytest.mark.parametrize(
+    "flags, pattern",
+    [
+        (["--num_train_epochs", "0"], "train nothing"),
+        (["--learning_rate", "-0.1"], "must be positive"),
+        (["--image_size", "0"], "positive number of pixels"),
+    ],
+)
+def test_meaningless_runs_fail_in_parse_args(flags, pattern):
+    with pytest.raises(RecipeError, match=pattern):
+        parse_args(["--recipe", "digits", *flags])

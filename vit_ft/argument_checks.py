@@ -6,6 +6,7 @@ runs them before it returns, so a bad combination fails before anything is downl
 """
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,92 @@ def check_image_size(model_args: ModelArguments) -> None:
     )
 
 
+MAX_IMAGE_TOKENS_ENV_VAR = "VIT_FT_MAX_IMAGE_TOKENS"
+# 1024x1024 pixels at patch 16: attention memory grows with the square of the token count, so far beyond this a
+# typo (--image_size 4096) would run for minutes at many GB before anything fails.
+DEFAULT_MAX_IMAGE_TOKENS = 4096
+_ASSUMED_PATCH = 16  # ViT's usual patch size, for checkpoints whose config is not readable locally
+
+
+def max_image_tokens() -> int:
+    """The bound on patch tokens per image: $VIT_FT_MAX_IMAGE_TOKENS if set, else DEFAULT_MAX_IMAGE_TOKENS."""
+    value = os.environ.get(MAX_IMAGE_TOKENS_ENV_VAR, "")
+    try:
+        return int(value) if value.strip() else DEFAULT_MAX_IMAGE_TOKENS
+    except ValueError:
+        raise RecipeError(
+            f"{MAX_IMAGE_TOKENS_ENV_VAR}={value!r} is not a whole number; set it to a token count such as 4096."
+        ) from None
+
+
+def check_image_tokens(model_args: ModelArguments) -> None:
+    """Fail early when image_size is not positive or makes more patch tokens than `max_image_tokens()`."""
+    size = model_args.image_size
+    if size is None:
+        return
+    if size <= 0:
+        raise RecipeError(
+            f"image_size={size} must be a positive number of pixels (e.g. 224 or 384); "
+            "leave it unset to keep the checkpoint's resolution."
+        )
+    config = read_checkpoint_config(model_args.model_name_or_path, model_args.cache_dir)
+    patch = (_patch_size(config) if config else None) or _ASSUMED_PATCH
+    tokens, bound = (size // patch) ** 2, max_image_tokens()
+    if tokens > bound:
+        raise RecipeError(
+            f"image_size={size} makes {tokens} patch tokens of {patch}x{patch} per image, above the bound of "
+            f"{bound} (attention cost grows with its square). Use a smaller --image_size, or raise the bound "
+            f"with {MAX_IMAGE_TOKENS_ENV_VAR}={tokens}."
+        )
+
+
+def check_schedule(training_args: Any) -> None:
+    """Fail early on a run that cannot train: no epochs or steps, or a learning rate that is not positive."""
+    max_steps = getattr(training_args, "max_steps", -1)
+    if max_steps == 0 or (max_steps < 0 and training_args.num_train_epochs <= 0):
+        raise RecipeError(
+            f"num_train_epochs={training_args.num_train_epochs} and max_steps={max_steps} train nothing "
+            "(the model would be saved untrained); set --num_train_epochs to 1 or more, or --max_steps > 0."
+        )
+    if not training_args.learning_rate > 0:
+        raise RecipeError(
+            f"learning_rate={training_args.learning_rate} must be positive (e.g. 0.001 for AdamW, 0.01 for SGD); "
+            "set --learning_rate."
+        )
+
+
+def check_world_size(training_args: TrainingArguments, environ: dict[str, str] | None = None) -> None:
+    """Fail when a launcher started several processes that Trainer does not join into one job.
+
+    `accelerate launch --multi_gpu --num_processes 2` without a GPU and without `--use_cpu true` sets
+    WORLD_SIZE=2 but Trainer sees one process each: two independent runs would write the same output folder.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        launched = int(environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return
+    if launched > 1 and training_args.world_size == 1:
+        raise RecipeError(
+            f"{launched} processes were launched (WORLD_SIZE={launched}) but Trainer sees each as a separate "
+            "one-process job, so they would all write the same output folder. On CPU add --use_cpu true, or "
+            "launch with --config_file recipes/accelerate_configs/cpu_2proc.yaml; otherwise launch one process."
+        )
+
+
+def check_push(training_args: Any) -> None:
+    """Fail early when --push_to_hub is set but the Hub is switched off (HF_HUB_OFFLINE)."""
+    if not getattr(training_args, "push_to_hub", False):
+        return
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise RecipeError(
+            "--push_to_hub is set but the Hub is offline (HF_HUB_OFFLINE=1), so the push would fail after "
+            "training; drop --push_to_hub and push the finished folder later with scripts/push_to_hub.py."
+        )
+
+
 def accelerator_type() -> str:
     """The type of the accelerator torch finds ("cuda", "mps", ...), or "cpu" when there is none."""
     accelerator = getattr(torch, "accelerator", None)
@@ -139,21 +226,33 @@ def check_evaluation(data_args: DataArguments, training_args: TrainingArguments)
 
 
 def validate(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
-    """All static checks, cheapest first-to-fail order: image size vs patch size, precision, evaluation setup.
+    """All static checks, cheapest first-to-fail order: image size (tokens, patch), schedule, precision,
+    launch, push, evaluation setup.
 
     Needs no network: the checkpoint's patch size is read only from a local folder or the HF cache
     (otherwise that check is left to the model loader). Data folders are not required to exist yet:
     `vit_ft.data.load_image_datasets` checks them, naming the argument, when it loads them.
     """
+    check_image_tokens(model_args)
     check_image_size(model_args)
+    check_schedule(training_args)
     check_precision(training_args)
+    check_world_size(training_args)
+    check_push(training_args)
     check_evaluation(data_args, training_args)
 
 
 __all__ = [
+    "DEFAULT_MAX_IMAGE_TOKENS",
+    "MAX_IMAGE_TOKENS_ENV_VAR",
     "check_evaluation",
     "check_image_size",
+    "check_image_tokens",
     "check_precision",
+    "check_push",
+    "check_schedule",
+    "check_world_size",
+    "max_image_tokens",
     "accelerator_type",
     "read_checkpoint_config",
     "validate",

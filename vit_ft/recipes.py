@@ -27,7 +27,7 @@ import torch
 import yaml
 from transformers import TrainingArguments
 
-from vit_ft.argument_checks import check_image_size, check_precision, validate
+from vit_ft.argument_checks import check_image_size, check_image_tokens, check_precision, validate
 from vit_ft.arguments import DataArguments, ModelArguments
 from vit_ft.recipe_fields import (
     ArgumentField,
@@ -146,7 +146,9 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     except yaml.YAMLError as error:
         raise RecipeError(f"{path}: not valid YAML: {error}") from None
     if data is None:
-        return {}
+        raise RecipeError(
+            f"{path}: the recipe is empty; write `key: value` lines (see recipes/digits.yaml), or pass no --recipe."
+        )
     if not isinstance(data, dict):
         raise RecipeError(
             f"{path}: a recipe is a flat mapping of `key: value` lines, but the file holds a {type(data).__name__}."
@@ -261,10 +263,30 @@ def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> Re
     )
 
 
+# A recipe's data source: one of these given on the command line replaces all of them from the recipe.
+_DATA_SOURCE_KEYS = ("dataset_name", "dataset_config", "train_dir", "validation_dir", "test_dir", "builtin_dataset")
+
+
+def _without_recipe_data(recipe_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's values minus its data source when the flags name another (--train_dir or --dataset_name).
+
+    `--recipe digits --train_dir my/train` trains on my/train: the recipe's built-in dataset, its folders and
+    its test folder no longer apply (flags given beside the new source, e.g. --test_dir, still do).
+    """
+    if flags.get("train_dir") is None and flags.get("dataset_name") is None:
+        return recipe_values
+    return {key: value for key, value in recipe_values.items() if key not in _DATA_SOURCE_KEYS}
+
+
 def _construct(cls: type, values: dict[str, Any]) -> Any:
-    """An instance of the dataclass `cls` from the values that are its init fields."""
+    """An instance of the dataclass `cls` from the values that are its init fields (bad values: RecipeError)."""
     names = {field.name for field in dataclasses.fields(cls) if field.init}
-    return cls(**{key: value for key, value in values.items() if key in names})
+    try:
+        return cls(**{key: value for key, value in values.items() if key in names})
+    except RecipeError:
+        raise
+    except ValueError as error:
+        raise RecipeError(str(error)) from error
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
@@ -292,11 +314,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     recipe = flags.pop("recipe", None)
 
     recipe_values = load_recipe(resolve_recipe(recipe)) if recipe else {}
-    values = _merge([recipe_values, flags], recipe_name(recipe) if recipe else None)
+    values = _merge([_without_recipe_data(recipe_values, flags), flags], recipe_name(recipe) if recipe else None)
 
     # Construct in the order of the checks' cost and certainty: a wrong image size is reported before
     # anything about data or hardware, and precision before TrainingArguments' own, vaguer, device errors.
     model_args = _construct(ModelArguments, values)
+    check_image_tokens(model_args)
     check_image_size(model_args)
     data_args = _construct(DataArguments, values)
     training_fields = {
