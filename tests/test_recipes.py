@@ -422,7 +422,9 @@ def test_an_empty_recipe_file_is_one_error(tmp_path):
 
 
 def test_a_data_source_on_the_command_line_replaces_the_recipes_builtin_data():
-    _, data_args, _ = parse_args(["--recipe", "digits", "--train_dir", "my/train", "--validation_dir", "my/val"])
+    _, data_args, _ = parse_args(
+        ["--recipe", "digits", "--train_dir", "my/train", "--validation_dir", "my/val"]
+    )
     assert (data_args.train_dir, data_args.validation_dir) == ("my/train", "my/val")
     assert data_args.builtin_dataset is None and data_args.test_dir is None
     _, data_args, _ = parse_args(["--recipe", "digits", "--dataset_name", "uoft-cs/cifar10"])

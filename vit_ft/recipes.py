@@ -264,7 +264,14 @@ def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> Re
 
 
 # A recipe's data source: one of these given on the command line replaces all of them from the recipe.
-_DATA_SOURCE_KEYS = ("dataset_name", "dataset_config", "train_dir", "validation_dir", "test_dir", "builtin_dataset")
+_DATA_SOURCE_KEYS = (
+    "dataset_name",
+    "dataset_config",
+    "train_dir",
+    "validation_dir",
+    "test_dir",
+    "builtin_dataset",
+)
 
 
 def _without_recipe_data(recipe_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
@@ -314,7 +321,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     recipe = flags.pop("recipe", None)
 
     recipe_values = load_recipe(resolve_recipe(recipe)) if recipe else {}
-    values = _merge([_without_recipe_data(recipe_values, flags), flags], recipe_name(recipe) if recipe else None)
+    values = _merge(
+        [_without_recipe_data(recipe_values, flags), flags], recipe_name(recipe) if recipe else None
+    )
 
     # Construct in the order of the checks' cost and certainty: a wrong image size is reported before
     # anything about data or hardware, and precision before TrainingArguments' own, vaguer, device errors.
