@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from vit_ft.cli import add_data_arguments, add_inference_arguments, setup_logging, tool_parser
+from vit_ft.cli import add_data_arguments, add_inference_arguments, run_tool, setup_logging, tool_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,4 +41,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -12,7 +12,7 @@ a sample of the model's evaluation data, or --data_dir / --recipe / the --images
 
 import argparse
 
-from vit_ft.cli import add_data_arguments, add_inference_arguments, setup_logging, tool_parser
+from vit_ft.cli import add_data_arguments, add_inference_arguments, run_tool, setup_logging, tool_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,4 +36,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vit_ft.cli import add_inference_arguments, setup_logging, tool_parser
+from vit_ft.cli import add_inference_arguments, run_tool, setup_logging, tool_parser
 from vit_ft.images import DEFAULT_MAX_PIXELS
 
 
@@ -59,4 +59,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -1,16 +1,27 @@
-"""What the command-line tools (scripts/predict.py, evaluate_model.py, inspect_model.py, push_to_hub.py)
-share: their logging and the arguments that name a model and its data."""
+"""What the command-line tools (scripts/predict.py, evaluate_model.py, inspect_model.py, push_to_hub.py,
+bench.py, demo/app.py) share: their logging, the arguments that name a model and its data, and `run_tool`,
+the one place that turns a user's mistake into one line on stderr and exit code 1."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "VIT_FT_DEBUG"
+DEBUG_HELP = f"{DEBUG_FLAG} (or {DEBUG_ENV}=1) shows the traceback of an error instead of its one line."
 
 
 def tool_parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser whose help is the script's docstring, with `--model` (folder, adapter folder or Hub id)."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=doc, epilog=DEBUG_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", required=True, help="vit_ft model folder, LoRA adapter folder, or Hub id.")
     return parser
 
@@ -37,4 +48,77 @@ def setup_logging(timestamps: bool = True) -> None:
     logging.getLogger("vit_ft").setLevel(logging.INFO)
 
 
-__all__ = ["add_data_arguments", "add_inference_arguments", "setup_logging", "tool_parser"]
+# What a user can cause: a bad path or value, a missing or corrupt model, no network. Anything else (a
+# TypeError, an AttributeError, ...) is a bug in vit_ft and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyboardInterrupt)
+
+
+def _is_offline_error(error: BaseException) -> bool:
+    """huggingface_hub's offline mode, or a connection that could not be made."""
+    try:
+        from huggingface_hub.errors import OfflineModeIsEnabled
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        return isinstance(error, ConnectionError)
+    return isinstance(error, (OfflineModeIsEnabled, ConnectionError)) or "offline mode" in str(error).lower()
+
+
+def error_line(error: BaseException) -> str:
+    """The one line that `run_tool` prints for `error`: `error: <what is wrong>. <what to do>`."""
+    if isinstance(error, KeyboardInterrupt):
+        return "error: interrupted. Nothing was written in place of an existing file; run the command again."
+    if isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)) and (
+        error.filename is not None
+    ):
+        what = {
+            FileNotFoundError: "no such file or folder",
+            NotADirectoryError: "not a folder",
+            IsADirectoryError: "is a folder, not a file",
+            PermissionError: "permission denied",
+        }[type(error)]
+        text = f"{error.filename}: {what}. Check the path"
+    elif _is_offline_error(error):
+        text = f"{_message(error)} This needs the network: connect, or pass a local model folder."
+    else:
+        text = _message(error)
+    text = text.rstrip()
+    return f"error: {text}" if text.endswith((".", "?", "!", ")")) else f"error: {text}."
+
+
+def _message(error: BaseException) -> str:
+    """The error's text on one line (tracebacks of chained errors and multi-line messages folded)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def run_tool(main: Callable[..., Any], argv: list[str] | None = None, **kwargs: Any) -> NoReturn:
+    """Run a tool's `main(argv, **kwargs)` as a command: exit 0 when it returns; on an error the user caused
+    (USER_ERRORS) print `error: <what is wrong>. <what to do>` to stderr and exit 1, with no traceback
+    unless `--debug` is among the arguments or VIT_FT_DEBUG=1. Other exceptions are bugs: they propagate
+    with their traceback. `--debug` is removed from the arguments before `main` parses them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = _debug_requested(argv)
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    try:
+        main(argv, **kwargs)
+    except USER_ERRORS as error:
+        if debug:
+            traceback.print_exc()
+        sys.stdout.flush()
+        print(error_line(error), file=sys.stderr)
+        sys.exit(1)
+    sys.exit(0)
+
+
+__all__ = [
+    "USER_ERRORS",
+    "add_data_arguments",
+    "add_inference_arguments",
+    "error_line",
+    "run_tool",
+    "setup_logging",
+    "tool_parser",
+]

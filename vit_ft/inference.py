@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -90,23 +91,80 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+# "name" or "namespace/name" (huggingface_hub's validate_repo_id); anything else can only be a local path
+HUB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)?")
+
+
+def looks_like_path(model: str | os.PathLike) -> bool:
+    """True when `model` cannot be a Hub id: absolute, `.`/`~`-relative, or not of the `namespace/name` shape."""
+    text = os.fspath(model)
+    return os.path.isabs(text) or text.startswith((".", "~")) or HUB_ID.fullmatch(text) is None
+
+
+def check_model_path(model: str | os.PathLike) -> None:
+    """Raise FileNotFoundError naming `model` as a path when it is one (see `looks_like_path`) and is missing,
+    before transformers reports it as a malformed Hub id."""
+    path = Path(model).expanduser()
+    if not path.exists() and looks_like_path(model):
+        raise FileNotFoundError(
+            f"--model {model}: no such folder; pass a model folder, a LoRA adapter folder or a Hub id."
+        )
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(
+            f"--model {model} is a file; pass the folder that holds config.json (a model folder), "
+            "a LoRA adapter folder or a Hub id."
+        )
+
+
+def _from_pretrained(name: str | os.PathLike, **kwargs: Any) -> torch.nn.Module:
+    """`ViTFTForImageClassification.from_pretrained`, naming the weight file when a local one cannot be read."""
+    try:
+        return ViTFTForImageClassification.from_pretrained(str(name), **kwargs)
+    except (OSError, ValueError):
+        raise
+    except Exception as error:  # safetensors' and torch's errors on a truncated file name no file
+        folder = Path(name)
+        weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+        if not folder.is_dir() or not weights:
+            raise
+        raise OSError(
+            f"{weights[0]} cannot be read ({type(error).__name__}: {' '.join(str(error).split())}): "
+            "the file is truncated or corrupt. Copy or save the model again."
+        ) from error
+
+
+def _base_model_path(adapter: Path) -> str:
+    """The adapter's recorded base model: a Hub id, or a local folder that must exist."""
+    config_file = adapter / "adapter_config.json"
+    base_name = json.loads(config_file.read_text())["base_model_name_or_path"]
+    if base_name and not Path(base_name).expanduser().exists() and looks_like_path(base_name):
+        where = "relative to the folder the fine-tune ran in" if not os.path.isabs(base_name) else "recorded"
+        raise FileNotFoundError(
+            f"the LoRA adapter {adapter} needs its base model {base_name} ({where}), which does not exist here; "
+            f"run from the fine-tune's folder, or set base_model_name_or_path in {config_file} to the base "
+            "model's folder or Hub id."
+        )
+    return base_name
+
+
 def load_model(model: str | os.PathLike, merge_lora: bool = False) -> torch.nn.Module:
     """The classifier in `model` in eval mode: a vit_ft folder or Hub id, or a LoRA adapter (a folder with
     adapter_config.json, or an output folder whose adapter is in `adapter/`) on its recorded base model,
-    merged when `merge_lora`."""
-    path = Path(model)
+    merged when `merge_lora`. A missing local path is a FileNotFoundError that names it; an unreadable weight
+    file an OSError that names the file."""
+    check_model_path(model)
+    path = Path(model).expanduser()
     adapter = path if is_adapter_folder(path) else None
     if adapter is None and not (path / "config.json").exists() and is_adapter_folder(path / ADAPTER_DIR):
         adapter = path / ADAPTER_DIR
     if adapter is None:
-        return ViTFTForImageClassification.from_pretrained(str(model)).eval()
+        return _from_pretrained(path if path.exists() else model).eval()
     from peft import PeftModel  # only adapters need peft
 
     from .configuration_vit_ft import ViTFTConfig
 
     config = ViTFTConfig.from_pretrained(adapter)  # the fine-tuned architecture, labels and resolution
-    base_name = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
-    base = ViTFTForImageClassification.from_pretrained(base_name, config=config)
+    base = _from_pretrained(_base_model_path(adapter), config=config)
     loaded = PeftModel.from_pretrained(base, adapter).eval()
     return loaded.merge_and_unload() if merge_lora else loaded
 
@@ -277,6 +335,7 @@ __all__ = [
     "iter_batches",
     "load_classifier",
     "load_model",
+    "looks_like_path",
     "progress_bar",
     "read_preprocessing",
 ]
