@@ -5,17 +5,22 @@ accelerate launch scripts/finetune.py --recipe dogs
 accelerate launch scripts/finetune.py --recipe dogs --learning_rate 0.01 --image_size 448
 accelerate launch scripts/finetune.py --recipe dogs --resume      # continue an interrupted run
 python scripts/finetune.py --recipe digits                        # one process, the offline default
+python scripts/finetune.py --recipe digits --overwrite_output_dir # replace a finished run in the output folder
 python scripts/finetune.py --list-recipes
+
+A mistake prints one line, `error: <what is wrong>. <what to do>`, and exits 1; `--debug` (or VIT_FT_DEBUG=1)
+shows the traceback instead.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from vit_ft.hub import push_output_dir
-from vit_ft.recipes import RecipeError, parse_args, recipe_name
-from vit_ft.training import run_finetune
+from vit_ft.recipes import parse_args, recipe_name, take_switch
+from vit_ft.training import USER_ERRORS, error_line, interrupted_message, run_finetune
 
 
 def recipe_from_argv(argv: list[str]) -> str | None:
@@ -27,25 +32,51 @@ def recipe_from_argv(argv: list[str]) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def finetune(argv: list[str], output_dir: list[str]) -> dict[str, float]:
+    """Parse, train and push; `output_dir` receives the output folder once it is known (for Ctrl-C)."""
+    overwrite, argv = take_switch(argv, "overwrite_output_dir")
     # --resume: continue from the last complete checkpoint-* in the output folder
     argv = [arg for a in argv for arg in (("--resume_from_checkpoint", "last") if a == "--resume" else (a,))]
-    try:
-        model_args, data_args, training_args = parse_args(argv)  # validates everything before any work
-    except RecipeError as error:
-        sys.exit(f"error: {error}")
-    metrics = run_finetune(model_args, data_args, training_args, recipe=recipe_from_argv(argv))
+    model_args, data_args, training_args = parse_args(argv)  # validates everything before any work
+    output_dir.append(training_args.output_dir)
+    metrics = run_finetune(
+        model_args, data_args, training_args, recipe=recipe_from_argv(argv), overwrite_output_dir=overwrite
+    )
     if training_args.push_to_hub and training_args.process_index == 0:  # one complete push, by process 0
-        output_dir = Path(training_args.output_dir)
-        url = push_output_dir(
-            output_dir,
-            training_args.hub_model_id or output_dir.name,
-            token=training_args.hub_token,
-            private=training_args.hub_private_repo,
-        )
-        print(f"Pushed {output_dir} to the Hub: {url}")
+        folder = Path(training_args.output_dir)
+        try:
+            url = push_output_dir(
+                folder,
+                training_args.hub_model_id or folder.name,
+                token=training_args.hub_token,
+                private=training_args.hub_private_repo,
+            )
+        except Exception as error:  # the Hub's own errors are not OSErrors; the run itself is saved
+            raise OSError(
+                f"the run finished and is saved in {folder}, but pushing it failed ({error}). "
+                f"Push it later with: python scripts/push_to_hub.py {folder}"
+            ) from error
+        print(f"Pushed {folder} to the Hub: {url}")
     return metrics
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug, argv = take_switch(argv, "debug")
+    debug = debug or os.environ.get("VIT_FT_DEBUG", "") not in ("", "0")
+    output_dir: list[str] = []
+    try:
+        return finetune(argv, output_dir)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        where = output_dir[0] if output_dir else "the output folder"
+        print(f"error: {interrupted_message(where)}", file=sys.stderr)
+        sys.exit(130)
+    except USER_ERRORS as error:
+        if debug:
+            raise
+        sys.exit(error_line(error))
 
 
 if __name__ == "__main__":

@@ -72,6 +72,25 @@ def _check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
     return root.resolve()
 
 
+def _check_two_classes(root: Path, folder: str | os.PathLike) -> None:
+    """Fail unless the checked train folder `root` has image files in at least two class sub-folders."""
+    extensions = image_extensions()
+    classes = sorted(
+        entry.name
+        for entry in root.iterdir()
+        if entry.is_dir()
+        and not entry.name.startswith((".", "__"))
+        and any(
+            p.suffix.lower() in extensions and not p.name.startswith((".", "__")) for p in entry.iterdir()
+        )
+    )
+    if len(classes) < 2:
+        raise ValueError(
+            f"train_dir={os.fspath(folder)!r} has {len(classes)} class folder(s) {classes}; a classifier needs "
+            "at least two. Add a sub-folder of images for each other class."
+        )
+
+
 def _load_image_folder(root: Path, cache_dir: str | None) -> datasets.Dataset:
     """<root>/<class>/<image> -> Dataset(image, label: ClassLabel of the sub-folder names) via imagefolder."""
     return datasets.load_dataset(
@@ -329,6 +348,7 @@ def _folder_splits(
         )
         if folder is not None
     }
+    _check_two_classes(folders["train"][2], train_dir)
     return {
         split: (_load_image_folder(root, cache_dir), f"{argument}={os.fspath(folder)!r}")
         for split, (argument, folder, root) in folders.items()

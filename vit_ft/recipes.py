@@ -249,6 +249,33 @@ def _merge(layers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
     return values
 
 
+def take_switch(argv: list[str], name: str) -> tuple[bool, list[str]]:
+    """Remove the on/off flag `--name` (bare, `--name=BOOL` or `--name BOOL`) from argv; return (value, rest).
+
+    For the script's own switches that are no dataclass field (`--debug`, `--overwrite_output_dir`, which
+    transformers 5 dropped from TrainingArguments).
+    """
+    flag, value, rest = f"--{name}", False, []
+    booleans = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == flag:
+            value = True
+            if i + 1 < len(argv) and argv[i + 1].lower() in booleans:
+                value = booleans[argv[i + 1].lower()]
+                i += 1
+        elif arg.startswith(f"{flag}="):
+            text = arg.split("=", 1)[1].lower()
+            if text not in booleans:
+                raise RecipeError(f"{flag}={text!r} is not true or false; pass {flag} alone to turn it on.")
+            value = booleans[text]
+        else:
+            rest.append(arg)
+        i += 1
+    return value, rest
+
+
 def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> RecipeError:
     """The error for the first argument the parser did not take, naming the closest valid flag."""
     token = rest[0]
@@ -353,4 +380,5 @@ __all__ = [
     "recipe_name",
     "recipes_dir",
     "resolve_recipe",
+    "take_switch",
 ]

@@ -1,7 +1,9 @@
 """The layout of a fine-tune's output folder and its run record, `vit_ft_run.json`, in one place.
 
 The fine-tune writes the record (what it used: recipe, base model, resolution, data arguments, seeds,
-metrics); evaluate, inspect, push and the demo read it back through `read_run_record`.
+metrics); evaluate, inspect, push and the demo read it back through `read_run_record`. The record is the
+folder's completion marker: the fine-tune writes it last, with `"finished": true`, after the model, processor
+and labels, and marks it `"finished": false` when a new run starts in the folder; `is_finished` checks it.
 """
 
 from __future__ import annotations
@@ -49,10 +51,39 @@ def recorded_seed(record: dict[str, Any] | None) -> int | None:
 
 
 def write_run_record(output_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
-    """Write `record` as the folder's run record (values JSON cannot hold are written as strings)."""
+    """Write `record` as the folder's run record (values JSON cannot hold are written as strings).
+
+    Written to a temporary name and renamed, so that a death while writing never leaves half a record.
+    """
     path = Path(output_dir) / RUN_RECORD_FILE
-    path.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    partial = path.with_name(f".{RUN_RECORD_FILE}.partial")
+    partial.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    os.replace(partial, path)
     return path
+
+
+def is_finished(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a fine-tune that finished: its run record exists and says `"finished": true`.
+
+    Records written before the field existed count as finished (they were written after the model). A folder
+    whose record says false, or has none (a run killed before its final save), did not finish: resume it with
+    `scripts/finetune.py ... --resume`.
+    """
+    try:
+        record = read_run_record(folder)
+    except (OSError, ValueError):
+        return False
+    return bool(record is not None and record.get("finished", True))
+
+
+def mark_unfinished(folder: str | os.PathLike) -> None:
+    """Set an existing run record's `finished` to false (a new run is starting to overwrite the folder)."""
+    try:
+        record = read_run_record(folder)
+    except (OSError, ValueError):
+        return
+    if record is not None and record.get("finished", True):
+        write_run_record(folder, {**record, "finished": False})
 
 
 __all__ = [
@@ -61,6 +92,8 @@ __all__ = [
     "PROCESSOR_FILE",
     "RUN_RECORD_FILE",
     "is_adapter_folder",
+    "is_finished",
+    "mark_unfinished",
     "read_run_record",
     "recorded_seed",
     "run_folder",

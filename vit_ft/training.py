@@ -21,11 +21,10 @@ from .data import load_image_datasets
 from .digits import write_digits_imagefolder
 from .metrics import build_compute_metrics
 from .modeling_vit_ft import ViTFTForImageClassification
-from .run_record import LABELS_FILE, write_run_record
+from .run_record import LABELS_FILE, is_finished, mark_unfinished, write_run_record
 from .transforms import build_transforms, collate_fn
 
 logger = logging.getLogger("vit_ft")
-
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -43,23 +42,38 @@ def setup_logging(training_args: TrainingArguments) -> None:
     transformers.utils.logging.set_verbosity(level)
 
 
-def prepare_builtin_assets(
+def prepare_builtin_data(data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """Write the built-in dataset's image folders when they are missing (main process first)."""
+    if data_args.builtin_dataset == "digits":
+        with training_args.main_process_first(desc="writing the built-in digits images"):
+            write_digits_imagefolder(Path(data_args.train_dir).parent, seed=0)
+
+
+def prepare_builtin_checkpoint(
     model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments
 ) -> None:
-    """Write the built-in dataset and pre-train the built-in checkpoint when they are missing (main process first)."""
-    with training_args.main_process_first(desc="preparing built-in data and checkpoint"):
-        if data_args.builtin_dataset == "digits":
-            root = Path(data_args.train_dir).parent
-            write_digits_imagefolder(root, seed=0)
+    """Pre-train the built-in checkpoint when it is missing (main process first), after the data is checked.
+
+    It pre-trains on the built-in digits images; when the command line replaced the recipe's digits data
+    with the user's own, those images are written to data/digits for the pre-training alone.
+    """
+    if model_args.pretrain_if_missing != "digits":
+        return
+    with training_args.main_process_first(desc="pre-training the built-in checkpoint"):
         missing = not Path(model_args.model_name_or_path).exists()
-        if model_args.pretrain_if_missing == "digits" and missing and training_args.process_index == 0:
+        if missing and training_args.process_index == 0:
             from .pretrain import pretrain_digits
 
+            if data_args.builtin_dataset == "digits":
+                digits_train = Path(data_args.train_dir)
+            else:
+                digits_train = Path("data/digits/train")
+                write_digits_imagefolder(digits_train.parent, seed=0)
             logger.info(
                 "No checkpoint at %s: pre-training the small digits ViT at 16x16 first.",
                 model_args.model_name_or_path,
             )
-            pretrain_digits(model_args.model_name_or_path, data_args.train_dir, seed=training_args.seed)
+            pretrain_digits(model_args.model_name_or_path, digits_train, seed=training_args.seed)
 
 
 def load_data(
@@ -86,6 +100,12 @@ def load_data(
         if data_args.check_images:
             for split in list(splits):
                 splits[split] = drop_bad_images(splits[split], "image", logger)
+    if len(names) < 2:
+        source = data_args.train_dir or f"dataset {data_args.dataset_name!r}"
+        raise ValueError(
+            f"the training data in {source} has {len(names)} class ({names}); a classifier needs at least two. "
+            "Add images of the other classes."
+        )
     logger.info("Data: %s; %d classes.", {k: len(v) for k, v in splits.items()}, len(names))
     return splits, names
 
@@ -161,35 +181,104 @@ def attach_transforms(
         splits[name].set_transform(train_transform if name == "train" else eval_transform)
 
 
-def checkpoint_is_complete(path: str | Path) -> bool:
-    """A checkpoint is complete when its trainer_state.json, which Trainer writes last, parses and names its step."""
+_WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why the checkpoint folder `path` cannot be resumed from, or None when it can.
+
+    Complete means: trainer_state.json (which Trainer writes last) parses and names the folder's step, and
+    the weights file is there and its safetensors header covers the whole file (a cut-short file fails that).
+    """
     path = Path(path)
     try:
         state = json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError):
-        return False
+        return "no readable trainer_state.json (the run died while saving it)"
     step = path.name.rsplit("-", 1)[-1]
-    weights = any((path / name).is_file() for name in ("model.safetensors", "adapter_model.safetensors"))
-    return weights and step.isdigit() and state.get("global_step") == int(step)
+    if not step.isdigit() or state.get("global_step") != int(step):
+        return f"its trainer_state.json is for step {state.get('global_step')}, not {step}"
+    weights = [path / name for name in _WEIGHT_FILES if (path / name).is_file()]
+    if not weights:
+        return "no model.safetensors"
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights[0]), framework="pt"):
+            pass
+    except Exception as error:  # safetensors raises its own error type for a truncated or corrupt file
+        return f"its weights {weights[0].name} cannot be loaded ({error})"
+    return None
 
 
-def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete checkpoint-* in `output_dir`; incomplete ones (the process died while writing
-    them) are moved aside to `incomplete-checkpoint-*`, so that Trainer never resumes from or rotates onto them."""
+def checkpoint_is_complete(path: str | Path) -> bool:
+    """Whether `path` is a checkpoint Trainer can resume from (see `checkpoint_problem`)."""
+    return checkpoint_problem(path) is None
+
+
+def _checkpoints_newest_first(output_dir: Path) -> list[Path]:
+    found = [p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+
+
+def newest_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest complete checkpoint-* in `output_dir`, moving nothing (None when there is none)."""
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         return None
-    found = [p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    for path in sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
-        if checkpoint_is_complete(path):
+    return next((str(p) for p in _checkpoints_newest_first(output_dir) if checkpoint_is_complete(p)), None)
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest complete checkpoint-* in `output_dir`; incomplete ones (the process died while writing them,
+    or their weights do not load) are moved aside to `incomplete-checkpoint-*`, so that Trainer never resumes
+    from or rotates onto them, and the newest good one is used instead."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    for path in _checkpoints_newest_first(output_dir):
+        problem = checkpoint_problem(path)
+        if problem is None:
             return str(path)
         aside = path.with_name(f"incomplete-{path.name}")
         shutil.rmtree(aside, ignore_errors=True)
         path.rename(aside)
-        logger.warning(
-            "%s is incomplete (the run died while saving it); moved to %s and skipped.", path, aside.name
-        )
+        logger.warning("%s cannot be resumed from: %s; moved to %s and skipped.", path, problem, aside.name)
     return None
+
+
+def check_output_dir(training_args: TrainingArguments, overwrite_output_dir: bool = False) -> None:
+    """Refuse an output_dir that is a file, or that holds a finished run, unless told to overwrite or resume."""
+    output_dir = Path(training_args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise NotADirectoryError(
+            f"output_dir={str(output_dir)!r} is a file, not a folder; pass another --output_dir."
+        )
+    resume = training_args.resume_from_checkpoint not in (None, False, "false", "False")
+    if is_finished(output_dir) and not (overwrite_output_dir or resume):
+        raise FileExistsError(
+            f"{output_dir} holds a finished run, whose model this run would replace; pass --overwrite_output_dir "
+            "to replace it, --resume to continue it, or another --output_dir."
+        )
+
+
+def interrupted_message(output_dir: str | Path) -> str:
+    """The one line to print on Ctrl-C: where the last complete checkpoint is, and how to go on."""
+    last = newest_complete_checkpoint(output_dir)
+    if last is None:
+        return f"interrupted before any checkpoint was saved in {output_dir}. Run the same command again to start over."
+    return f"interrupted; the last complete checkpoint is {last}. Run the same command with --resume to continue."
+
+
+# Errors a user causes (bad paths, folders, values, an offline Hub): one line, no traceback (scripts/finetune.py)
+USER_ERRORS = (OSError, ValueError, KeyError)
+
+
+def error_line(error: BaseException) -> str:
+    """`error: <what is wrong>. <what to do>` on one line, for an error in USER_ERRORS."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    text = " ".join(str(text).split()) or type(error).__name__
+    return f"error: {text}"
 
 
 def resolve_resume(training_args: TrainingArguments) -> str | None:
@@ -232,15 +321,22 @@ def run_finetune(
     data_args: DataArguments,
     training_args: TrainingArguments,
     recipe: str | None = None,
+    overwrite_output_dir: bool = False,
 ) -> dict[str, float]:
-    """Fine-tune as the recipe says and write the output folder; returns the final metrics."""
+    """Fine-tune as the recipe says and write the output folder; returns the final metrics.
+
+    A folder holding a finished run is refused unless `overwrite_output_dir` or resume_from_checkpoint is set;
+    the run record written last (`"finished": true`) marks the folder finished.
+    """
+    check_output_dir(training_args, overwrite_output_dir)
     setup_logging(training_args)
     set_seed(training_args.seed)
     resume = resolve_resume(training_args)
 
     # data and checkpoint
-    prepare_builtin_assets(model_args, data_args, training_args)
-    splits, names = load_data(data_args, training_args)
+    prepare_builtin_data(data_args, training_args)
+    splits, names = load_data(data_args, training_args)  # folders checked before any pre-training
+    prepare_builtin_checkpoint(model_args, data_args, training_args)
     model, processor = load_model(model_args, names)
     attach_transforms(splits, processor, data_args)
 
@@ -257,7 +353,9 @@ def run_finetune(
         processing_class=processor,
     )
 
-    # train
+    # train; a finished run being replaced or continued no longer counts as finished until the end
+    if training_args.process_index == 0:
+        mark_unfinished(training_args.output_dir)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
@@ -316,9 +414,11 @@ def save_outputs(
         "written_by_process": training_args.process_index,
         "metrics": metrics,
     }
-    write_run_record(output_dir, run_info)
+    write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
     plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
     write_model_card(output_dir, run_info)
+    # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
+    write_run_record(output_dir, {**run_info, "finished": True})
     logger.info(
         "Results in %s: %s",
         output_dir,
@@ -326,4 +426,14 @@ def save_outputs(
     )
 
 
-__all__ = ["run_finetune"]
+__all__ = [
+    "USER_ERRORS",
+    "check_output_dir",
+    "checkpoint_is_complete",
+    "checkpoint_problem",
+    "error_line",
+    "interrupted_message",
+    "last_complete_checkpoint",
+    "newest_complete_checkpoint",
+    "run_finetune",
+]
