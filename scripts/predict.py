@@ -6,7 +6,9 @@ python scripts/predict.py --model outputs/dogs-lora photos/ --output preds.jsonl
 
 Folders are searched recursively for image files. Columns: path, label, score (top-1), top_k_labels,
 top_k_scores (JSON arrays in CSV, highest first), error (why a file could not be read; then no labels).
-Also writes a grid of the first predicted images next to the output (preds.csv -> preds.png).
+Also writes a grid of the first predicted images next to the output (preds.csv -> preds.png; --figure names
+it). Neither file may replace an input, and the output appears only once complete: an existing file with
+its name is kept as it was when the run fails or is interrupted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from vit_ft.cli import add_inference_arguments, run_tool, setup_logging, tool_parser
 from vit_ft.images import DEFAULT_MAX_PIXELS
+from vit_ft.inference import MAX_TOKENS
 
 
 def _optional_int(text: str) -> int | None:
@@ -33,9 +36,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
     parser.add_argument("--max_pixels", type=_optional_int, default=DEFAULT_MAX_PIXELS,
                         help="Files with more pixels get an error row (decompression-bomb guard); 'none' disables.")  # fmt: skip
-    parser.add_argument(
-        "--figure", default="auto", help="PNG of predicted images (default: next to --output); 'none'."
-    )
+    parser.add_argument("--figure", default="auto",
+                        help="PNG grid of the first predicted images (default 'auto': the --output name with .png, "
+                        "preds.csv -> preds.png); 'none' writes none. Never an input file.")  # fmt: skip
+    parser.add_argument("--max_tokens", type=_optional_int, default=MAX_TOKENS,
+                        help=f"Refuse an --image_size with more patch tokens per image (default {MAX_TOKENS}: "
+                        "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -55,6 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         num_workers=args.num_workers,
         max_pixels=args.max_pixels,
         figure=None if args.figure.lower() == "none" else args.figure,
+        max_tokens=args.max_tokens,
     )
 
 

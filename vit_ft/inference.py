@@ -35,6 +35,10 @@ from .transforms import ImageClassificationTransform, build_transforms
 
 logger = logging.getLogger("vit_ft")
 
+# Patch tokens per image that predict runs without being told to: ViT-B/16 at 1024x1024. Attention's time and
+# memory grow with the square of the tokens (4096 px at patch 16: 65536 tokens, minutes and gigabytes per image).
+MAX_TOKENS = 4096
+
 
 @dataclass(frozen=True)
 class Preprocessing:
@@ -192,11 +196,13 @@ def read_preprocessing(
     config: Any,
     image_size: int | Sequence[int] | None = None,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    max_tokens: int | None = None,
 ) -> Preprocessing:
     """The model's evaluation preprocessing: mean/std/resample from its image processor, size from its config.
 
     `image_size` (an int or (height, width)) evaluates at another test-time resolution; it must be a multiple
-    of the patch size (the model resamples its position embeddings to the new grid).
+    of the patch size (the model resamples its position embeddings to the new grid) and give at most
+    `max_tokens` patch tokens (None: no bound).
     """
     size = tuple(config.image_hw) if image_size is None else _as_hw(image_size)
     patch = tuple(config.patch_hw)
@@ -207,6 +213,13 @@ def read_preprocessing(
             f"use e.g. --image_size {near[0]}"
             + ("" if near[0] == near[1] else f" (or {near[0]}x{near[1]})")
             + "."
+        )
+    tokens = (size[0] // patch[0]) * (size[1] // patch[1])
+    if image_size is not None and max_tokens is not None and tokens > max_tokens:
+        raise ValueError(
+            f"--image_size {size[0]}x{size[1]} makes {tokens} patch tokens per image ({patch[0]}x{patch[1]} "
+            f"patches), more than the bound of {max_tokens} (ViT-B/16 at 1024 px); pass a smaller --image_size, "
+            f"or --max_tokens {tokens} to run it anyway (attention's cost grows with the square of the tokens)."
         )
     processor = _read_processor_config(model)
     if processor is None:
@@ -238,13 +251,14 @@ def load_classifier(
     device: str | torch.device | None = None,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     merge_lora: bool = False,
+    max_tokens: int | None = None,
 ) -> Classifier:
     """Load `model` (vit_ft folder, LoRA adapter folder or output folder with `adapter/`, or a Hub id) for
     inference, with its evaluation preprocessing, label names and run record.
 
     A LoRA model is kept unmerged (its adapters active) unless `merge_lora`; `image_size` changes only the input
     resolution: the model resamples its position embeddings on the fly, as `from_pretrained(image_size=...)`
-    would.
+    would; `max_tokens` bounds the patch tokens per image at that resolution (None: no bound).
     """
     loaded = load_model(model, merge_lora=merge_lora)
     if hasattr(loaded, "get_base_model"):  # a peft model: its base model holds the active LoRA layers
@@ -255,7 +269,7 @@ def load_classifier(
             f"{model} has no classification head (no labels in its config); pass a fine-tuned model folder."
         )
     device = torch.device(device) if device is not None else default_device()
-    preprocessing = read_preprocessing(model, config, image_size, max_pixels)
+    preprocessing = read_preprocessing(model, config, image_size, max_pixels, max_tokens)
     id2label = {int(k): str(v) for k, v in config.id2label.items()}
     return Classifier(
         loaded.to(device).eval(), preprocessing, id2label, str(model), device, read_run_record(model)
@@ -327,6 +341,7 @@ def iter_batches(
 
 
 __all__ = [
+    "MAX_TOKENS",
     "Batch",
     "Classifier",
     "Preprocessing",

@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ import torch
 
 from .figures import display_image, plot_image_grid, short
 from .images import DEFAULT_MAX_PIXELS, image_extensions
-from .inference import Classifier, describe_error, iter_batches, load_classifier
+from .inference import MAX_TOKENS, Classifier, describe_error, iter_batches, load_classifier
 
 logger = logging.getLogger("vit_ft")
 
@@ -64,12 +66,19 @@ class Prediction:
 
 def collect_image_files(inputs: Iterable[str | os.PathLike]) -> list[Path]:
     """Files as given (whatever their suffix: an unreadable one gets an error row), folders searched
-    recursively for image suffixes in sorted order, skipping hidden entries. A path that does not exist is
-    kept, so that it too gets an error row."""
+    recursively for image suffixes in sorted order, skipping hidden entries. A pattern such as `photos/*.png`
+    that the shell did not expand is expanded here. A path that does not exist is kept, so that it too gets an
+    error row."""
     extensions = image_extensions()
     files: list[Path] = []
     for item in inputs:
         path = Path(item).expanduser()
+        if not path.exists() and glob.has_magic(str(path)):
+            matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
+            if not matches:
+                logger.warning("%s matches no file.", path)
+            files.extend(collect_image_files(matches) if matches else [])
+            continue
         if not path.is_dir():
             if not path.exists():
                 logger.warning("%s does not exist; it gets an error row.", path)
@@ -124,18 +133,34 @@ def predict_files(
         yield from (rows[i] for i in range(len(batch.sources)))
 
 
+def check_output_path(path: str | os.PathLike) -> Path:
+    """`path` as a Path when it can be a predictions file: a .csv or .jsonl name that is not a folder."""
+    path = Path(path)
+    if path.suffix.lower() not in OUTPUT_FORMATS:
+        raise ValueError(
+            f"--output {path} must end in {' or '.join(OUTPUT_FORMATS)} (the suffix picks the format)."
+        )
+    if path.is_dir():
+        raise ValueError(f"--output {path} is a folder; pass a file name such as {path / 'preds.csv'}.")
+    return path
+
+
 class PredictionWriter:
-    """Streams Predictions to a `.csv` (lists as JSON arrays, empty cells for None) or `.jsonl` file."""
+    """Streams Predictions to a `.csv` (lists as JSON arrays, empty cells for None) or `.jsonl` file.
+
+    Rows go to a hidden temporary file in the same folder, renamed to `path` by `close()`: until then an
+    existing file at `path` is untouched, and `discard()` (or leaving a `with` block on an exception) removes
+    the temporary file and keeps it so.
+    """
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = check_output_path(path)
         self.format = self.path.suffix.lower()
-        if self.format not in OUTPUT_FORMATS:
-            raise ValueError(
-                f"--output {self.path} must end in {' or '.join(OUTPUT_FORMATS)} (the suffix picks the format)."
-            )
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w", encoding="utf-8", newline="")
+        self._file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed by close() or discard()
+            "w", encoding="utf-8", newline="", dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".part",
+            delete=False,
+        )  # fmt: skip
         self._csv = (
             csv.DictWriter(self._file, fieldnames=PREDICTION_COLUMNS) if self.format == ".csv" else None
         )
@@ -152,13 +177,29 @@ class PredictionWriter:
         self._csv.writerow({k: "" if v is None else v for k, v in row.items()})
 
     def close(self) -> None:
+        """Finish the file and move it to `path` (replacing what was there)."""
+        if self._file.closed:
+            return
         self._file.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self._file.name, 0o666 & ~umask)  # as open() would have created it, not mkstemp's 0600
+        os.replace(self._file.name, self.path)
+
+    def discard(self) -> None:
+        """Drop what was written; `path` keeps its old content (or stays absent)."""
+        if not self._file.closed:
+            self._file.close()
+            Path(self._file.name).unlink(missing_ok=True)
 
     def __enter__(self) -> PredictionWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
 
 
 def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -201,6 +242,27 @@ def plot_predictions(
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _refuse_overwriting_inputs(files: Sequence[Path], output: Path, figure: Path | None) -> None:
+    """Neither the output nor the figure may be one of the input files, nor each other."""
+    inputs = {f.resolve() for f in files if f.exists()}
+    if output.resolve() in inputs:
+        raise ValueError(f"--output {output} is one of the input files; pass another --output name.")
+    if figure is None:
+        return
+    if figure.resolve() in inputs:
+        raise ValueError(
+            f"the figure {figure} would replace an input image; pass --figure with another .png name, "
+            "or --figure none."
+        )
+    if figure.resolve() == output.resolve():
+        raise ValueError(f"--figure {figure} is the --output file; pass another --figure name.")
+
+
+def default_figure_path(output: str | os.PathLike) -> Path:
+    """Where `figure="auto"` puts the figure: the output with a .png suffix (preds.csv -> preds.png)."""
+    return Path(output).with_suffix(".png")
+
+
 def run_prediction(
     model: str | Path,
     inputs: Sequence[str | os.PathLike],
@@ -214,31 +276,36 @@ def run_prediction(
     figure: str | os.PathLike | None = "auto",
     figure_images: int = 24,
     progress: bool | None = None,
+    max_tokens: int | None = MAX_TOKENS,
 ) -> dict[str, Any]:
     """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl).
 
     `figure="auto"` writes a grid of the first `figure_images` predicted images next to the output
-    (`preds.csv` -> `preds.png`); None writes none. Returns a summary: rows, errors, output and figure paths.
+    (`preds.csv` -> `preds.png`); None writes none. Neither may replace an input file. The output appears only
+    when complete: a failure leaves an existing file as it was. `max_tokens` bounds the patch tokens per image
+    at `image_size` (None: no bound). Returns a summary: rows, errors, output and figure paths.
     """
-    writer = PredictionWriter(output)  # checks the suffix before the model loads
-    try:
-        files = collect_image_files(inputs)
-        if not files:
-            raise FileNotFoundError(f"No image files in {[str(i) for i in inputs]}.")
-        classifier = load_classifier(model, image_size, device, max_pixels)
-        shown: list[Prediction] = []
-        rows = errors = 0
+    output = check_output_path(output)  # before the model loads
+    files = collect_image_files(inputs)
+    if not any(f.is_file() for f in files):
+        raise FileNotFoundError(
+            f"no image file in {' '.join(str(i) for i in inputs)}; pass image files, folders holding images, "
+            "or a pattern such as 'photos/*.jpg' that matches some."
+        )
+    figure_path = None if figure is None else default_figure_path(output) if figure == "auto" else Path(figure)
+    _refuse_overwriting_inputs(files, output, figure_path)
+    classifier = load_classifier(model, image_size, device, max_pixels, max_tokens=max_tokens)
+    shown: list[Prediction] = []
+    rows = errors = 0
+    with PredictionWriter(output) as writer:
         for prediction in predict_files(classifier, files, top_k_labels, batch_size, num_workers, progress):
             writer.write(prediction)
             rows += 1
             errors += prediction.error is not None
             if prediction.error is None and len(shown) < figure_images:
                 shown.append(prediction)
-    finally:
-        writer.close()
     summary: dict[str, Any] = {"rows": rows, "errors": errors, "output": str(writer.path), "figure": None}
-    if figure is not None and shown:
-        figure_path = writer.path.with_suffix(".png") if figure == "auto" else Path(figure)
+    if figure_path is not None and shown:
         summary["figure"] = str(plot_predictions(shown, classifier.preprocessing.image_size, figure_path))
     logger.info("Wrote %d rows (%d with errors) to %s.", rows, errors, writer.path)
     return summary
@@ -248,7 +315,9 @@ __all__ = [
     "PREDICTION_COLUMNS",
     "Prediction",
     "PredictionWriter",
+    "check_output_path",
     "collect_image_files",
+    "default_figure_path",
     "predict_files",
     "read_predictions",
     "run_prediction",
