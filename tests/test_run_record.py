@@ -38,3 +38,20 @@ def test_recorded_seed_prefers_the_data_seed():
     assert recorded_seed({"seed": 7, "data_seed": 3}) == 3
     assert recorded_seed({"seed": 7, "data_seed": None}) == 7
     assert recorded_seed({}) is None and recorded_seed(None) is None
+
+
+def test_a_folder_is_finished_only_when_its_record_says_so(tmp_path):
+    from vit_ft.run_record import is_finished, mark_unfinished
+
+    assert not is_finished(tmp_path) and not is_finished(tmp_path / "missing")
+    write_run_record(tmp_path, {"seed": 1, "finished": False})
+    assert not is_finished(tmp_path)
+    write_run_record(tmp_path, {"seed": 1, "finished": True})
+    assert is_finished(tmp_path)
+    mark_unfinished(tmp_path)
+    assert not is_finished(tmp_path) and read_run_record(tmp_path)["seed"] == 1
+    write_run_record(tmp_path, {"seed": 1})  # written before the field existed: after the model, so finished
+    assert is_finished(tmp_path)
+    (tmp_path / RUN_RECORD_FILE).write_text("{cut sh")
+    assert not is_finished(tmp_path)
+    assert not list(tmp_path.glob("*.partial"))
