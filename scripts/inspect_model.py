@@ -29,6 +29,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.num_images < 1:
+        raise ValueError(
+            f"--num_images {args.num_images} must be positive (the images the attention distances average over); "
+            "pass e.g. --num_images 32."
+        )
     setup_logging()
     from vit_ft.inspection import run_inspection
 

@@ -76,7 +76,7 @@ def error_line(error: BaseException) -> str:
             PermissionError: "permission denied",
         }[type(error)]
         text = f"{error.filename}: {what}. Check the path"
-    elif _is_offline_error(error):
+    elif _is_offline_error(error) and "network" not in str(error):
         text = f"{_message(error)} This needs the network: connect, or pass a local model folder."
     else:
         text = _message(error)

@@ -20,6 +20,7 @@ from typing import Any
 from huggingface_hub import HfApi
 
 from .images import image_extensions
+from .inference import HUB_ID
 from .run_record import ADAPTER_DIR, PROCESSOR_FILE, RUN_RECORD_FILE, is_adapter_folder, read_run_record
 
 logger = logging.getLogger("vit_ft")
@@ -42,10 +43,12 @@ def stage_for_hub(
 
     `output_dir` is a fine-tune output folder (merged or full model at its root, and/or a LoRA adapter in
     `adapter/`) or a bare adapter folder. A LoRA adapter that was not merged is merged here, so the repository
-    always holds a complete model; the adapter itself is shared too (vit_ft format, in `adapter/`).
+    always holds a complete model; the adapter itself is shared too (vit_ft format, in `adapter/`). The staged
+    folder is verified (`verify_staged`); on any failure it is removed.
     """
     from .reporting import model_card  # deferred: reporting imports matplotlib
 
+    check_repo_id(repo_id)
     if format not in FORMATS:
         raise ValueError(f"format={format!r} is not one of {FORMATS}: 'vit_ft' (our code, trust_remote_code) "
                          "or 'transformers' (plain transformers ViT, no remote code).")  # fmt: skip
@@ -56,32 +59,109 @@ def stage_for_hub(
         )
     if staging.exists():
         raise FileExistsError(f"{staging} exists; stage into a new folder.")
-    adapter_dir = _adapter_dir(output_dir)
-    run_info = _read_run_info(output_dir, adapter_dir)
+    try:  # a folder that cannot be staged and verified is removed: nothing half-written is left to upload
+        adapter_dir = _adapter_dir(output_dir)
+        run_info = _read_run_info(output_dir, adapter_dir)
+
+        if format == "transformers":
+            from .export import export_to_transformers
+
+            model = _load_merged(output_dir)
+            export_to_transformers(model, staging, image_processor=_load_processor(output_dir, adapter_dir))
+        else:
+            staging.mkdir(parents=True)
+            if _has_complete_model(output_dir):
+                _copy_matching(output_dir, staging, (*WEIGHT_FILES, "config.json"))
+                for code_file in _code_files(output_dir):
+                    shutil.copy2(output_dir / code_file, staging / code_file)
+            else:  # an adapter only, or a folder saved without its code: write the model with its code
+                _load_merged(output_dir).save_pretrained(staging)
+            _write_processor(output_dir, adapter_dir, staging)
+            if adapter_dir is not None:
+                _copy_matching(adapter_dir, staging / ADAPTER_DIR, ADAPTER_FILES)
+
+        _copy_matching(output_dir, staging, RECORD_FILES)
+        examples = output_dir / EXAMPLES_DIR
+        if examples.is_dir():
+            _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions())))
+        model_card(run_info, repo_id, staging, format).save(staging / "README.md")
+        verify_staged(staging, format)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Raise ValueError unless `repo_id` is a Hub repository id: `name` or `namespace/name`."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        valid = bool(repo_id) and HUB_ID.fullmatch(repo_id) is not None and validate_repo_id(repo_id) is None
+    except HFValidationError:
+        valid = False
+    if not valid:
+        raise ValueError(
+            f"--hub_model_id {repo_id!r} is not a repo id; a repo id is 'namespace/name' or 'name' (letters, "
+            "digits, '-', '_', '.'; no '--' or '..'), e.g. me/vit-dogs."
+        )
+
+
+def verify_staged(staging: Path, format: str = "vit_ft") -> None:
+    """Open every weight file in `staging`, then load the model as its users will (transformers' key mapping
+    included) and check that every parameter is there with the shape its config says and nothing is left
+    over. A truncated or mismatched folder is an OSError or ValueError naming the file or the keys, raised
+    before anything is uploaded."""
+    from safetensors import safe_open
 
     if format == "transformers":
-        from .export import export_to_transformers
-
-        model = _load_merged(output_dir)
-        export_to_transformers(model, staging, image_processor=_load_processor(output_dir, adapter_dir))
+        from transformers import ViTForImageClassification as model_class
     else:
-        staging.mkdir(parents=True)
-        if _has_complete_model(output_dir):
-            _copy_matching(output_dir, staging, (*WEIGHT_FILES, "config.json"))
-            for code_file in _code_files(output_dir):
-                shutil.copy2(output_dir / code_file, staging / code_file)
-        else:  # an adapter only, or a folder saved without its code: write the model with its code
-            _load_merged(output_dir).save_pretrained(staging)
-        _write_processor(output_dir, adapter_dir, staging)
-        if adapter_dir is not None:
-            _copy_matching(adapter_dir, staging / ADAPTER_DIR, ADAPTER_FILES)
+        from .modeling_vit_ft import ViTFTForImageClassification as model_class
 
-    _copy_matching(output_dir, staging, RECORD_FILES)
-    examples = output_dir / EXAMPLES_DIR
-    if examples.is_dir():
-        _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions())))
-    model_card(run_info, repo_id, staging, format).save(staging / "README.md")
-    return staging
+    files = sorted(staging.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{staging} holds no .safetensors weights; the folder cannot be shared.")
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as weights:
+                for key in weights.keys():  # noqa: SIM118 - safe_open is not iterable
+                    weights.get_slice(key).get_shape()
+        except Exception as error:  # safetensors raises its own error type, naming no file
+            raise OSError(
+                f"{file} cannot be read ({' '.join(str(error).split())}): the file is truncated or corrupt; "
+                "save the model again (or re-run the fine-tune's final save) before sharing it."
+            ) from error
+    try:
+        _, info = model_class.from_pretrained(staging, output_loading_info=True)
+    except RuntimeError as error:  # a size mismatch between the weights and config.json
+        raise ValueError(
+            f"the weights in {staging} do not load into the model its config.json describes "
+            f"({' '.join(str(error).split())[:300]}); share the folder the fine-tune saved, unedited."
+        ) from error
+    problems = {k: sorted(info.get(k) or []) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    if any(problems.values()):
+        details = "; ".join(f"{k.replace('_', ' ')} {[str(v) for v in keys[:3]]}" for k, keys in problems.items() if keys)
+        raise ValueError(
+            f"the weights in {staging} do not match its config.json ({details}); share the folder the fine-tune "
+            "saved, unedited."
+        )
+
+
+def _check_online() -> None:
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise ConnectionError(
+            "HF_HUB_OFFLINE is set: the push needs the network; unset HF_HUB_OFFLINE and connect, or stage the "
+            "folder without the network with --local_dir FOLDER."
+        )
+
+
+def _is_transport_error(error: BaseException) -> bool:
+    """A connection that failed (httpx's TransportError family, or the stdlib's ConnectionError)."""
+    return isinstance(error, ConnectionError) or any(c.__name__ == "TransportError" for c in type(error).__mro__)
 
 
 def push_output_dir(
@@ -95,19 +175,29 @@ def push_output_dir(
 ) -> str:
     """Push a fine-tune output folder to the Hub repository `hub_model_id` (created if missing); returns the commit URL.
 
-    The folder is staged first (see `stage_for_hub`), so a folder that cannot be shared fails before the
-    repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
+    The repo id and the network setting are checked and the folder is staged and verified first (see
+    `stage_for_hub`), so a folder that cannot be shared fails before the repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
     """
+    check_repo_id(hub_model_id)
+    _check_online()
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vit_ft_push_") as tmp:
         staging = stage_for_hub(output_dir, Path(tmp) / hub_model_id.split("/")[-1], hub_model_id, format)
-        repo_url = api.create_repo(hub_model_id, private=private, exist_ok=True)
-        info = api.upload_folder(
-            repo_id=repo_url.repo_id,
-            folder_path=staging,
-            commit_message=commit_message,
-            revision=revision,
-        )
+        try:  # the first network call: the staged folder is verified by now
+            repo_url = api.create_repo(hub_model_id, private=private, exist_ok=True)
+            info = api.upload_folder(
+                repo_id=repo_url.repo_id,
+                folder_path=staging,
+                commit_message=commit_message,
+                revision=revision,
+            )
+        except Exception as error:
+            if not _is_transport_error(error):
+                raise
+            raise ConnectionError(
+                f"cannot reach the Hub ({' '.join(str(error).split())}): the push needs the network; connect and "
+                "run it again, or stage the folder without the network with --local_dir FOLDER."
+            ) from error
     logger.info("Pushed %s (%s format) to %s", output_dir, format, info.commit_url)
     return info.commit_url
 
@@ -210,4 +300,4 @@ def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> Non
             shutil.copy2(path, target / path.name)
 
 
-__all__ = ["FORMATS", "push_output_dir", "stage_for_hub"]
+__all__ = ["FORMATS", "check_repo_id", "push_output_dir", "stage_for_hub", "verify_staged"]
