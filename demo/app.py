@@ -34,7 +34,7 @@ from vit_ft.images import (  # noqa: E402
     resize_and_center_crop,
     to_normalized_tensor,
 )
-from vit_ft.inference import load_classifier  # noqa: E402
+from vit_ft.inference import check_model_path, load_classifier  # noqa: E402
 from vit_ft.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.run_record import ADAPTER_DIR  # noqa: E402
 
@@ -142,6 +142,7 @@ def _rejected(message: str) -> gr.Error:
 
 def resolve_model(model: str | Path) -> Path:
     """A local folder as is; a Hub id is downloaded (weights, configs, examples; never code) to the cache."""
+    check_model_path(model)  # a missing path is reported as a path, not as a malformed Hub id
     path = Path(model)
     if path.exists():
         if not path.is_dir():

@@ -85,7 +85,7 @@ def stage_for_hub(
         if examples.is_dir():
             _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions())))
         model_card(run_info, repo_id, staging, format).save(staging / "README.md")
-        verify_staged(staging, format)
+        verify_staged(staging, format, source=output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -108,11 +108,11 @@ def check_repo_id(repo_id: str) -> None:
         )
 
 
-def verify_staged(staging: Path, format: str = "vit_ft") -> None:
+def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = None) -> None:
     """Open every weight file in `staging`, then load the model as its users will (transformers' key mapping
     included) and check that every parameter is there with the shape its config says and nothing is left
-    over. A truncated or mismatched folder is an OSError or ValueError naming the file or the keys, raised
-    before anything is uploaded."""
+    over. A truncated or mismatched folder is an OSError or ValueError naming the file (in `source`, the folder
+    it was copied from, when it is there) or the keys, raised before anything is uploaded."""
     from safetensors import safe_open
 
     if format == "transformers":
@@ -129,8 +129,9 @@ def verify_staged(staging: Path, format: str = "vit_ft") -> None:
                 for key in weights.keys():  # noqa: SIM118 - safe_open is not iterable
                     weights.get_slice(key).get_shape()
         except Exception as error:  # safetensors raises its own error type, naming no file
+            named = source / file.name if source is not None and (source / file.name).is_file() else file
             raise OSError(
-                f"{file} cannot be read ({' '.join(str(error).split())}): the file is truncated or corrupt; "
+                f"{named} cannot be read ({' '.join(str(error).split())}): the file is truncated or corrupt; "
                 "save the model again (or re-run the fine-tune's final save) before sharing it."
             ) from error
     try:

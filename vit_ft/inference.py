@@ -137,18 +137,28 @@ def _from_pretrained(name: str | os.PathLike, **kwargs: Any) -> torch.nn.Module:
         ) from error
 
 
-def _base_model_path(adapter: Path) -> str:
-    """The adapter's recorded base model: a Hub id, or a local folder that must exist."""
+def _load_base_model(adapter: Path, config: Any) -> torch.nn.Module:
+    """The adapter's recorded base model (a local folder or a Hub id), with the fine-tuned `config`. A base
+    that is no folder here and cannot be loaded as a Hub id either is a FileNotFoundError naming it."""
     config_file = adapter / "adapter_config.json"
     base_name = json.loads(config_file.read_text())["base_model_name_or_path"]
-    if base_name and not Path(base_name).expanduser().exists() and looks_like_path(base_name):
-        where = "relative to the folder the fine-tune ran in" if not os.path.isabs(base_name) else "recorded"
-        raise FileNotFoundError(
-            f"the LoRA adapter {adapter} needs its base model {base_name} ({where}), which does not exist here; "
-            f"run from the fine-tune's folder, or set base_model_name_or_path in {config_file} to the base "
-            "model's folder or Hub id."
-        )
-    return base_name
+    exists = bool(base_name) and Path(base_name).expanduser().exists()
+    missing = FileNotFoundError(
+        f"the LoRA adapter {adapter} needs its base model {base_name}"
+        + ("" if os.path.isabs(base_name or "/") else " (relative to the folder the fine-tune ran in)")
+        + ", which is no folder here"
+        + ("" if looks_like_path(base_name or ".") else " nor a Hub model this machine can load")
+        + f"; run from the fine-tune's folder, or set base_model_name_or_path in {config_file} to the base "
+        "model's folder or Hub id."
+    )
+    if not exists and looks_like_path(base_name or "."):
+        raise missing
+    try:
+        return _from_pretrained(base_name, config=config)
+    except OSError as error:
+        if exists:
+            raise
+        raise missing from error
 
 
 def load_model(model: str | os.PathLike, merge_lora: bool = False) -> torch.nn.Module:
@@ -168,7 +178,7 @@ def load_model(model: str | os.PathLike, merge_lora: bool = False) -> torch.nn.M
     from .configuration_vit_ft import ViTFTConfig
 
     config = ViTFTConfig.from_pretrained(adapter)  # the fine-tuned architecture, labels and resolution
-    base = _from_pretrained(_base_model_path(adapter), config=config)
+    base = _load_base_model(adapter, config)
     loaded = PeftModel.from_pretrained(base, adapter).eval()
     return loaded.merge_and_unload() if merge_lora else loaded
 
@@ -345,6 +355,7 @@ __all__ = [
     "Batch",
     "Classifier",
     "Preprocessing",
+    "check_model_path",
     "default_device",
     "describe_error",
     "iter_batches",
