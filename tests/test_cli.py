@@ -4,7 +4,14 @@ import logging
 
 import pytest
 
-from vit_ft.cli import add_data_arguments, add_inference_arguments, setup_logging, tool_parser
+from vit_ft.cli import (
+    add_data_arguments,
+    add_inference_arguments,
+    error_line,
+    run_tool,
+    setup_logging,
+    tool_parser,
+)
 
 
 def test_tool_parser_takes_model_data_and_inference_arguments():
@@ -38,3 +45,50 @@ def test_setup_logging_shows_vit_ft_info_on_stdout(capsys):
         assert "INFO vit_ft.test: hello" in capsys.readouterr().out
     finally:
         root.handlers = handlers
+
+
+def _raises(error: BaseException):
+    def main(argv):
+        raise error
+
+    return main
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (ValueError("--top_k 0 must be positive; pass e.g. --top_k 5."), "error: --top_k 0 must be positive; pass e.g. --top_k 5."),
+        (FileNotFoundError(2, "No such file or directory", "x.png"), "error: x.png: no such file or folder. Check the path."),
+        (OSError("weights\n  cannot\tbe read"), "error: weights cannot be read."),
+        (KeyboardInterrupt(), "error: interrupted."),
+    ],
+)  # fmt: skip
+def test_run_tool_turns_a_users_error_into_one_line_and_exit_1(monkeypatch, capsys, error, line):
+    monkeypatch.delenv("VIT_FT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(_raises(error), [])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [error_line(error)] and err.startswith(line), err
+    assert "Traceback" not in err
+
+
+def test_run_tool_removes_debug_and_shows_the_traceback_with_it_or_the_variable(monkeypatch, capsys):
+    seen = []
+    monkeypatch.delenv("VIT_FT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(lambda argv: seen.append(argv), ["--model", "m", "--debug"])
+    assert exit_info.value.code == 0 and seen == [["--model", "m"]]
+    for argv, env in ((["--debug"], None), ([], "1")):
+        if env is not None:
+            monkeypatch.setenv("VIT_FT_DEBUG", env)
+        with pytest.raises(SystemExit):
+            run_tool(_raises(ValueError("bad value. Fix it.")), argv)
+        err = capsys.readouterr().err
+        assert "Traceback" in err and err.strip().splitlines()[-1] == "error: bad value. Fix it."
+
+
+def test_run_tool_lets_a_programming_error_keep_its_traceback(monkeypatch):
+    monkeypatch.delenv("VIT_FT_DEBUG", raising=False)
+    with pytest.raises(TypeError):
+        run_tool(_raises(TypeError("a bug")), [])

@@ -36,9 +36,6 @@ CASES = {
         "predict", ["--model", "{w}/no/such/model", "{w}/photos", "--output", "{w}/keep.csv"], {},
         "no/such/model: no such folder; pass a model folder",
     ),
-    "predict: relative missing model path": (
-        "predict", ["--model", "./nowhere", "{w}/photos", "--output", "{w}/out.csv"], {}, "./nowhere: no such folder",
-    ),
     "predict: figure would replace the input": (
         "predict", ["--model", "{hf}", "{w}/photos/cat.png", "--output", "{w}/photos/cat.csv"], {},
         "would replace an input image",
@@ -61,18 +58,14 @@ CASES = {
         "predict", ["--model", "{w}/lora", "{w}/photos", "--output", "{w}/keep.csv"], {},
         "outputs/base-model (relative to the folder the fine-tune ran in)",
     ),
-    "predict: Hub id offline": (
-        "predict", ["--model", "me/no-such-model", "{w}/photos", "--output", "{w}/keep.csv"], {}, "network",
-    ),
     "evaluate: missing model path": (
-        "evaluate", ["--model", "{w}/no/such/model", "--output_dir", "{w}/report"], {}, "no such folder",
+        "evaluate", ["--model", "./no-such-model", "--output_dir", "{w}/report"], {}, "./no-such-model: no such folder",
     ),
     "inspect: zero images": (
         "inspect", ["--model", "{model}", "--output_dir", "{w}/figures", "--num_images", "0"], {},
         "--num_images 0 must be positive",
     ),
     "push: id with two slashes": ("push", ["{model}", "--hub_model_id", "a/b/c"], {}, "is not a repo id"),
-    "push: empty id": ("push", ["{model}", "--hub_model_id", ""], {}, "a repo id is 'namespace/name'"),
     "push: offline": ("push", ["{model}", "--hub_model_id", "me/vit-digits"], {}, "--local_dir"),
     "push: truncated weights are not staged": (
         "push", ["{w}/trunc", "--hub_model_id", "me/x", "--local_dir", "{w}/staged"], {},
@@ -150,12 +143,11 @@ def test_a_mistake_is_one_line_and_changes_nothing(results, case):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    for extra, env in ((["--debug"], {}), ([], {"VIT_FT_DEBUG": "1"})):
-        args = ["--model", str(tmp_path / "no" / "model"), str(tmp_path), "--output", str(tmp_path / "p.csv"), *extra]
-        result = run_tool("predict", args, tmp_path, env)
-        assert result.returncode == 1
-        assert "Traceback" in result.stderr and "FileNotFoundError" in result.stderr
-        assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+    args = ["--model", str(tmp_path / "no" / "model"), str(tmp_path), "--output", str(tmp_path / "p.csv"), "--debug"]
+    result = run_tool("predict", args, tmp_path)
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "FileNotFoundError" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
 def test_a_failed_prediction_run_keeps_the_old_output_file(tmp_path):
