@@ -65,7 +65,7 @@ def _is_offline_error(error: BaseException) -> bool:
 def error_line(error: BaseException) -> str:
     """The one line that `run_tool` prints for `error`: `error: <what is wrong>. <what to do>`."""
     if isinstance(error, KeyboardInterrupt):
-        return "error: interrupted. Nothing was written in place of an existing file; run the command again."
+        return "error: interrupted. Run the command again to finish (predict keeps an existing --output as it was)."
     if isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)) and (
         error.filename is not None
     ):
