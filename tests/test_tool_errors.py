@@ -58,6 +58,10 @@ CASES = {
         "predict", ["--model", "{w}/lora", "{w}/photos", "--output", "{w}/keep.csv"], {},
         "outputs/base-model (relative to the folder the fine-tune ran in)",
     ),
+    "predict: unfinished run": (
+        "predict", ["--model", "{w}/unfinished", "{w}/photos", "--output", "{w}/keep.csv"], {},
+        "did not finish (vit_ft_run.json says finished: false); resume it",
+    ),
     "evaluate: missing model path": (
         "evaluate", ["--model", "./no-such-model", "--output_dir", "{w}/report"], {}, "./no-such-model: no such folder",
     ),
@@ -93,8 +97,9 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def make_workspace(folder: Path, model: Path) -> Path:
-    """Two tiny images, an existing predictions file, a copy of `model` with its weights cut short, and a
-    LoRA adapter folder whose recorded base model is a relative path that does not exist here."""
+    """Two tiny images, an existing predictions file, a copy of `model` with its weights cut short, one whose
+    run record says it did not finish, and a LoRA adapter folder whose recorded base model is a relative path
+    that does not exist here."""
     (folder / "photos").mkdir(parents=True)
     rng = np.random.default_rng(0)
     for name in ("cat", "dog"):
@@ -103,6 +108,9 @@ def make_workspace(folder: Path, model: Path) -> Path:
     shutil.copytree(model, folder / "trunc", ignore=shutil.ignore_patterns("checkpoint-*", "runs"))
     weights = folder / "trunc" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    shutil.copytree(folder / "trunc", folder / "unfinished")
+    record = json.loads((model / "vit_ft_run.json").read_text())
+    (folder / "unfinished" / "vit_ft_run.json").write_text(json.dumps({**record, "finished": False}))
     (folder / "lora").mkdir()
     shutil.copy(model / "config.json", folder / "lora" / "config.json")
     (folder / "lora" / "adapter_config.json").write_text(

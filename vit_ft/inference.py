@@ -30,7 +30,14 @@ from tqdm.auto import tqdm
 from .configuration_vit_ft import nearest_multiple, to_2tuple
 from .images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
 from .modeling_vit_ft import ViTFTForImageClassification
-from .run_record import ADAPTER_DIR, PROCESSOR_FILE, is_adapter_folder, read_run_record
+from .run_record import (
+    ADAPTER_DIR,
+    PROCESSOR_FILE,
+    RUN_RECORD_FILE,
+    is_adapter_folder,
+    read_run_record,
+    run_folder,
+)
 from .transforms import ImageClassificationTransform, build_transforms
 
 logger = logging.getLogger("vit_ft")
@@ -161,6 +168,24 @@ def _load_base_model(adapter: Path, config: Any) -> torch.nn.Module:
         raise missing from error
 
 
+def _check_finished(path: Path) -> None:
+    """Refuse a local fine-tune folder whose run record says the run did not finish (its model may be missing,
+    stale or half-written). Folders without a record (a transformers checkpoint, a Hub download) load as is."""
+    if not path.is_dir():
+        return
+    try:
+        record = read_run_record(path)
+    except (OSError, ValueError):
+        return
+    if record is not None and record.get("finished", True) is False:
+        folder = run_folder(path) or path
+        raise ValueError(
+            f"{folder} holds a fine-tune that did not finish ({RUN_RECORD_FILE} says finished: false); resume it "
+            f"with scripts/finetune.py --recipe <its recipe> --output_dir {folder} --resume, or pass a finished "
+            "model folder."
+        )
+
+
 def load_model(model: str | os.PathLike, merge_lora: bool = False) -> torch.nn.Module:
     """The classifier in `model` in eval mode: a vit_ft folder or Hub id, or a LoRA adapter (a folder with
     adapter_config.json, or an output folder whose adapter is in `adapter/`) on its recorded base model,
@@ -168,6 +193,7 @@ def load_model(model: str | os.PathLike, merge_lora: bool = False) -> torch.nn.M
     file an OSError that names the file."""
     check_model_path(model)
     path = Path(model).expanduser()
+    _check_finished(path)
     adapter = path if is_adapter_folder(path) else None
     if adapter is None and not (path / "config.json").exists() and is_adapter_folder(path / ADAPTER_DIR):
         adapter = path / ADAPTER_DIR
