@@ -14,13 +14,12 @@ shows the traceback instead.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
+from vit_ft.cli import run_tool
 from vit_ft.hub import push_output_dir
 from vit_ft.recipes import parse_args, recipe_name, take_switch
-from vit_ft.training import USER_ERRORS, error_line, interrupted_message, run_finetune
+from vit_ft.training import interrupted_message, run_finetune
 
 
 def recipe_from_argv(argv: list[str]) -> str | None:
@@ -60,23 +59,14 @@ def finetune(argv: list[str], output_dir: list[str]) -> dict[str, float]:
     return metrics
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug, argv = take_switch(argv, "debug")
-    debug = debug or os.environ.get("VIT_FT_DEBUG", "") not in ("", "0")
+def main(argv: list[str] | None = None) -> None:
     output_dir: list[str] = []
-    try:
-        return finetune(argv, output_dir)
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        where = output_dir[0] if output_dir else "the output folder"
-        print(f"error: {interrupted_message(where)}", file=sys.stderr)
-        sys.exit(130)
-    except USER_ERRORS as error:
-        if debug:
-            raise
-        sys.exit(error_line(error))
+    run_tool(
+        finetune,
+        argv,
+        interrupted=lambda: interrupted_message(output_dir[0] if output_dir else "the output folder"),
+        output_dir=output_dir,
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import argparse
 from typing import Any
 
 from vit_ft.cli import add_inference_arguments, run_tool, setup_logging, tool_parser
+from vit_ft.configuration_vit_ft import MAX_IMAGE_TOKENS
 from vit_ft.images import DEFAULT_MAX_PIXELS
-from vit_ft.inference import MAX_TOKENS
 
 
 def _optional_int(text: str) -> int | None:
@@ -39,8 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--figure", default="auto",
                         help="PNG grid of the first predicted images (default 'auto': the --output name with .png, "
                         "preds.csv -> preds.png); 'none' writes none. Never an input file.")  # fmt: skip
-    parser.add_argument("--max_tokens", type=_optional_int, default=MAX_TOKENS,
-                        help=f"Refuse an --image_size with more patch tokens per image (default {MAX_TOKENS}: "
+    parser.add_argument("--max_tokens", type=_optional_int, default=MAX_IMAGE_TOKENS,
+                        help=f"Refuse an --image_size with more patch tokens per image (default {MAX_IMAGE_TOKENS}: "
                         "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
     return parser.parse_args(argv)
 

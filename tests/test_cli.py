@@ -60,14 +60,16 @@ def _raises(error: BaseException):
         (ValueError("--top_k 0 must be positive; pass e.g. --top_k 5."), "error: --top_k 0 must be positive; pass e.g. --top_k 5."),
         (FileNotFoundError(2, "No such file or directory", "x.png"), "error: x.png: no such file or folder. Check the path."),
         (OSError("weights\n  cannot\tbe read"), "error: weights cannot be read."),
+        (KeyError("no column 'img'; pass --image_column"), "error: no column 'img'; pass --image_column."),
         (KeyboardInterrupt(), "error: interrupted."),
     ],
 )  # fmt: skip
 def test_run_tool_turns_a_users_error_into_one_line_and_exit_1(monkeypatch, capsys, error, line):
+    """Exit 1, or 130 (the shell's code for Ctrl-C) for an interrupt."""
     monkeypatch.delenv("VIT_FT_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         run_tool(_raises(error), [])
-    assert exit_info.value.code == 1
+    assert exit_info.value.code == (130 if isinstance(error, KeyboardInterrupt) else 1)
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [error_line(error)] and err.startswith(line), err
     assert "Traceback" not in err
@@ -92,3 +94,11 @@ def test_run_tool_lets_a_programming_error_keep_its_traceback(monkeypatch):
     monkeypatch.delenv("VIT_FT_DEBUG", raising=False)
     with pytest.raises(TypeError):
         run_tool(_raises(TypeError("a bug")), [])
+
+
+def test_run_tool_says_where_an_interrupted_run_stands(monkeypatch, capsys):
+    monkeypatch.delenv("VIT_FT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(_raises(KeyboardInterrupt()), [], interrupted=lambda: "interrupted; resume with --resume.")
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.strip() == "error: interrupted; resume with --resume."

@@ -14,6 +14,7 @@ import torch
 from transformers import TrainingArguments
 
 from vit_ft.arguments import DataArguments, ModelArguments
+from vit_ft.configuration_vit_ft import MAX_IMAGE_TOKENS
 from vit_ft.metrics import METRIC_NAMES
 from vit_ft.recipe_fields import RecipeError, suggest
 
@@ -78,17 +79,14 @@ def check_image_size(model_args: ModelArguments) -> None:
 
 
 MAX_IMAGE_TOKENS_ENV_VAR = "VIT_FT_MAX_IMAGE_TOKENS"
-# 1024x1024 pixels at patch 16: attention memory grows with the square of the token count, so far beyond this a
-# typo (--image_size 4096) would run for minutes at many GB before anything fails.
-DEFAULT_MAX_IMAGE_TOKENS = 4096
 _ASSUMED_PATCH = 16  # ViT's usual patch size, for checkpoints whose config is not readable locally
 
 
 def max_image_tokens() -> int:
-    """The bound on patch tokens per image: $VIT_FT_MAX_IMAGE_TOKENS if set, else DEFAULT_MAX_IMAGE_TOKENS."""
+    """The bound on patch tokens per image: $VIT_FT_MAX_IMAGE_TOKENS if set, else configuration_vit_ft.MAX_IMAGE_TOKENS."""
     value = os.environ.get(MAX_IMAGE_TOKENS_ENV_VAR, "")
     try:
-        return int(value) if value.strip() else DEFAULT_MAX_IMAGE_TOKENS
+        return int(value) if value.strip() else MAX_IMAGE_TOKENS
     except ValueError:
         raise RecipeError(
             f"{MAX_IMAGE_TOKENS_ENV_VAR}={value!r} is not a whole number; set it to a token count such as 4096."
@@ -243,7 +241,6 @@ def validate(model_args: ModelArguments, data_args: DataArguments, training_args
 
 
 __all__ = [
-    "DEFAULT_MAX_IMAGE_TOKENS",
     "MAX_IMAGE_TOKENS_ENV_VAR",
     "check_evaluation",
     "check_image_size",

@@ -50,7 +50,7 @@ def setup_logging(timestamps: bool = True) -> None:
 
 # What a user can cause: a bad path or value, a missing or corrupt model, no network. Anything else (a
 # TypeError, an AttributeError, ...) is a bug in vit_ft and keeps its traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyboardInterrupt)
+USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, KeyboardInterrupt)
 
 
 def _is_offline_error(error: BaseException) -> bool:
@@ -86,19 +86,25 @@ def error_line(error: BaseException) -> str:
 
 def _message(error: BaseException) -> str:
     """The error's text on one line (tracebacks of chained errors and multi-line messages folded)."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text
+    text = error.args[0] if isinstance(error, KeyError) and error.args else error  # str(KeyError) adds quotes
+    return " ".join(str(text).split()) or type(error).__name__
 
 
 def _debug_requested(argv: list[str]) -> bool:
     return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def run_tool(main: Callable[..., Any], argv: list[str] | None = None, **kwargs: Any) -> NoReturn:
+def run_tool(
+    main: Callable[..., Any],
+    argv: list[str] | None = None,
+    interrupted: Callable[[], str] | None = None,
+    **kwargs: Any,
+) -> NoReturn:
     """Run a tool's `main(argv, **kwargs)` as a command: exit 0 when it returns; on an error the user caused
     (USER_ERRORS) print `error: <what is wrong>. <what to do>` to stderr and exit 1, with no traceback
     unless `--debug` is among the arguments or VIT_FT_DEBUG=1. Other exceptions are bugs: they propagate
-    with their traceback. `--debug` is removed from the arguments before `main` parses them."""
+    with their traceback. `--debug` is removed from the arguments before `main` parses them. Ctrl-C exits 130,
+    with `interrupted()` as its line when given (e.g. where the last checkpoint is)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]
@@ -108,8 +114,10 @@ def run_tool(main: Callable[..., Any], argv: list[str] | None = None, **kwargs: 
         if debug:
             traceback.print_exc()
         sys.stdout.flush()
-        print(error_line(error), file=sys.stderr)
-        sys.exit(1)
+        interrupt = isinstance(error, KeyboardInterrupt)
+        line = f"error: {interrupted()}" if interrupt and interrupted is not None else error_line(error)
+        print(line, file=sys.stderr)
+        sys.exit(130 if interrupt else 1)
     sys.exit(0)
 
 

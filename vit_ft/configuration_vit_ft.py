@@ -48,6 +48,10 @@ VIT_SIZES: dict[str, dict[str, int]] = {
 }
 
 POOLING_CHOICES = ("cls", "mean")
+# Patch tokens per image that the tools run without being told to: ViT-B/16 at 1024x1024. Attention's time and
+# memory grow with the square of the tokens, so a typo (--image_size 4096: 65536 tokens) would run for minutes
+# at many GB before anything fails. The fine-tune raises it with $VIT_FT_MAX_IMAGE_TOKENS, predict with --max_tokens.
+MAX_IMAGE_TOKENS = 4096
 
 
 def to_2tuple(value: int | list[int] | tuple[int, ...], name: str = "value") -> tuple[int, int]:
@@ -198,4 +202,4 @@ def nearest_multiple(image_size: tuple[int, int], patch_size: tuple[int, int]) -
     return tuple(max(p, round(s / p) * p) for s, p in zip(image_size, patch_size, strict=True))
 
 
-__all__ = ["VIT_CONFIG_FIELDS", "VIT_SIZES", "ViTFTConfig", "nearest_multiple", "to_2tuple"]
+__all__ = ["MAX_IMAGE_TOKENS", "VIT_CONFIG_FIELDS", "VIT_SIZES", "ViTFTConfig", "nearest_multiple", "to_2tuple"]

@@ -42,9 +42,6 @@ from .transforms import ImageClassificationTransform, build_transforms
 
 logger = logging.getLogger("vit_ft")
 
-# Patch tokens per image that predict runs without being told to: ViT-B/16 at 1024x1024. Attention's time and
-# memory grow with the square of the tokens (4096 px at patch 16: 65536 tokens, minutes and gigabytes per image).
-MAX_TOKENS = 4096
 
 
 @dataclass(frozen=True)
@@ -377,7 +374,6 @@ def iter_batches(
 
 
 __all__ = [
-    "MAX_TOKENS",
     "Batch",
     "Classifier",
     "Preprocessing",

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
+from .configuration_vit_ft import MAX_IMAGE_TOKENS
 from .figures import display_image, plot_image_grid, short
 from .images import DEFAULT_MAX_PIXELS, image_extensions
-from .inference import MAX_TOKENS, Classifier, describe_error, iter_batches, load_classifier
+from .inference import Classifier, describe_error, iter_batches, load_classifier
 
 logger = logging.getLogger("vit_ft")
 
@@ -276,7 +277,7 @@ def run_prediction(
     figure: str | os.PathLike | None = "auto",
     figure_images: int = 24,
     progress: bool | None = None,
-    max_tokens: int | None = MAX_TOKENS,
+    max_tokens: int | None = MAX_IMAGE_TOKENS,
 ) -> dict[str, Any]:
     """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl).
 

@@ -278,16 +278,6 @@ def interrupted_message(output_dir: str | Path) -> str:
 
 
 # Errors a user causes (bad paths, folders, values, an offline Hub): one line, no traceback (scripts/finetune.py)
-USER_ERRORS = (OSError, ValueError, KeyError)
-
-
-def error_line(error: BaseException) -> str:
-    """`error: <what is wrong>. <what to do>` on one line, for an error in USER_ERRORS."""
-    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    text = " ".join(str(text).split()) or type(error).__name__
-    return f"error: {text}"
-
-
 def resolve_resume(training_args: TrainingArguments) -> str | None:
     """The checkpoint to resume from: an explicit path, or the last complete one in output_dir for `--resume`."""
     resume = training_args.resume_from_checkpoint
@@ -434,11 +424,9 @@ def save_outputs(
 
 
 __all__ = [
-    "USER_ERRORS",
     "check_output_dir",
     "checkpoint_is_complete",
     "checkpoint_problem",
-    "error_line",
     "interrupted_message",
     "last_complete_checkpoint",
     "newest_complete_checkpoint",
