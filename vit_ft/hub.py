@@ -176,14 +176,14 @@ def push_output_dir(
 ) -> str:
     """Push a fine-tune output folder to the Hub repository `hub_model_id` (created if missing); returns the commit URL.
 
-    The repo id and the network setting are checked and the folder is staged and verified first (see
-    `stage_for_hub`), so a folder that cannot be shared fails before the repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
+    The repo id is checked and the folder staged and verified first (see `stage_for_hub`), then the network
+    setting, so a folder that cannot be shared fails before the repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
     """
     check_repo_id(hub_model_id)
-    _check_online()
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vit_ft_push_") as tmp:
         staging = stage_for_hub(output_dir, Path(tmp) / hub_model_id.split("/")[-1], hub_model_id, format)
+        _check_online()  # after the folder's own problems, which the user fixes first
         try:  # the first network call: the staged folder is verified by now
             repo_url = api.create_repo(hub_model_id, private=private, exist_ok=True)
             info = api.upload_folder(
