@@ -142,13 +142,9 @@ def _rejected(message: str) -> gr.Error:
 
 def resolve_model(model: str | Path) -> Path:
     """A local folder as is; a Hub id is downloaded (weights, configs, examples; never code) to the cache."""
-    check_model_path(model)  # a missing path is reported as a path, not as a malformed Hub id
+    check_model_path(model)  # a missing path or a file is reported as such, not as a malformed Hub id
     path = Path(model)
     if path.exists():
-        if not path.is_dir():
-            raise NotADirectoryError(
-                f"--model {model}: a file; pass a model folder, an adapter folder or a Hub id."
-            )
         return path
     from huggingface_hub import snapshot_download
 

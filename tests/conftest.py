@@ -111,14 +111,15 @@ def write_tiny_recipe(tmp: Path, **overrides) -> Path:
     return path
 
 
-def run_finetune_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`python scripts/finetune.py ARGS` in a subprocess, as a user runs it."""
+def run_finetune_script(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python scripts/finetune.py ARGS` in a subprocess, as a user runs it; `env` replaces the environment."""
     return subprocess.run(
         [sys.executable, str(REPO / "scripts" / "finetune.py"), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
+        env=env,
     )
 
 

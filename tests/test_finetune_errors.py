@@ -8,7 +8,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from vit_ft.run_record import is_finished
 from vit_ft.training import checkpoint_is_complete
 
-from .conftest import REPO, write_tiny_recipe
+from .conftest import run_finetune_script, write_tiny_recipe
 
 # id -> (extra arguments, where {tmp} is the case folder, extra environment, expected words in the error)
 CASES = {
@@ -50,14 +49,8 @@ def digest(path: Path) -> str:
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "finetune.py"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
+    """scripts/finetune.py with `env` added to this process's environment."""
+    return run_finetune_script(*args, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, expected: str) -> None:

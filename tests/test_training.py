@@ -105,19 +105,15 @@ def test_bad_files_are_skipped_and_accumulation_and_checkpointing_work(tmp_path)
 
 def test_push_to_hub_sends_the_finished_folder_once(tmp_path):
     """`--push_to_hub`: after training, one complete push of the output folder (to a local fake Hub)."""
-    import subprocess
-    import sys
 
-    from .conftest import REPO
     from .fake_hub import FakeHub
     from .test_hub import push_env
 
     recipe = write_tiny_recipe(tmp_path, num_train_epochs=1, max_train_samples=32)
     with FakeHub() as hub:
-        result = subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe),
-             "--push_to_hub", "true", "--hub_model_id", "me/tiny-push"],
-            cwd=tmp_path, env=push_env(hub, tmp_path), capture_output=True, text=True, timeout=600,
+        result = run_finetune_script(
+            "--recipe", str(recipe), "--push_to_hub", "true", "--hub_model_id", "me/tiny-push",
+            cwd=tmp_path, env=push_env(hub, tmp_path),
         )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     assert "Pushed" in result.stdout and not hub.unexpected
