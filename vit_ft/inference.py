@@ -285,6 +285,7 @@ def load_classifier(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     merge_lora: bool = False,
     max_tokens: int | None = None,
+    require_head: bool = True,
 ) -> Classifier:
     """Load `model` (vit_ft folder, LoRA adapter folder or output folder with `adapter/`, or a Hub id) for
     inference, with its evaluation preprocessing, label names and run record.
@@ -292,18 +293,21 @@ def load_classifier(
     A LoRA model is kept unmerged (its adapters active) unless `merge_lora`; `image_size` changes only the input
     resolution: the model resamples its position embeddings on the fly, as `from_pretrained(image_size=...)`
     would; `max_tokens` bounds the patch tokens per image at that resolution (None: no bound).
+    `require_head=False` accepts a backbone with no labels (a pre-trained ViTModel) for tools that only read
+    its features (few-shot evaluation); its id2label is then empty.
     """
     loaded = load_model(model, merge_lora=merge_lora)
     if hasattr(loaded, "get_base_model"):  # a peft model: its base model holds the active LoRA layers
         loaded = loaded.get_base_model()
     config = loaded.config
-    if not getattr(config, "id2label", None) or getattr(config, "num_labels", 0) < 1:
+    has_head = bool(getattr(config, "id2label", None)) and getattr(config, "num_labels", 0) >= 1
+    if require_head and not has_head:
         raise ValueError(
             f"{model} has no classification head (no labels in its config); pass a fine-tuned model folder."
         )
     device = torch.device(device) if device is not None else default_device()
     preprocessing = read_preprocessing(model, config, image_size, max_pixels, max_tokens)
-    id2label = {int(k): str(v) for k, v in config.id2label.items()}
+    id2label = {int(k): str(v) for k, v in config.id2label.items()} if has_head else {}
     return Classifier(
         loaded.to(device).eval(), preprocessing, id2label, str(model), device, read_run_record(model)
     )
