@@ -129,4 +129,5 @@ def tiny_finetuned_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("tiny_finetune")
     result = run_finetune_script("--recipe", str(write_tiny_recipe(tmp)), cwd=tmp)
     assert result.returncode == 0, result.stderr[-4000:]
+    (tmp / "finetune.log").write_text(result.stdout + result.stderr)  # what the user saw, for tests of it
     return tmp / "out"

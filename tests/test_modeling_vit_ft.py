@@ -75,7 +75,7 @@ def test_new_head_is_zero_initialised_when_labels_change(hf_classifier_dir):
     assert "classifier.weight" in ours.loading_report.discarded
     assert torch.count_nonzero(ours.classifier.weight) == 0 and torch.count_nonzero(ours.classifier.bias) == 0
     report = str(ours.loading_report)
-    assert "4x4 -> 8x8" in report and "newly initialised: classifier.weight" in report
+    assert "4x4 -> 8x8" in report and "new head: 2 labels, zero-initialised" in report
 
 
 def test_backbone_checkpoint_gets_a_new_head(hf_backbone_dir, reference):

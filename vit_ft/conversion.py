@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from transformers.core_model_loading import Concatenate, ConversionOps, WeightConverter, WeightRenaming
 
+from .checkpoint_formats import TIMM_BLOCK_KEYS, TIMM_KEYS
 from .pos_embed import resample_position_embeddings
 
 logger = logging.getLogger(__name__)
@@ -160,13 +161,22 @@ class LoadingReport:
     resampled: dict[str, tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=dict)
     newly_initialized: list[str] = field(default_factory=list)
     discarded: dict[str, str] = field(default_factory=dict)
+    # the classifier: "new" (initialised here, zero as in the paper), "kept" (the checkpoint's, same labels),
+    # or None for a model without one
+    head: str | None = None
+    num_labels: int | None = None
 
     def __str__(self) -> str:
         lines = [f"Loaded {len(self.loaded)} tensors from {self.source} ({self.source_format})."]
         for key, (old, new) in self.resampled.items():
             lines.append(f"  resampled {key}: {old[0]}x{old[1]} -> {new[0]}x{new[1]} patch grid (bicubic)")
-        if self.newly_initialized:
-            lines.append(f"  newly initialised: {', '.join(self.newly_initialized)}")
+        if self.head == "new":
+            lines.append(f"  new head: {self.num_labels} labels, zero-initialised ({', '.join(HEAD_KEYS)})")
+        elif self.head == "kept":
+            lines.append(f"  head kept: {self.num_labels} labels (the checkpoint's own)")
+        others = [key for key in self.newly_initialized if key not in HEAD_KEYS]
+        if others:
+            lines.append(f"  newly initialised: {', '.join(others)}")
         for key, why in self.discarded.items():
             lines.append(f"  discarded {key}: {why}")
         return "\n".join(lines)
@@ -198,7 +208,10 @@ def _checkpoint_info(config: Any) -> dict[str, Any] | None:
     """What the checkpoint being loaded holds (see `ViTFTConfig.get_config_dict`), when the config came from
     it; None for `config=` objects of another source and for `state_dict=` loads."""
     info = getattr(config, "_checkpoint", None)
-    if info is None or info.get("source") != str(getattr(config, "_name_or_path", "")):
+    name = str(getattr(config, "_name_or_path", ""))
+    # a JAX .npz arrives converted, as `state_dict=` with the config read from the file (name_or_path None)
+    converted = info is not None and info.get("format") == "JAX npz" and name in ("", "None")
+    if info is None or (info.get("source") != name and not converted):
         return None
     return info
 
@@ -246,14 +259,21 @@ class KeepHeadForSameLabels(ConversionOps):
 
 
 def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
-    """transformers ViT checkpoints (ViTModel, ViTForImageClassification) -> our modules, as transformers
-    weight transforms: the tables above, the position embeddings resampled, the head kept for its own labels.
+    """transformers ViT checkpoints (ViTModel, ViTForImageClassification) and timm ViTs -> our modules, as
+    transformers weight transforms: the tables above and timm's, the position embeddings resampled, the head
+    kept for its own labels.
     Our own folders have our keys already and pass through unchanged."""
     mapping: list[WeightRenaming | WeightConverter] = [_Renaming(r"encoder\.layer\.", "layers.")]
     mapping += [
         _Renaming(rf"\.{re.escape(source)}\.", f".{target}.")
         for source, target in LAYER_RENAMES.items()
         if source != target
+    ]
+    # timm ViTs (checkpoint_formats.TIMM_KEYS): anchored at the key's start, so they never touch our own keys
+    mapping += [_Renaming(rf"^{re.escape(source)}$", target) for source, target in TIMM_KEYS.items()]
+    mapping += [
+        _Renaming(rf"^blocks\.(\d+)\.{re.escape(source)}\.", rf"layers.\1.{target}.")
+        for source, target in TIMM_BLOCK_KEYS.items()
     ]
     mapping += [_Converter(list(names), "attention.qkv", [Concatenate(dim=0)]) for names in QKV_SOURCES]
     mapping.append(
@@ -300,6 +320,10 @@ def build_loading_report(model: torch.nn.Module, loading_info: Any) -> LoadingRe
     prefix = "" if not hasattr(model, "classifier") else f"{model.base_model_prefix}."
     report.newly_initialized = [k.removeprefix(prefix) for k in model.state_dict() if k in fresh]
     report.loaded = sorted(k.removeprefix(prefix) for k in model.state_dict() if k not in fresh)
+    if has_head:
+        report.num_labels = config.num_labels
+        report.head = "new" if set(HEAD_KEYS) & set(report.newly_initialized) else "kept"
+    # the one print of a load (transformers' own table is kept empty: ViTFTPreTrainedModel._finalize_model_loading)
     logger.info("%s", report)
     return report
 

@@ -23,6 +23,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 from transformers.modeling_utils import AttentionInterface
 
+from .checkpoint_formats import convert_jax_state_dict, find_jax_checkpoint, jax_config_fields, load_npz, read_npz_shapes
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
 from .conversion import build_loading_report, checkpoint_conversion_mapping
 from .kernels import Linear, linear_activation, sdpa_attention_forward
@@ -228,10 +229,43 @@ class ViTFTPreTrainedModel(PreTrainedModel):
 
     def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
         """transformers' post-loading hook: the keys it ignores, then our loading report (`self.loading_report`:
-        loaded, resampled, newly initialised, discarded). A checkpoint key the model has no place for and that
-        is not a known discard (the pre-logits pooler, a head this model lacks) is an error naming it."""
+        loaded, resampled, the head new or kept, newly initialised, discarded), logged once. A checkpoint key
+        the model has no place for and that is not a known discard (the pre-logits pooler, a head this model
+        lacks) is an error naming it.
+
+        The missing keys our report names are held back from transformers' own LOAD REPORT, which would list
+        the new head a second time as MISSING, and given back by `_finalize_model_loading`."""
         super()._adjust_missing_and_unexpected_keys(loading_info)
         self.loading_report = build_loading_report(self, loading_info)
+        self.__dict__["_reported_missing"] = loading_info.missing_keys
+        loading_info.missing_keys = set()
+
+    @staticmethod
+    def _finalize_model_loading(model, load_config, loading_info):
+        """transformers' last loading step (initialisation, tying, the hook above, its report); then the missing
+        keys are put back, so that `output_loading_info=True` lists them as for transformers' own ViT."""
+        loading_info = PreTrainedModel._finalize_model_loading(model, load_config, loading_info)
+        loading_info.missing_keys |= model.__dict__.pop("_reported_missing", set())
+        return loading_info
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any):
+        """transformers' `from_pretrained`. A JAX `.npz` of the ViT paper (the file, or a folder holding one and
+        no config.json) is converted first (`checkpoint_formats.py`) and loaded as a state dict, with its config
+        read from the file, so resampling, the head rule and the loading report are the same."""
+        npz = find_jax_checkpoint(pretrained_model_name_or_path)
+        if npz is None or kwargs.get("state_dict") is not None:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        shapes_config = ViTFTConfig(**jax_config_fields(read_npz_shapes(npz), str(npz)))
+        state_dict, discarded = convert_jax_state_dict(load_npz(npz), shapes_config)
+        kwargs.setdefault("config", str(npz))
+        model = super().from_pretrained(None, *model_args, state_dict=state_dict, **kwargs)
+        model.config.name_or_path = str(npz)
+        for report in (getattr(m, "loading_report", None) for m in (model, getattr(model, "vit", None))):
+            if report is not None:
+                report.source = str(npz)
+                report.discarded.update(discarded)
+        return model
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that optimizers conventionally exclude from weight decay (timm's habit)."""
