@@ -6,6 +6,7 @@ accelerate launch scripts/finetune.py --recipe dogs --learning_rate 0.01 --image
 accelerate launch scripts/finetune.py --recipe dogs --resume      # continue an interrupted run
 python scripts/finetune.py --recipe digits                        # one process, the offline default
 python scripts/finetune.py --recipe digits --overwrite_output_dir # replace a finished run in the output folder
+python scripts/finetune.py --recipe digits --sweep learning_rate=0.0003,0.003  # one run per value, best on validation
 python scripts/finetune.py --list-recipes
 
 A mistake prints one line, `error: <what is wrong>. <what to do>`, and exits 1; `--debug` (or VIT_FT_DEBUG=1)
@@ -14,11 +15,13 @@ shows the traceback instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from vit_ft.cli import run_tool
 from vit_ft.hub import push_output_dir
 from vit_ft.recipes import parse_args, recipe_name, take_switch
+from vit_ft.sweep import run_sweep, sweep_interrupted_message, take_sweep
 from vit_ft.training import interrupted_message, run_finetune
 
 
@@ -31,16 +34,25 @@ def recipe_from_argv(argv: list[str]) -> str | None:
     return None
 
 
-def finetune(argv: list[str], output_dir: list[str]) -> dict[str, float]:
-    """Parse, train and push; `output_dir` receives the output folder once it is known (for Ctrl-C)."""
+def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
+    """Parse, train (one run, or a --sweep of runs) and push; `on_interrupt` receives what writes the Ctrl-C line."""
     overwrite, argv = take_switch(argv, "overwrite_output_dir")
+    sweep, argv = take_sweep(argv)
     # --resume: continue from the last complete checkpoint-* in the output folder
     argv = [arg for a in argv for arg in (("--resume_from_checkpoint", "last") if a == "--resume" else (a,))]
     model_args, data_args, training_args = parse_args(argv)  # validates everything before any work
-    output_dir.append(training_args.output_dir)
-    metrics = run_finetune(
-        model_args, data_args, training_args, recipe=recipe_from_argv(argv), overwrite_output_dir=overwrite
-    )
+    if sweep is not None:  # one fine-tune per value; the winner is copied into output_dir, which is pushed
+        on_interrupt.append(lambda: sweep_interrupted_message(training_args.output_dir))
+        metrics = run_sweep(argv, sweep, recipe=recipe_from_argv(argv), overwrite_output_dir=overwrite)
+    else:
+        on_interrupt.append(lambda: interrupted_message(training_args.output_dir))
+        metrics = run_finetune(
+            model_args,
+            data_args,
+            training_args,
+            recipe=recipe_from_argv(argv),
+            overwrite_output_dir=overwrite,
+        )
     if training_args.push_to_hub and training_args.process_index == 0:  # one complete push, by process 0
         folder = Path(training_args.output_dir)
         try:
@@ -60,12 +72,12 @@ def finetune(argv: list[str], output_dir: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    output_dir: list[str] = []
+    on_interrupt: list[Callable[[], str]] = []
     run_tool(
         finetune,
         argv,
-        interrupted=lambda: interrupted_message(output_dir[0] if output_dir else "the output folder"),
-        output_dir=output_dir,
+        interrupted=lambda: on_interrupt[0]() if on_interrupt else interrupted_message("the output folder"),
+        on_interrupt=on_interrupt,
     )
 
 
