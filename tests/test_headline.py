@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -125,9 +126,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+    """A subprocess whose output goes to cwd/log.txt (a pipe nobody reads would stall it once full)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    with open(cwd / "log.txt", "w") as log:
+        return subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
 @pytest.fixture(scope="module")
 def headline(tmp_path_factory):
-    """Both recipes launched at once against one fake Hub; yields (hub, backbone folder, {recipe: run})."""
+    """Both recipes launched at once against one fake Hub, then the demo started on the pushed dogs repo.
+
+    Yields {"hub", "tmp", "backbone", "runs": {recipe: {"rc", "log", "out"}}, "downloads" (the fine-tunes'),
+    "demo": (process, url, its HF_HOME) or None}.
+    """
     tmp = tmp_path_factory.mktemp("headline")
     backbone = tmp / "backbone"
     randomize(ViTModel(tiny_hf_config(image_size=CHECKPOINT_SIZE, patch_size=PATCH))).save_pretrained(
@@ -143,17 +155,41 @@ def headline(tmp_path_factory):
             command = [sys.executable, "-m", "accelerate.commands.launch", str(REPO / "scripts" / "finetune.py"),
                        "--recipe", name, *SIZE_OVERRIDES, "--hub_model_id", repo_id,
                        "--output_dir", str(tmp / name / "out")]  # fmt: skip
-            (tmp / name).mkdir()
-            procs[name] = subprocess.Popen(
-                command, cwd=tmp / name, env=push_env(hub, tmp / name), text=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )  # fmt: skip
+            procs[name] = start(command, tmp / name, push_env(hub, tmp / name))
         runs = {}
         for name, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=600)
-            runs[name] = {"rc": proc.returncode, "log": stdout + stderr, "out": tmp / name / "out"}
-        fine_tune_downloads = list(hub.downloads)
-        yield {"hub": hub, "tmp": tmp, "backbone": backbone, "runs": runs, "downloads": fine_tune_downloads}
+            proc.wait(timeout=600)
+            log = (tmp / name / "log.txt").read_text()
+            runs[name] = {"rc": proc.returncode, "log": log, "out": tmp / name / "out"}
+        downloads = list(hub.downloads)
+        demo = None
+        if runs["dogs"]["rc"] == 0:  # started now, so that it boots while the clean-load test runs
+            port = free_port()
+            env = {
+                k: v for k, v in push_env(hub, tmp / "demo").items() if k != "HF_TOKEN"
+            }  # a user's machine
+            command = [
+                sys.executable,
+                str(REPO / "demo" / "app.py"),
+                "--model",
+                PUSHED["dogs"],
+                "--port",
+                str(port),
+            ]
+            demo = (start(command, tmp / "demo", env), f"http://127.0.0.1:{port}/", Path(env["HF_HOME"]))
+        try:
+            yield {
+                "hub": hub,
+                "tmp": tmp,
+                "backbone": backbone,
+                "runs": runs,
+                "downloads": downloads,
+                "demo": demo,
+            }
+        finally:
+            if demo is not None:
+                demo[0].terminate()
+                demo[0].wait(timeout=30)
 
 
 @pytest.mark.parametrize("name", list(PUSHED))
@@ -237,34 +273,25 @@ def test_demo_serves_the_pushed_repo_by_id(headline):
     from gradio_client import Client, handle_file
 
     hub, tmp = headline["hub"], headline["tmp"]
-    assert headline["runs"]["dogs"]["rc"] == 0, "the dogs fine-tune failed (see the test above)"
+    assert headline["demo"] is not None, "the dogs fine-tune failed (see the test above)"
+    demo, url, hf_home = headline["demo"]
+    deadline = time.monotonic() + 180
+    while True:
+        assert demo.poll() is None, f"the demo exited:\n{(tmp / 'demo' / 'log.txt').read_text()[-4000:]}"
+        assert time.monotonic() < deadline, "the demo did not start within 180 s"
+        try:
+            urllib.request.urlopen(url, timeout=5).close()
+            break
+        except OSError:
+            time.sleep(0.5)
     image = tmp / "great_dane.png"
     image.write_bytes(dog_image(2, 7, "PNG"))
-    port = free_port()
-    env = {k: v for k, v in push_env(hub, tmp / "demo").items() if k != "HF_TOKEN"}
-    demo = subprocess.Popen(
-        [sys.executable, str(REPO / "demo" / "app.py"), "--model", PUSHED["dogs"], "--port", str(port)],
-        cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert demo.poll() is None, f"the demo exited:\n{demo.stdout.read()[-4000:]}"
-            assert time.monotonic() < deadline, "the demo did not start within 180 s"
-            try:
-                urllib.request.urlopen(url, timeout=5).close()
-                break
-            except OSError:
-                time.sleep(0.5)
-        result = Client(url, verbose=False, analytics_enabled=False).predict(
-            handle_file(str(image)), api_name="/predict"
-        )
-    finally:
-        demo.terminate()
-        demo.wait(timeout=30)
+    result = Client(url, verbose=False, analytics_enabled=False).predict(
+        handle_file(str(image)), api_name="/predict"
+    )
     assert not hub.unexpected, f"requests the fake Hub does not know: {hub.unexpected}"
-    assert ("model", PUSHED["dogs"], "model.safetensors") in hub.downloads
+    # its cache started empty: the weights in it came from the fake Hub, under the pushed id
+    assert list((hf_home / "hub").glob("models--me--dogs-vit/snapshots/*/model.safetensors"))
 
     folder = headline["runs"]["dogs"]["out"]
     model = ViTFTForImageClassification.from_pretrained(folder).eval()
@@ -274,5 +301,6 @@ def test_demo_serves_the_pushed_repo_by_id(headline):
     with torch.no_grad():
         probs = model(pixel_values=pixels).logits[0].softmax(-1)
     assert result["label"] == BREEDS[probs.argmax().item()]
+    assert len(result["confidences"]) == len(BREEDS)
     for entry in result["confidences"]:
         assert entry["confidence"] == pytest.approx(probs[BREEDS.index(entry["label"])].item(), abs=1e-5)

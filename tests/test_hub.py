@@ -19,7 +19,7 @@ from vit_ft import ViTFTForImageClassification
 from vit_ft.hub import push_output_dir, stage_for_hub
 
 from .conftest import REPO, WITHOUT_VIT_FT
-from .fake_hub import FakeHub
+from .fake_hub import FakeHub, git_blob_id
 
 CODE_FILES = {"modeling_vit_ft.py", "configuration_vit_ft.py", "conversion.py", "pos_embed.py"}
 RECORD_FILES = {
@@ -248,3 +248,48 @@ def test_unshareable_folders_fail_before_any_request(tmp_path):
     # no server listens on this endpoint: a push that got as far as the network would fail differently
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         push_output_dir(tmp_path / "missing", "me/x")
+
+
+def test_fake_hub_answers_downloads_as_the_hub_does():
+    """The download side of the stand-in, request by request: what the clients read from each answer."""
+    import urllib.error
+    import urllib.request
+
+    def call(hub, path, method="GET", data=None, **headers):
+        request = urllib.request.Request(hub.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers, error.read()
+
+    assert git_blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"  # `git hash-object`
+    data = bytes(range(256)) * 4
+    with FakeHub() as hub:
+        head = hub.add_repo("org/model", {"config.json": b"{}", "weights/a.bin": data})
+        status, headers, body = call(hub, "/org/model/resolve/main/weights/a.bin", method="HEAD")
+        assert (status, body) == (200, b"") and headers["Content-Length"] == str(len(data))
+        assert headers["X-Repo-Commit"] == head and headers["ETag"] == f'"{git_blob_id(data)}"'
+        status, headers, body = call(hub, f"/org/model/resolve/{head}/weights/a.bin", Range="bytes=10-19")
+        assert (status, body, headers["Content-Range"]) == (206, data[10:20], f"bytes 10-19/{len(data)}")
+        assert call(hub, "/org/model/resolve/main/weights/a.bin", Range="bytes=1000-")[2] == data[1000:]
+        status, headers, _ = call(hub, "/org/model/resolve/main/missing.json", method="HEAD")
+        assert (status, headers["X-Error-Code"], headers["X-Repo-Commit"]) == (404, "EntryNotFound", head)
+        assert call(hub, "/org/model/resolve/v2/config.json")[1]["X-Error-Code"] == "RevisionNotFound"
+        assert call(hub, "/org/other/resolve/main/config.json")[1]["X-Error-Code"] == "RepoNotFound"
+
+        info = json.loads(call(hub, "/api/models/org/model/revision/main")[2])
+        assert info["sha"] == head and [s["rfilename"] for s in info["siblings"]] == [
+            "config.json",
+            "weights/a.bin",
+        ]
+        top = json.loads(call(hub, "/api/models/org/model/tree/main")[2])
+        assert [(e["type"], e["path"]) for e in top] == [("file", "config.json"), ("directory", "weights")]
+        every = json.loads(call(hub, "/api/models/org/model/tree/main?recursive=true")[2])
+        assert [e["path"] for e in every] == ["config.json", "weights", "weights/a.bin"]
+        form = b"paths=weights%2Fa.bin&paths=nope&expand=false"
+        (entry,) = json.loads(call(hub, "/api/models/org/model/paths-info/main", method="POST", data=form)[2])
+        assert (entry["path"], entry["size"], entry["oid"]) == ("weights/a.bin", len(data), git_blob_id(data))
+        assert hub.downloaded() == {"org/model"} and not hub.unexpected
+        call(hub, "/api/models/org/model/discussions")
+        assert hub.unexpected == [("GET", "/api/models/org/model/discussions (no token)")]
