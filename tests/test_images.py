@@ -331,6 +331,25 @@ def test_random_resized_crop_box_is_seeded_and_random():
     assert len(set(first)) > 1
 
 
+def test_random_resized_crop_draws_from_the_generator_given():
+    def generator(seed: int) -> torch.Generator:
+        return torch.Generator().manual_seed(seed)
+
+    jpeg = {"bytes": encode(smooth_photo(96, 64), "JPEG"), "path": "photo.jpg"}
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    boxes = [random_resized_crop_box(500, 400, generator=generator(seed)) for seed in (1, 1, 2)]
+    crops = [np.asarray(random_resized_crop(jpeg, (24, 24), generator=generator(seed))) for seed in (1, 2)]
+    assert torch.equal(torch.get_rng_state(), before)  # the global RNG is left alone
+    assert boxes[0] == boxes[1] != boxes[2]
+    assert not np.array_equal(crops[0], crops[1])
+    # the same draws as from the global RNG seeded alike
+    torch.manual_seed(1)
+    assert random_resized_crop_box(500, 400) == boxes[0]
+    torch.manual_seed(1)
+    assert np.array_equal(np.asarray(random_resized_crop(jpeg, (24, 24))), crops[0])
+
+
 def test_random_resized_crop_box_falls_back_to_center_crop():
     # A 1000x10 strip: no crop with aspect ratio <= 4/3 and area >= 8% fits, so the fallback runs.
     torch.manual_seed(0)

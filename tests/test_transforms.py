@@ -11,7 +11,7 @@ import torch
 from PIL import Image, ImageFile
 
 from vit_ft.images import random_resized_crop, to_normalized_tensor
-from vit_ft.transforms import build_transforms, collate_fn
+from vit_ft.transforms import INDEX_COLUMN, augmentation_seed, build_transforms, collate_fn
 
 from .sample_images import encoded, photo
 
@@ -71,6 +71,69 @@ def test_train_transform_is_random_but_seeded():
     assert torch.equal(first, again)
     assert not torch.equal(first[0], first[1])  # four draws from one image differ
     assert first.shape == (4, 3, 16, 16)
+
+
+def seeded_batch(indices: list[int], epoch: int, seed: int = 3, flip: bool = True) -> torch.Tensor:
+    """The seeded train transform's output for photos 0..7 at `indices`, drawn in that order."""
+    images = [{"bytes": encoded(photo(40, 30, seed=i)), "path": f"{i}.png"} for i in range(8)]
+    transform = build_transforms(16, MEAN, STD, train=True, horizontal_flip=flip, seed=seed)
+    transform.set_epoch(epoch)
+    batch = {"image": [images[i] for i in indices], "label": [0] * len(indices), INDEX_COLUMN: indices}
+    return torch.stack(transform(batch)["pixel_values"])
+
+
+def test_seeded_train_transform_depends_only_on_seed_epoch_and_index():
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    whole = seeded_batch(list(range(8)), epoch=1)
+    assert torch.equal(torch.get_rng_state(), before)  # the global RNG is left alone
+    # what a resumed run or another process sees: the same samples alone, in another order, after other draws
+    torch.rand(100)
+    assert torch.equal(seeded_batch([5, 2], epoch=1), whole[[5, 2]])
+    assert not torch.equal(seeded_batch([5, 2], epoch=2), whole[[5, 2]])
+    assert not torch.equal(seeded_batch([5, 2], epoch=1, seed=4), whole[[5, 2]])
+    # the draws are those of a generator seeded by augmentation_seed
+    transform = build_transforms(16, MEAN, STD, train=True, seed=3)
+    image = {"bytes": encoded(photo(40, 30, seed=5)), "path": "5.png"}
+    generator = torch.Generator().manual_seed(augmentation_seed(3, 1, 5))
+    assert torch.equal(transform.transform_image(image, generator), whole[5])
+
+
+def test_augmentation_seeds_are_distinct_and_fit_a_generator():
+    seeds = {
+        augmentation_seed(seed, epoch, index)
+        for seed in (0, 1)
+        for epoch in range(10)
+        for index in range(500)
+    }
+    assert len(seeds) == 2 * 10 * 500
+    assert all(0 <= seed < 2**64 for seed in seeds)
+    assert augmentation_seed(0, 1, 2) == augmentation_seed(0, 1, 2)
+
+
+def test_set_epoch_needs_a_seeded_train_transform():
+    with pytest.raises(ValueError, match="seed"):
+        build_transforms(8, MEAN, STD, train=True).set_epoch(1)
+    with pytest.raises(ValueError, match="seed"):
+        build_transforms(8, MEAN, STD, train=False, seed=1).set_epoch(1)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataloader_workers_draw_the_epoch_set_in_the_main_process(persistent):
+    """Workers copy the dataset with its transform when they start (persistent ones once): the epoch set before
+    each epoch's iterator must reach them, and the crops must not depend on the number of workers."""
+    images = [{"bytes": encoded(photo(40, 30, seed=i)), "path": f"{i}.png"} for i in range(8)]
+    rows = {"image": images, "label": [0] * 8, INDEX_COLUMN: list(range(8))}
+    dataset = datasets.Dataset.from_dict(rows).cast_column("image", datasets.Image(decode=False))
+    transform = build_transforms(16, MEAN, STD, train=True, seed=3)
+    dataset.set_transform(transform)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=4, num_workers=2, persistent_workers=persistent, collate_fn=collate_fn
+    )
+    for epoch in (0, 1, 2):
+        transform.set_epoch(epoch)
+        in_workers = torch.cat([batch["pixel_values"] for batch in loader])
+        assert torch.equal(in_workers, seeded_batch(list(range(8)), epoch, flip=True)), epoch
 
 
 def test_train_transform_flips_only_when_enabled():

@@ -264,6 +264,7 @@ def random_resized_crop(
     resample: int = Image.Resampling.BICUBIC,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     draft: bool = True,
+    generator: torch.Generator | None = None,
 ) -> Image.Image:
     """Decode `source` and return a random-resized crop of it as an 8-bit RGB image of `size` (height, width).
 
@@ -273,12 +274,13 @@ def random_resized_crop(
     mode). A large photo whose crop is a fraction of it is no longer decoded in full for a 224-pixel output.
     The crop is resized in the stored orientation and only the small result is rotated, which commutes with
     resampling. With draft=False the decode is full-size and the result matches the two-step path.
+    The box is drawn from `generator` (torch's global RNG when None), see `random_resized_crop_box`.
     """
     height, width = size
     target = None if isinstance(source, Image.Image) else _open_target(source)
     if target is None or (isinstance(target, str) and _is_remote(target)):
         img = load_image(source, max_pixels=max_pixels)  # decoded already, or fetched whole: no draft to gain
-        box = random_resized_crop_box(img.width, img.height, scale, ratio)
+        box = random_resized_crop_box(img.width, img.height, scale, ratio, generator)
         return img.resize((width, height), resample=resample, box=box)
     with _open_local(target, max_pixels, describe_source(source)) as img:
         orientation = img.getexif().get(Image.ExifTags.Base.Orientation, 1)
@@ -286,7 +288,7 @@ def random_resized_crop(
         stored_width, stored_height = img.size
         swapped = orientation >= 5  # the displayed image is the stored one turned by 90 degrees
         shown_width, shown_height = img.size[::-1] if swapped else img.size
-        left, top, right, bottom = random_resized_crop_box(shown_width, shown_height, scale, ratio)
+        left, top, right, bottom = random_resized_crop_box(shown_width, shown_height, scale, ratio, generator)
         to_stored = _SHOWN_TO_STORED[orientation]
         x0, y0 = to_stored(left, top, stored_width, stored_height)
         x1, y1 = to_stored(right, bottom, stored_width, stored_height)
@@ -315,26 +317,30 @@ def random_resized_crop_box(
     height: int,
     scale: tuple[float, float] = CROP_SCALE,
     ratio: tuple[float, float] = CROP_RATIO,
+    generator: torch.Generator | None = None,
 ) -> tuple[float, float, float, float]:
     """Crop box (left, top, right, bottom) drawn like torchvision's `RandomResizedCrop.get_params`.
 
     Area fraction uniform in `scale`, aspect ratio (width / height) log-uniform in `ratio`, 10 tries, then
     a centre crop clamped to `ratio`. Unlike torchvision the box is not rounded to whole pixels: Pillow's
     `resize(box=...)` samples sub-pixel boxes exactly, which keeps crops of small images (8x8 digits, 32x32
-    CIFAR) as varied as crops of photos, where rounding makes no difference. Draws from torch's global RNG,
-    so `torch.manual_seed` / `transformers.set_seed` make it reproducible and DataLoader workers (seeded per
-    worker by torch) draw different crops.
+    CIFAR) as varied as crops of photos, where rounding makes no difference. Draws from `generator`, or from
+    torch's global RNG when None (`torch.manual_seed` / `transformers.set_seed` make that reproducible). The
+    fine-tune passes a generator seeded per (seed, epoch, sample) so that a resumed run replays the crops
+    (see `vit_ft.transforms.ImageClassificationTransform`).
     """
     area = height * width
     log_ratio = torch.log(torch.tensor(ratio))
     for _ in range(10):
-        target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
-        aspect_ratio = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1]).item())
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
+        aspect_ratio = math.exp(
+            torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=generator).item()
+        )
         w = math.sqrt(target_area * aspect_ratio)
         h = math.sqrt(target_area / aspect_ratio)
         if 0 < w <= width and 0 < h <= height:
-            top = torch.empty(1).uniform_(0, height - h).item()
-            left = torch.empty(1).uniform_(0, width - w).item()
+            top = torch.empty(1).uniform_(0, height - h, generator=generator).item()
+            left = torch.empty(1).uniform_(0, width - w, generator=generator).item()
             return left, top, left + w, top + h
     in_ratio = width / height
     if in_ratio < min(ratio):

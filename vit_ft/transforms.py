@@ -5,10 +5,15 @@ and flip; eval: resize and centre crop; then normalise) and `collate_fn` stacks 
 
 Decoding happens in the transform, so the image column should be cast to `datasets.Image(decode=False)`:
 then JPEGs are decoded at reduced size (draft mode) and a bad file cannot crash a worker.
+
+Augmentation randomness is a function of (seed, epoch, sample index) when the train transform has a seed and
+the split an `INDEX_COLUMN`: a run resumed mid-epoch, whose Trainer skips the consumed batches without loading
+them, then draws exactly the crops and flips of an uninterrupted run, whatever the workers or processes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Sequence
@@ -29,7 +34,17 @@ from .images import (
     to_normalized_tensor,
 )
 
-__all__ = ["ImageClassificationTransform", "build_transforms", "collate_fn"]
+__all__ = [
+    "INDEX_COLUMN",
+    "ImageClassificationTransform",
+    "augmentation_seed",
+    "build_transforms",
+    "collate_fn",
+]
+
+# The train split's column of row positions (vit_ft.training.attach_transforms adds it): a seeded train transform
+# draws each image's crop and flip from a generator seeded by (seed, epoch, this index).
+INDEX_COLUMN = "vit_ft_index"
 
 # The data layer's logger, whichever of its modules logs: a bad image is reported under one name.
 logger = logging.getLogger("vit_ft.data")
@@ -57,6 +72,7 @@ class ImageClassificationTransform:
         label_column: str,
         max_pixels: int | None,
         draft: bool,
+        seed: int | None = None,
     ) -> None:
         self.image_size = image_size
         self.mean = tuple(float(m) for m in mean)
@@ -72,6 +88,11 @@ class ImageClassificationTransform:
         self.label_column = label_column
         self.max_pixels = max_pixels
         self.draft = draft
+        self.seed = seed
+        # In shared memory: DataLoader workers (persistent ones too) read the epoch the main process sets.
+        self._epoch = (
+            torch.zeros((), dtype=torch.int64).share_memory_() if train and seed is not None else None
+        )
         # Eval decodes for the resize, which covers (height, width) / crop_pct; train decodes for each drawn
         # crop instead (see vit_ft.images.random_resized_crop).
         self.min_decode_size = math.ceil(max(image_size) / crop_pct) if draft and not train else None
@@ -81,11 +102,31 @@ class ImageClassificationTransform:
         return (
             f"{type(self).__name__}({mode}, image_size={self.image_size}, mean={self.mean}, std={self.std}, "
             f"crop_scale={self.crop_scale}, horizontal_flip={self.horizontal_flip}, crop_pct={self.crop_pct}, "
-            f"resample={Image.Resampling(self.resample).name}, draft={self.draft})"
+            f"resample={Image.Resampling(self.resample).name}, draft={self.draft}, seed={self.seed})"
         )
 
-    def transform_image(self, image: Any) -> torch.Tensor:
-        """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width)."""
+    @property
+    def epoch(self) -> int:
+        """The epoch whose augmentations a seeded train transform draws (0 until `set_epoch`)."""
+        return int(self._epoch) if self._epoch is not None else 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the augmentations of `epoch` from now on, in this process and in its DataLoader workers."""
+        if self._epoch is None:
+            raise ValueError(
+                "set_epoch needs a train transform with a seed: build_transforms(train=True, seed=...)."
+            )
+        self._epoch.fill_(int(epoch))
+
+    def sample_generator(self, index: int) -> torch.Generator:
+        """The generator of sample `index`'s crop and flip in the current epoch (see `augmentation_seed`)."""
+        return torch.Generator().manual_seed(augmentation_seed(self.seed, self.epoch, index))
+
+    def transform_image(self, image: Any, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width).
+
+        Train draws the crop and flip from `generator`, or from torch's global RNG when None.
+        """
         if self.train:
             img = random_resized_crop(
                 image,
@@ -95,8 +136,9 @@ class ImageClassificationTransform:
                 self.resample,
                 self.max_pixels,
                 self.draft,
+                generator,
             )
-            if self.horizontal_flip and torch.rand(1).item() < 0.5:
+            if self.horizontal_flip and torch.rand(1, generator=generator).item() < 0.5:
                 img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         else:
             img = load_image(image, min_size=self.min_decode_size, max_pixels=self.max_pixels)
@@ -110,10 +152,16 @@ class ImageClassificationTransform:
                 "image_column= to build_transforms, and with the HF Trainer set remove_unused_columns=False "
                 "(otherwise it drops the image column before the transform sees it)."
             )
+        images = batch[self.image_column]
+        # per-sample generators when seeded and indexed; else the global RNG (the draws then depend on the order)
+        indices = batch.get(INDEX_COLUMN) if self._epoch is not None else None
+        generators = (
+            [self.sample_generator(int(i)) for i in indices] if indices is not None else [None] * len(images)
+        )
         pixel_values = []
-        for image in batch[self.image_column]:
+        for image, generator in zip(images, generators, strict=True):
             try:
-                pixel_values.append(self.transform_image(image))
+                pixel_values.append(self.transform_image(image, generator))
             except Exception as error:  # any failure: one bad file must not kill an epoch
                 logger.warning(
                     "Could not decode image %s (%s: %s); using a blank (mean-colour) image instead. "
@@ -144,6 +192,7 @@ def build_transforms(
     label_column: str = "label",
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     draft: bool = True,
+    seed: int | None = None,
 ) -> ImageClassificationTransform:
     """Batch transform {image_column: [...], label_column: [...]} -> {"pixel_values": [(3, height, width)
     float32 tensor, ...], "labels": [int, ...]} for `Dataset.with_transform` / `set_transform`.
@@ -154,7 +203,11 @@ def build_transforms(
     bad file raises there), paths or bytes. Every image becomes 8-bit RGB first (see `vit_ft.images.to_rgb`).
 
     Train: torchvision's RandomResizedCrop(image_size, crop_scale, crop_ratio) then a horizontal flip with
-    p=0.5, drawn from torch's global RNG (seed with `transformers.set_seed`). Eval: resize to cover
+    p=0.5. With `seed`, an image whose batch carries its row position in `INDEX_COLUMN` draws both from a
+    generator seeded by (seed, epoch, index), the epoch set with `set_epoch` (the fine-tune's callback does it
+    at each epoch's start): the augmentation of a sample then depends on nothing else, not on the order of
+    loading, the batches a resumed run skips, the DataLoader workers or the process. Otherwise they are drawn
+    from torch's global RNG (seed with `transformers.set_seed`). Eval: resize to cover
     image_size / crop_pct, then centre-crop image_size. Then (pixel * rescale_factor - mean) / std.
 
     Args:
@@ -171,6 +224,7 @@ def build_transforms(
         draft: decode JPEGs at the largest 1/2, 1/4, 1/8 reduction that still keeps the output a
             downscale: of the resize in eval, of each drawn crop in train (the crop is drawn on the header's
             size before decoding).
+        seed: train only; makes the augmentation a function of (seed, epoch, sample index), see above.
     """
     size = _height_width(image_size)
     _check_statistics_and_crops(mean, std, crop_scale, crop_ratio, crop_pct)
@@ -189,7 +243,18 @@ def build_transforms(
         label_column=label_column,
         max_pixels=max_pixels,
         draft=draft,
+        seed=seed,
     )
+
+
+def augmentation_seed(seed: int, epoch: int, index: int) -> int:
+    """The 64-bit generator seed of sample `index`'s augmentation in `epoch` of a run seeded with `seed`.
+
+    A hash rather than arithmetic (seed + epoch * n + index) so that neighbouring triples give unrelated
+    streams and no two (epoch, index) pairs of a run share one.
+    """
+    digest = hashlib.blake2b(f"{seed}/{epoch}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
 
 
 def _height_width(image_size: int | tuple[int, int]) -> tuple[int, int]:
