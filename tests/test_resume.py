@@ -1,4 +1,5 @@
-"""Interruption: a run killed between checkpoints resumes with --resume and ends where an uninterrupted run ends."""
+"""Interruption: a run killed at a checkpoint in the middle of an epoch resumes with --resume and ends bit for bit
+where an uninterrupted run ends: the same metrics, losses and final weights."""
 
 import json
 import os
@@ -15,16 +16,44 @@ from vit_ft.training import checkpoint_is_complete, last_complete_checkpoint
 
 from .conftest import REPO, run_finetune_script, write_tiny_recipe
 
-SETTINGS = {"num_train_epochs": 4, "save_total_limit": 2, "logging_steps": 2}  # 6 steps per epoch
+# 6 steps per epoch, a checkpoint every 4: checkpoints 4, 8, 16 and 20 fall in the middle of an epoch.
+# Random crops and dropout: both must replay; the final model is the last one, not the best checkpoint.
+SETTINGS = {
+    "num_train_epochs": 4,
+    "save_strategy": "steps",
+    "save_steps": 4,
+    "save_total_limit": None,
+    "load_best_model_at_end": False,
+    "hidden_dropout_prob": 0.1,
+    "crop_scale_min": 0.5,
+}
+STEPS_PER_EPOCH = 6
 
 
-def final_metrics(out: Path) -> dict[str, float]:
+def final_run(out: Path) -> dict:
+    """What must not depend on the interruption: eval/test metrics, each step's logged loss, the final weights.
+
+    (train_loss and the timings in train_results.json do differ: the Trainer averages the loss over the steps
+    that this process ran.)
+    """
     metrics = json.loads((out / "all_results.json").read_text())
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     return {
-        k: v
-        for k, v in metrics.items()
-        if k.startswith(("eval_", "test_")) and "runtime" not in k and "per_second" not in k
+        "metrics": {
+            k: v
+            for k, v in metrics.items()
+            if k.startswith(("eval_", "test_")) and "runtime" not in k and "per_second" not in k
+        },
+        "losses": {e["step"]: (e["loss"], e["grad_norm"]) for e in history if "loss" in e},
+        "weights": (out / "model.safetensors").read_bytes(),
     }
+
+
+def assert_same_run(resumed: dict, uninterrupted: dict) -> None:
+    assert resumed["metrics"] == uninterrupted["metrics"]
+    # the resumed run's log holds the steps before the checkpoint (from its state) and those it ran
+    assert resumed["losses"] == uninterrupted["losses"]
+    assert resumed["weights"] == uninterrupted["weights"]
 
 
 def kill_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> Path:
@@ -36,7 +65,7 @@ def kill_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> Path:
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline and process.poll() is None:
-            if (out / "checkpoint-6").is_dir() and checkpoint_is_complete(out / "checkpoint-6"):
+            if (out / "checkpoint-4").is_dir() and checkpoint_is_complete(out / "checkpoint-4"):
                 break
             time.sleep(0.05)
         assert process.poll() is None, "the run finished before it could be interrupted"
@@ -50,11 +79,16 @@ def kill_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict[str, float]:
+def uninterrupted_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("uninterrupted")
     result = run_finetune_script("--recipe", str(write_tiny_recipe(tmp, **SETTINGS)), cwd=tmp)
     assert result.returncode == 0, result.stderr[-4000:]
-    return final_metrics(tmp / "out")
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_dir) -> dict:
+    return final_run(uninterrupted_dir)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
@@ -65,7 +99,21 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, uninterrupted, sig):
     assert last is not None and int(Path(last).name.split("-")[1]) < 24
     result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert final_metrics(out) == pytest.approx(uninterrupted, abs=1e-6)
+    assert_same_run(final_run(out), uninterrupted)
+
+
+def test_resume_from_the_middle_of_an_earlier_epoch_is_exact(tmp_path, uninterrupted_dir, uninterrupted):
+    """Only checkpoint-8 (2 steps into epoch 2 of 4) in a fresh folder: the skipped batches' crops, the rest of
+    the epoch and the later epochs must all be drawn as they were."""
+    step = 8
+    assert step % STEPS_PER_EPOCH != 0
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copytree(uninterrupted_dir / f"checkpoint-{step}", out / f"checkpoint-{step}")
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    result = run_finetune_script("--recipe", str(recipe), "--output_dir", str(out), "--resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_same_run(final_run(out), uninterrupted)
 
 
 def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
@@ -73,7 +121,7 @@ def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
     out = kill_after_first_checkpoint(recipe, tmp_path, signal.SIGKILL)
     good = Path(last_complete_checkpoint(out))
     # what a death while saving leaves: a newer folder with weights cut short and no trainer_state.json
-    broken = out / f"checkpoint-{int(good.name.split('-')[1]) + 6}"
+    broken = out / f"checkpoint-{int(good.name.split('-')[1]) + SETTINGS['save_steps']}"
     shutil.rmtree(broken, ignore_errors=True)
     broken.mkdir()
     (broken / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes()[:100])
@@ -85,7 +133,7 @@ def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
     assert checkpoint_is_complete(good)
     result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert final_metrics(out) == pytest.approx(uninterrupted, abs=1e-6)
+    assert_same_run(final_run(out), uninterrupted)
 
 
 def test_truncated_weights_and_the_interrupt_message(tmp_path):
