@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -157,34 +158,38 @@ def test_the_winner_is_copied_and_loads(finished_sweep):
     assert not any(path.name.startswith("checkpoint-") for path in out.iterdir())  # those stay in the run
 
 
-@pytest.mark.parametrize(
-    ("sweep", "message"),
-    [
-        ("learnig_rate=0.001,0.003", "did you mean 'learning_rate'"),
-        ("learning_rate=", "gives no values"),
-        ("learning_rate=0.001,fast", "learning_rate=fast"),
-        ("learning_rate=0.003,0", "must be positive"),
-    ],
-)
-def test_bad_sweep_is_one_error_line_and_changes_nothing(finished_sweep, sweep, message):
-    before = snapshot(finished_sweep)
-    recipe = finished_sweep.parent / "tiny.yaml"
-    result = run_finetune_script(
-        "--recipe", str(recipe), "--sweep", sweep, "--overwrite_output_dir", cwd=finished_sweep.parent
-    )
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert len(error_lines(result)) == 1 and message in error_lines(result)[0], result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    assert snapshot(finished_sweep) == before
+# --sweep value -> words of the one error line; every case runs against the finished sweep, which must not change
+BAD = {
+    "learnig_rate=0.001,0.003": "did you mean 'learning_rate'",  # unknown argument
+    "learning_rate=": "gives no values",  # empty list
+    "learning_rate=0.001,fast": "learning_rate=fast",  # a value that does not convert
+    "learning_rate=0.003,0": "learning_rate=0.0 must be positive",  # a value that fails validation
+}
 
 
-def test_a_finished_sweep_is_not_replaced_without_overwrite(finished_sweep):
+def test_bad_sweeps_and_a_finished_sweep_are_one_error_line_and_change_nothing(finished_sweep):
     before = snapshot(finished_sweep)
-    recipe = finished_sweep.parent / "tiny.yaml"
-    result = run_finetune_script("--recipe", str(recipe), "--sweep", SWEEP, cwd=finished_sweep.parent)
-    lines = error_lines(result)
-    assert result.returncode == 1 and len(lines) == 1, result.stderr[-3000:]
-    assert "holds a finished sweep" in lines[0] and "--overwrite_output_dir" in lines[0]
+    recipe = str(finished_sweep.parent / "tiny.yaml")
+    commands = {
+        **{words: ["--sweep", sweep, "--overwrite_output_dir"] for sweep, words in BAD.items()},
+        "holds a finished sweep": ["--sweep", SWEEP],  # a good sweep into a finished one, without overwrite
+    }
+    with ThreadPoolExecutor(max_workers=3) as pool:  # each case fails before any data or model loads
+        results = dict(
+            zip(
+                commands,
+                pool.map(
+                    lambda args: run_finetune_script("--recipe", recipe, *args, cwd=finished_sweep.parent),
+                    commands.values(),
+                ),
+                strict=True,
+            )
+        )
+    for words, result in results.items():
+        lines = error_lines(result)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert len(lines) == 1 and words in lines[0], result.stderr[-3000:]
+    assert "--overwrite_output_dir" in error_lines(results["holds a finished sweep"])[0]
     assert snapshot(finished_sweep) == before
 
 
