@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -13,6 +12,8 @@ from typing import Any
 
 import torch
 from transformers.utils import logging as hf_logging
+
+from vit_ft.cli import ToolArgumentParser
 
 from .common import SECTIONS, BenchmarkSettings, Row, machine_info, quick_settings
 from .data import bench_data
@@ -84,9 +85,7 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None, description: str | None = None) -> tuple[BenchmarkSettings, str]:
     """The settings and the output folder from the command line; `description` heads --help."""
-    parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ToolArgumentParser(description)
     parser.add_argument("--quick", action="store_true", help="a tiny ViT and small photos: a smoke run")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, from {SECTIONS}")
     parser.add_argument("--dtypes", default=None, help="comma-separated, from fp32,bf16 (default: both)")

@@ -16,13 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vit_ft.cli import add_inference_arguments, run_tool, setup_logging, tool_parser
-from vit_ft.configuration_vit_ft import MAX_IMAGE_TOKENS
+from vit_ft.cli import add_inference_arguments, optional_int, run_tool, setup_logging, tool_parser
 from vit_ft.images import DEFAULT_MAX_PIXELS
-
-
-def _optional_int(text: str) -> int | None:
-    return None if text.lower() in ("none", "null") else int(text)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,14 +29,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top_k", type=int, default=5)
     add_inference_arguments(parser, batch_size=32)
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
-    parser.add_argument("--max_pixels", type=_optional_int, default=DEFAULT_MAX_PIXELS,
+    parser.add_argument("--max_pixels", type=optional_int, default=DEFAULT_MAX_PIXELS,
                         help="Files with more pixels get an error row (decompression-bomb guard); 'none' disables.")  # fmt: skip
     parser.add_argument("--figure", default="auto",
                         help="PNG grid of the first predicted images (default 'auto': the --output name with .png, "
                         "preds.csv -> preds.png); 'none' writes none. Never an input file.")  # fmt: skip
-    parser.add_argument("--max_tokens", type=_optional_int, default=MAX_IMAGE_TOKENS,
-                        help=f"Refuse an --image_size with more patch tokens per image (default {MAX_IMAGE_TOKENS}: "
-                        "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
     return parser.parse_args(argv)
 
 

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-from vit_ft.cli import DEBUG_HELP, run_tool, setup_logging
+from vit_ft.cli import ToolArgumentParser, run_tool, setup_logging
 from vit_ft.hub import FORMATS, push_output_dir, stage_for_hub
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, epilog=DEBUG_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ToolArgumentParser(__doc__)
     parser.add_argument("output_dir", help="a fine-tune output folder (or a LoRA adapter folder)")
     parser.add_argument("--hub_model_id", required=True, help="the repository, e.g. me/vit-dogs")
     parser.add_argument(

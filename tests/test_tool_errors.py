@@ -1,4 +1,4 @@
-"""The tools as a user meets them (predict, evaluate, inspect, push_to_hub, the demo's start-up): each mistake
+"""The tools as a user meets them (predict, evaluate, inspect, push_to_hub, bench, the demo's start-up): each mistake
 is one line `error: ...` on stderr and exit code 1, no traceback (unless --debug), and every file the user
 had (the images, an existing output, the model folders) is byte-identical afterwards. Each case runs the real
 script in a subprocess, two at a time."""
@@ -27,6 +27,7 @@ TOOLS = {
     "inspect": "scripts/inspect_model.py",
     "push": "scripts/push_to_hub.py",
     "demo": "demo/app.py",
+    "bench": "scripts/bench.py",
 }
 
 # id -> (tool, arguments, extra environment, words the error line must hold). In the arguments {model} is the
@@ -62,6 +63,25 @@ CASES = {
         "predict", ["--model", "{w}/unfinished", "{w}/photos", "--output", "{w}/keep.csv"], {},
         "did not finish (vit_ft_run.json says finished: false); resume it",
     ),
+    "predict: unknown flag": (
+        "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/keep.csv", "--topk", "3"], {},
+        "unrecognized arguments: --topk 3 (run predict.py --help",
+    ),
+    "predict: figure would be the output": (
+        "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/keep.csv", "--figure", "{w}/keep.csv"], {},
+        "is the --output file",
+    ),
+    "evaluate: too many tokens": (
+        "evaluate", ["--model", "{hf}", "--data_dir", "{w}/photos", "--output_dir", "{w}/report", "--image_size", "512"],
+        {}, "--max_tokens 16384",
+    ),
+    "evaluate: missing --output_dir": (
+        "evaluate", ["--model", "{model}"], {}, "the following arguments are required: --output_dir",
+    ),
+    "evaluate: value of the wrong type": (
+        "evaluate", ["--model", "{model}", "--output_dir", "{w}/report", "--batch_size", "many"], {},
+        "argument --batch_size: invalid int value: 'many'",
+    ),
     "evaluate: missing model path": (
         "evaluate", ["--model", "./no-such-model", "--output_dir", "{w}/report"], {}, "./no-such-model: no such folder",
     ),
@@ -69,6 +89,10 @@ CASES = {
         "inspect", ["--model", "{model}", "--output_dir", "{w}/figures", "--num_images", "0"], {},
         "--num_images 0 must be positive",
     ),
+    "inspect: too many tokens": (
+        "inspect", ["--model", "{hf}", "--output_dir", "{w}/figures", "--image_size", "512"], {}, "--max_tokens 16384",
+    ),
+    "push: unknown flag": ("push", ["{model}", "--hub_model_id", "me/x", "--privat"], {}, "unrecognized arguments"),
     "push: id with two slashes": ("push", ["{model}", "--hub_model_id", "a/b/c"], {}, "is not a repo id"),
     "push: offline": ("push", ["{model}", "--hub_model_id", "me/vit-digits"], {}, "--local_dir"),
     "push: truncated weights are not staged": (
@@ -76,6 +100,10 @@ CASES = {
         "trunc/model.safetensors cannot be read",
     ),
     "demo: missing model path": ("demo", ["--model", "{w}/no/such/model"], {}, "no such folder"),
+    "bench: unknown section": (
+        "bench", ["--quick", "--sections", "modle", "--output-dir", "{w}/bench"], {}, "Unknown section(s) ['modle']",
+    ),
+    "bench: unknown flag": ("bench", ["--quick", "--round", "3"], {}, "unrecognized arguments: --round 3"),
 }  # fmt: skip
 
 
@@ -156,6 +184,29 @@ def test_debug_shows_the_traceback(tmp_path):
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "FileNotFoundError" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_a_failed_figure_keeps_the_old_figure(tmp_path, hf_classifier_dir, monkeypatch):
+    """The figure is drawn to a temporary file and renamed when complete, like the rows."""
+    import vit_ft.prediction as prediction
+
+    (tmp_path / "photos").mkdir()
+    Image.new("RGB", (20, 20), (200, 10, 10)).save(tmp_path / "photos" / "red.png")
+    old = tmp_path / "preds.png"
+    old.write_bytes(b"yesterday's figure")
+
+    def broken_grid(images, titles, path, suptitle=None):
+        Path(path).write_bytes(b"half a figure")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(prediction, "plot_image_grid", broken_grid)
+    with pytest.raises(OSError, match="disk full"):
+        prediction.run_prediction(hf_classifier_dir, [tmp_path / "photos"], tmp_path / "preds.csv")
+    assert old.read_bytes() == b"yesterday's figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos", "preds.csv", "preds.png"]  # no .part left
+    monkeypatch.undo()
+    prediction.run_prediction(hf_classifier_dir, [tmp_path / "photos"], tmp_path / "preds.csv")
+    assert old.read_bytes().startswith(b"\x89PNG")  # a complete run replaces it
 
 
 def test_a_failed_prediction_run_keeps_the_old_output_file(tmp_path):

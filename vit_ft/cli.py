@@ -17,20 +17,45 @@ DEBUG_ENV = "VIT_FT_DEBUG"
 DEBUG_HELP = f"{DEBUG_FLAG} (or {DEBUG_ENV}=1) shows the traceback of an error instead of its one line."
 
 
+class ToolArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes (an unknown flag, a missing or malformed value) raise ValueError, so
+    that `run_tool` reports them as one `error:` line with exit 1 like every other mistake (argparse itself
+    prints its usage and exits 2). Flags are never abbreviated: a misspelt `--privat` is an error, not
+    `--private`."""
+
+    def __init__(self, description: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("epilog", DEBUG_HELP)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(description=description, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(f"{message} (run {self.prog} --help for the usage)")
+
+
 def tool_parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser whose help is the script's docstring, with `--model` (folder, adapter folder or Hub id)."""
-    parser = argparse.ArgumentParser(
-        description=doc, epilog=DEBUG_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ToolArgumentParser(doc)
     parser.add_argument("--model", required=True, help="vit_ft model folder, LoRA adapter folder, or Hub id.")
     return parser
 
 
+def optional_int(text: str) -> int | None:
+    """An int flag whose 'none' (or 'null') means no value."""
+    return None if text.lower() in ("none", "null") else int(text)
+
+
 def add_inference_arguments(parser: argparse.ArgumentParser, batch_size: int) -> None:
-    """`--image_size`, `--batch_size` and `--device`, as every tool that runs the model takes them."""
+    """`--image_size`, `--batch_size`, `--device` and `--max_tokens`, as every tool that runs the model takes
+    them."""
+    from .configuration_vit_ft import MAX_IMAGE_TOKENS
+
     parser.add_argument("--image_size", type=int, help="Test-time resolution (a multiple of the patch size).")
     parser.add_argument("--batch_size", type=int, default=batch_size)
     parser.add_argument("--device", help="cuda, cpu, ... (default: cuda when available).")
+    parser.add_argument("--max_tokens", type=optional_int, default=MAX_IMAGE_TOKENS,
+                        help=f"Refuse an --image_size with more patch tokens per image (default {MAX_IMAGE_TOKENS}: "
+                        "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
 
 
 def add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -123,9 +148,11 @@ def run_tool(
 
 __all__ = [
     "USER_ERRORS",
+    "ToolArgumentParser",
     "add_data_arguments",
     "add_inference_arguments",
     "error_line",
+    "optional_int",
     "run_tool",
     "setup_logging",
     "tool_parser",

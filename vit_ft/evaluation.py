@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .configuration_vit_ft import MAX_IMAGE_TOKENS
 from .eval_data import EvalData, resolve_eval_data
 from .figures import plot_confusion_matrix, plot_mistakes
 from .images import describe_source
@@ -234,14 +235,17 @@ def run_evaluation(
     device: str | None = None,
     num_workers: int = 0,
     progress: bool | None = None,
+    max_tokens: int | None = MAX_IMAGE_TOKENS,
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
     mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has one) and
     report.md to `output_dir`. Returns the contents of metrics.json."""
     model = str(model)
     output_dir = Path(output_dir)
+    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); nothing is written
+    # before the model has loaded
+    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens)
     output_dir.mkdir(parents=True, exist_ok=True)
-    classifier = load_classifier(model, image_size, device)
     id2label = classifier.id2label
     data = resolve_eval_data(model, id2label, recipe, data_dir, split, seed, max_samples)
     logger.info("Evaluating %s on %s: %d images.", model, data.description, len(data))

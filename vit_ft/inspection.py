@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from .configuration_vit_ft import MAX_IMAGE_TOKENS  # noqa: E402
 from .eval_data import resolve_eval_data  # noqa: E402
 from .figures import display_image, plot_image_grid, short  # noqa: E402
 from .inference import Classifier, describe_error, iter_batches, load_classifier  # noqa: E402
@@ -349,13 +350,16 @@ def run_inspection(
     seed: int | None = None,
     device: str | None = None,
     progress: bool | None = None,
+    max_tokens: int | None = MAX_IMAGE_TOKENS,
 ) -> dict[str, Any]:
     """Write patch_embedding_pca.png, position_similarity.png, attention_distance.png, attention_rollout.png
     (with `images`) and inspection.json (the numbers behind them) to `output_dir`; returns that JSON."""
     model = str(model)
     output_dir = Path(output_dir)
+    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); nothing is written
+    # before the model has loaded
+    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens)
     output_dir.mkdir(parents=True, exist_ok=True)
-    classifier = load_classifier(model, image_size, device)
     network = classifier.model
     config = network.config
     figures: dict[str, str] = {}

@@ -146,6 +146,13 @@ def check_output_path(path: str | os.PathLike) -> Path:
     return path
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, then put back)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 class PredictionWriter:
     """Streams Predictions to a `.csv` (lists as JSON arrays, empty cells for None) or `.jsonl` file.
 
@@ -182,9 +189,7 @@ class PredictionWriter:
         if self._file.closed:
             return
         self._file.close()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self._file.name, 0o666 & ~umask)  # as open() would have created it, not mkstemp's 0600
+        os.chmod(self._file.name, 0o666 & ~_umask())  # as open() would have created it, not mkstemp's 0600
         os.replace(self._file.name, self.path)
 
     def discard(self) -> None:
@@ -232,10 +237,21 @@ def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
 def plot_predictions(
     predictions: Sequence[Prediction], image_size: tuple[int, int], path: str | os.PathLike
 ) -> Path:
-    """A grid of predicted images titled "label (p)"."""
+    """A grid of predicted images titled "label (p)", written to a hidden temporary file in the same folder and
+    renamed to `path` when complete (an existing file at `path` stays as it was if drawing fails)."""
     images = [display_image(p.path, image_size) for p in predictions]
     titles = [f"{short(p.label or '?')} ({p.score:.2f})\n{short(Path(p.path).name, 24)}" for p in predictions]
-    return plot_image_grid(images, titles, path, suptitle=f"Top-1 predictions ({len(predictions)} shown)")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part.png", dir=path.parent)
+    os.close(handle)
+    try:
+        plot_image_grid(images, titles, partial, suptitle=f"Top-1 predictions ({len(predictions)} shown)")
+        os.chmod(partial, 0o666 & ~_umask())
+        os.replace(partial, path)
+    finally:
+        Path(partial).unlink(missing_ok=True)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------
