@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import pytest
 from vit_ft.run_record import is_finished
 from vit_ft.training import checkpoint_is_complete
 
-from .conftest import run_finetune_script, write_tiny_recipe
+from .conftest import REPO, run_finetune_script, write_tiny_recipe
 
 # id -> (extra arguments, where {tmp} is the case folder, extra environment, expected words in the error)
 CASES = {
@@ -135,3 +139,44 @@ def test_resume_falls_back_from_a_checkpoint_whose_weights_do_not_load(tiny_fine
     assert f"{newest.name} cannot be resumed from: its weights model.safetensors cannot be loaded" in log
     assert (out / f"incomplete-{newest.name}").is_dir()
     assert is_finished(out) and checkpoint_is_complete(good)
+
+
+def test_ctrl_c_names_the_last_checkpoint_and_resume_finishes(tmp_path):
+    """Ctrl-C (SIGINT) in the middle of training: exit 130 and one line naming the last complete checkpoint,
+    from which --resume then finishes the run."""
+    recipe = write_tiny_recipe(
+        tmp_path,
+        num_train_epochs=20,
+        save_strategy="steps",
+        save_steps=2,
+        max_train_samples=32,
+        eval_strategy="no",
+    )
+    out = tmp_path / "out"
+    with (tmp_path / "log.txt").open("w") as log:  # a file, not a pipe nobody reads while the run goes on
+        process = subprocess.Popen(
+            [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            if any(checkpoint_is_complete(c) for c in out.glob("checkpoint-*")):
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, "the run ended before its first checkpoint"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    named = re.search(
+        r"the last complete checkpoint is (\S+/checkpoint-\d+)\. Run the same command with --resume", last
+    )
+    assert last.startswith("error: interrupted") and named, last
+    assert checkpoint_is_complete(named.group(1)) and not is_finished(out)
+    result = run(["--recipe", str(recipe), "--resume"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert is_finished(out)
