@@ -9,6 +9,16 @@ import os
 from typing import Any
 
 from transformers import PretrainedConfig
+from transformers.utils import SAFE_WEIGHTS_NAME, cached_file
+
+from .checkpoint_formats import (
+    find_jax_checkpoint,
+    is_timm_config,
+    jax_config_fields,
+    read_npz_shapes,
+    read_safetensors_shapes,
+    timm_config_fields,
+)
 
 # transformers ViTConfig fields that describe the architecture; a `model_type: vit` config keeps these
 VIT_CONFIG_FIELDS = (
@@ -48,6 +58,10 @@ VIT_SIZES: dict[str, dict[str, int]] = {
 }
 
 POOLING_CHOICES = ("cls", "mean")
+# transformers' download arguments, which `get_config_dict` passes on to fetch a timm repo's weights header
+DOWNLOAD_KWARGS = (
+    "cache_dir", "force_download", "proxies", "token", "local_files_only", "revision", "subfolder",
+)  # fmt: skip
 # Patch tokens per image that the tools run without being told to: ViT-B/16 at 1024x1024. Attention's time and
 # memory grow with the square of the tokens, so a typo (--image_size 4096: 65536 tokens) would run for minutes
 # at many GB before anything fails. The fine-tune raises it with $VIT_FT_MAX_IMAGE_TOKENS, predict with --max_tokens.
@@ -121,18 +135,43 @@ class ViTFTConfig(PretrainedConfig):
         cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """transformers' config reading, plus the mapping of a transformers ViT config (`model_type: vit`, e.g.
-        google/vit-base-patch16-224-in21k) to ours. What the checkpoint itself holds (format, patch grid, labels)
-        is kept as `_checkpoint`, never saved, for the loading hooks: position embeddings are resampled from
-        that grid, and a head is kept only for the same labels."""
+        google/vit-base-patch16-224-in21k), a timm ViT's `config.json` (checked against its weights' header) and
+        the ViT paper's `.npz` (sizes read from the arrays' shapes) to ours (`checkpoint_formats.py`). What the
+        checkpoint itself holds (format, patch grid, labels) is kept as `_checkpoint`, never saved, for the
+        loading hooks: position embeddings are resampled from that grid, and a head is kept only for the same
+        labels."""
+        npz = find_jax_checkpoint(pretrained_model_name_or_path)
+        if npz is not None:  # the paper's JAX file: the architecture is read from the arrays' shapes
+            for name in DOWNLOAD_KWARGS:
+                kwargs.pop(name, None)
+            config_dict = jax_config_fields(read_npz_shapes(npz), str(npz))
+            return cls._with_checkpoint_info(config_dict, pretrained_model_name_or_path, "JAX npz"), kwargs
+        download = {name: kwargs[name] for name in DOWNLOAD_KWARGS if name in kwargs}
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         if not config_dict:
             return config_dict, kwargs
+        if is_timm_config(config_dict):  # timm's Hub layout: the tensors' header says what the weights hold
+            weights = cached_file(
+                str(pretrained_model_name_or_path),
+                SAFE_WEIGHTS_NAME,
+                _raise_exceptions_for_missing_entries=False,
+                **download,
+            )
+            if weights is None:
+                raise OSError(
+                    f"{pretrained_model_name_or_path} has a timm config.json but no {SAFE_WEIGHTS_NAME}: vit_ft reads "
+                    "timm's safetensors weights; convert the checkpoint with timm (save_file of its state_dict)."
+                )
+            shapes = read_safetensors_shapes(weights)
+            fields = timm_config_fields(config_dict, shapes, str(pretrained_model_name_or_path))
+            fmt = f"timm {config_dict['architecture']}"
+            return cls._with_checkpoint_info(fields, pretrained_model_name_or_path, fmt), kwargs
         model_type = config_dict.get("model_type")
         if model_type not in ("vit", cls.model_type):
             raise ValueError(
                 f"{pretrained_model_name_or_path} has model_type {model_type!r}; vit_ft loads transformers ViT "
-                "checkpoints (model_type 'vit', e.g. google/vit-base-patch16-224-in21k) and its own folders "
-                "(model_type 'vit_ft')."
+                "checkpoints (model_type 'vit', e.g. google/vit-base-patch16-224-in21k), timm ViTs (a config.json "
+                "with 'architecture'), the ViT paper's .npz files and its own folders (model_type 'vit_ft')."
             )
         fmt = "vit_ft"
         if model_type == "vit":
@@ -145,14 +184,22 @@ class ViTFTConfig(PretrainedConfig):
             else:
                 fields["num_labels"] = 0  # a backbone checkpoint: no head, no label names to carry over
             config_dict = {**fields, "model_type": cls.model_type}
-        source = cls(**{k: v for k, v in config_dict.items() if k != "model_type"})
+        return cls._with_checkpoint_info(config_dict, pretrained_model_name_or_path, fmt), kwargs
+
+    @classmethod
+    def _with_checkpoint_info(
+        cls, config_dict: dict[str, Any], source: str | os.PathLike, fmt: str
+    ) -> dict[str, Any]:
+        """`config_dict` (ours) with `_checkpoint`: what the checkpoint holds, for the loading hooks."""
+        config_dict = {**config_dict, "model_type": cls.model_type}
+        checkpoint = cls(**{k: v for k, v in config_dict.items() if k != "model_type"})
         config_dict["_checkpoint"] = {
-            "source": str(pretrained_model_name_or_path),
+            "source": str(source),
             "format": fmt,
-            "grid": source.grid_size,
-            "id2label": source.id2label if source.num_labels > 0 else None,
+            "grid": checkpoint.grid_size,
+            "id2label": checkpoint.id2label if checkpoint.num_labels > 0 else None,
         }
-        return config_dict, kwargs
+        return config_dict
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):

@@ -193,7 +193,9 @@ class _LoadOnly:
     which Trainer's checkpoint resume reads back with a plain load_state_dict."""
 
     def reverse_transform(self):
-        return WeightRenaming(list(self._original_target_patterns), list(self._original_target_patterns))
+        targets = list(self._original_target_patterns)
+        # a target with a backreference (timm's block index) matches its own output through a capturing group
+        return WeightRenaming([t.replace(r"\1", r"(\d+)") for t in targets], targets)
 
 
 class _Renaming(_LoadOnly, WeightRenaming):
@@ -213,6 +215,8 @@ def _checkpoint_info(config: Any) -> dict[str, Any] | None:
     converted = info is not None and info.get("format") == "JAX npz" and name in ("", "None")
     if info is None or (info.get("source") != name and not converted):
         return None
+    if converted:  # transformers clears the name for state_dict loads: give the file's back, for the report
+        config.name_or_path = info["source"]
     return info
 
 

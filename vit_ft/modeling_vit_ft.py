@@ -23,7 +23,13 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 from transformers.modeling_utils import AttentionInterface
 
-from .checkpoint_formats import convert_jax_state_dict, find_jax_checkpoint, jax_config_fields, load_npz, read_npz_shapes
+from .checkpoint_formats import (
+    convert_jax_state_dict,
+    find_jax_checkpoint,
+    jax_config_fields,
+    load_npz,
+    read_npz_shapes,
+)
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
 from .conversion import build_loading_report, checkpoint_conversion_mapping
 from .kernels import Linear, linear_activation, sdpa_attention_forward
@@ -261,10 +267,7 @@ class ViTFTPreTrainedModel(PreTrainedModel):
         kwargs.setdefault("config", str(npz))
         model = super().from_pretrained(None, *model_args, state_dict=state_dict, **kwargs)
         model.config.name_or_path = str(npz)
-        for report in (getattr(m, "loading_report", None) for m in (model, getattr(model, "vit", None))):
-            if report is not None:
-                report.source = str(npz)
-                report.discarded.update(discarded)
+        model.loading_report.discarded.update(discarded)
         return model
 
     def no_weight_decay(self) -> set[str]:
