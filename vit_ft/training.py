@@ -12,7 +12,13 @@ from typing import Any
 
 import datasets
 import transformers
-from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, set_seed
+from transformers import (
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    ViTImageProcessorPil,
+    set_seed,
+)
 from transformers.image_utils import PILImageResampling
 
 from .arguments import DataArguments, ModelArguments
@@ -23,7 +29,7 @@ from .digits import write_digits_imagefolder
 from .metrics import build_compute_metrics
 from .modeling_vit_ft import ViTFTForImageClassification
 from .run_record import LABELS_FILE, is_finished, mark_unfinished, write_run_record
-from .transforms import build_transforms, collate_fn
+from .transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms, collate_fn
 
 logger = logging.getLogger("vit_ft")
 
@@ -151,9 +157,13 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
 
 
 def attach_transforms(
-    splits: datasets.DatasetDict, processor: ViTImageProcessorPil, data_args: DataArguments
-) -> None:
-    """Random-resized-crop + flip for training, resize + center crop for evaluation, normalised by the processor."""
+    splits: datasets.DatasetDict, processor: ViTImageProcessorPil, data_args: DataArguments, seed: int
+) -> ImageClassificationTransform:
+    """Random-resized-crop + flip for training, resize + center crop for evaluation, normalised by the processor.
+
+    The train split gains `INDEX_COLUMN` (its row positions) and its augmentation becomes a function of (seed,
+    epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets.
+    """
     size = (processor.size["height"], processor.size["width"])
     common = {
         "mean": processor.image_mean,
@@ -165,13 +175,39 @@ def attach_transforms(
         train=True,
         crop_scale=(data_args.crop_scale_min, 1.0),
         horizontal_flip=data_args.horizontal_flip,
+        seed=seed,
         **common,
     )
     eval_transform = build_transforms(size, train=False, **common)
     for name in splits:
         # undecoded {"bytes", "path"} images: the transform decodes them itself, at reduced size where it can
         splits[name] = splits[name].cast_column("image", datasets.Image(decode=False))
+        if name == "train":
+            # global row positions, the same in every process (each process loads the whole split)
+            splits[name] = splits[name].add_column(INDEX_COLUMN, list(range(len(splits[name]))))
         splits[name].set_transform(train_transform if name == "train" else eval_transform)
+    return train_transform
+
+
+class AugmentationEpochCallback(TrainerCallback):
+    """Sets the train transform's epoch at each epoch's start, so that its augmentation replays on resume.
+
+    The Trainer calls on_epoch_begin before it creates the epoch's DataLoader iterator (and the workers), and a
+    run resumed mid-epoch starts at the checkpoint's epoch: that is the floor of state.epoch then, one more at
+    each later epoch. Dropout needs nothing here: the Trainer restores the global RNG saved with the checkpoint.
+    """
+
+    def __init__(self, transform: ImageClassificationTransform) -> None:
+        self.transform = transform
+        self.epoch: int | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.epoch = None
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        # state.epoch is a whole number at an epoch's start and epoch + fraction in a resumed one
+        self.epoch = int(state.epoch) if self.epoch is None else self.epoch + 1
+        self.transform.set_epoch(self.epoch)
 
 
 _WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
@@ -328,7 +364,7 @@ def run_finetune(
     splits, names = load_data(data_args, training_args)  # folders checked before any pre-training
     prepare_builtin_checkpoint(model_args, data_args, training_args)
     model, processor = load_model(model_args, names)
-    attach_transforms(splits, processor, data_args)
+    train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
 
     # trainer; the finished folder is pushed once, with our card (scripts/finetune.py), not at every save
     trainer_args = copy.copy(training_args)
@@ -341,6 +377,7 @@ def run_finetune(
         data_collator=collate_fn,
         compute_metrics=build_compute_metrics(),
         processing_class=processor,
+        callbacks=[AugmentationEpochCallback(train_transform)],
     )
 
     # train; a finished run being replaced or continued no longer counts as finished until the end
