@@ -91,7 +91,7 @@ def pushed(tiny_finetuned_dir, tmp_path_factory):
         outputs = {name: proc.communicate(timeout=300) for name, proc in procs.items()}
         for name, proc in procs.items():
             assert proc.returncode == 0, f"{name} push failed:\n{outputs[name][1][-4000:]}"
-    return hub, {name: out for name, (out, _) in outputs.items()}
+        yield hub, {name: out for name, (out, _) in outputs.items()}  # still serving: the repos load by id
 
 
 def card_metadata(readme: bytes) -> tuple[dict, str]:
@@ -171,24 +171,19 @@ def test_push_transformers_format_sends_a_plain_vit(pushed):
 
 
 def test_received_repos_load_in_a_clean_process(pushed, tiny_finetuned_dir, tmp_path):
-    """What the Hub received loads without vit_ft: ours with its code, the export with none; same logits."""
+    """The pushed repos load by id without vit_ft: ours with its code, the export with none; same logits."""
     hub, _ = pushed
-    folders = {}
-    for repo_id in ("me/vit-digits", "tester/vit-digits-hf"):
-        folders[repo_id] = tmp_path / repo_id.replace("/", "--")
-        for path, data in hub.repos[repo_id].items():
-            (folders[repo_id] / path).parent.mkdir(parents=True, exist_ok=True)
-            (folders[repo_id] / path).write_bytes(data)
     pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     torch.save(pixels, tmp_path / "pixels.pt")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     result = subprocess.run(
-        [sys.executable, "-c", CLEAN_PROCESS, str(folders["me/vit-digits"]), str(folders["tester/vit-digits-hf"]),
+        [sys.executable, "-c", CLEAN_PROCESS, "me/vit-digits", "tester/vit-digits-hf",
          str(tmp_path / "pixels.pt"), str(tmp_path / "out.json")],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**env, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        env=push_env(hub, tmp_path),  # the token reads the private repo; an empty cache: everything downloads
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
+    assert not hub.unexpected, f"calls the fake Hub does not know: {hub.unexpected}"
+    assert hub.downloaded() == {"me/vit-digits", "tester/vit-digits-hf"}
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["remote_cls"].startswith("transformers_modules.")
     with torch.no_grad():
