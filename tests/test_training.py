@@ -120,3 +120,40 @@ def test_push_to_hub_sends_the_finished_folder_once(tmp_path):
     files = hub.repos["me/tiny-push"]
     assert {"model.safetensors", "config.json", "README.md", "vit_ft_run.json"} <= set(files)
     assert files["model.safetensors"] == (tmp_path / "out" / "model.safetensors").read_bytes()
+
+
+def test_the_final_validation_pass_is_reused_not_repeated(finetuned):
+    """The weights the run ends with were evaluated during training: eval_results.json is that very pass (its
+    runtime included), and the reported throughput without evaluation is faster than Trainer's with it."""
+    out, _ = finetuned
+    state = json.loads((out / "trainer_state.json").read_text())
+    step = state["global_step"]
+    if state.get("best_model_checkpoint"):
+        step = int(state["best_model_checkpoint"].rsplit("-", 1)[-1])
+    logged = [e for e in state["log_history"] if e.get("step") == step and "eval_loss" in e]
+    assert logged, "the final weights were never evaluated during training"
+    final = json.loads((out / "eval_results.json").read_text())
+    assert final["eval_runtime"] == logged[-1]["eval_runtime"]
+    assert final["eval_accuracy"] == logged[-1]["eval_accuracy"]
+    train = json.loads((out / "train_results.json").read_text())
+    assert train["train_runtime_excluding_eval"] < train["train_runtime"]
+    assert train["train_samples_per_second_excluding_eval"] > train["train_samples_per_second"]
+
+
+def test_evaluated_final_model_picks_the_best_or_last_step_and_none_when_unevaluated():
+    from types import SimpleNamespace
+
+    from vit_ft.training import evaluated_final_model
+
+    history = [
+        {"loss": 1.0, "step": 2},
+        {"eval_loss": 0.5, "eval_accuracy": 0.7, "step": 2},
+        {"eval_loss": 0.6, "eval_accuracy": 0.6, "step": 4},
+    ]
+    args = SimpleNamespace(load_best_model_at_end=True)
+    best = SimpleNamespace(global_step=4, epoch=2.0, log_history=history, best_model_checkpoint="o/checkpoint-2")
+    assert evaluated_final_model(best, args) == {"eval_loss": 0.5, "eval_accuracy": 0.7, "epoch": 2.0}
+    args.load_best_model_at_end = False
+    assert evaluated_final_model(best, args)["eval_accuracy"] == 0.6  # the last step's weights
+    unevaluated = SimpleNamespace(global_step=5, epoch=2.5, log_history=history, best_model_checkpoint=None)
+    assert evaluated_final_model(unevaluated, args) is None

@@ -210,6 +210,48 @@ class AugmentationEpochCallback(TrainerCallback):
         self.transform.set_epoch(self.epoch)
 
 
+class EvaluationTime(TrainerCallback):
+    """Adds up the seconds the Trainer spends evaluating inside `train()`, which its train_runtime includes."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.seconds = 0.0
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self.seconds += float((metrics or {}).get("eval_runtime", 0.0))
+
+    def training_speed(self, train_metrics: dict[str, float]) -> dict[str, float]:
+        """train_runtime and train_samples_per_second without the evaluation time (Trainer's keep it)."""
+        runtime = train_metrics.get("train_runtime")
+        if not runtime or runtime <= self.seconds:
+            return {}
+        training = runtime - self.seconds
+        speed = {"train_runtime_excluding_eval": round(training, 4)}
+        if "train_samples_per_second" in train_metrics:
+            samples = train_metrics["train_samples_per_second"] * runtime
+            speed["train_samples_per_second_excluding_eval"] = round(samples / training, 3)
+        return speed
+
+
+def evaluated_final_model(state: Any, args: TrainingArguments) -> dict[str, float] | None:
+    """The validation metrics the Trainer logged for the weights the run ends with, if it evaluated them.
+
+    Those weights are the best checkpoint's when load_best_model_at_end loaded it, else the last step's.
+    None when that step was never evaluated (then evaluate once more).
+    """
+    step = state.global_step
+    if args.load_best_model_at_end and state.best_model_checkpoint:
+        step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+    for entry in reversed(state.log_history):
+        if entry.get("step") == step and "eval_loss" in entry:
+            return {key: value for key, value in entry.items() if key.startswith("eval_")} | {
+                "epoch": state.epoch
+            }
+    return None
+
+
 _WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
 
 
@@ -377,20 +419,22 @@ def run_finetune(
         data_collator=collate_fn,
         compute_metrics=build_compute_metrics(),
         processing_class=processor,
-        callbacks=[AugmentationEpochCallback(train_transform)],
+        callbacks=[AugmentationEpochCallback(train_transform), evaluation_time := EvaluationTime()],
     )
 
     # train; a finished run being replaced or continued no longer counts as finished until the end
     if training_args.process_index == 0:
         mark_unfinished(training_args.output_dir)
     result = trainer.train(resume_from_checkpoint=resume)
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
+    train_metrics = {**result.metrics, **evaluation_time.training_speed(result.metrics)}
+    trainer.log_metrics("train", train_metrics)
+    trainer.save_metrics("train", train_metrics)
     trainer.save_state()
 
-    # evaluate (the best model is loaded at the end when load_best_model_at_end)
-    metrics = dict(result.metrics)
-    eval_metrics = trainer.evaluate()
+    # evaluate (the best model is loaded at the end when load_best_model_at_end); a validation pass already made
+    # on the final weights during training is reused, not repeated
+    metrics = dict(train_metrics)
+    eval_metrics = evaluated_final_model(trainer.state, trainer.args) or trainer.evaluate()
     trainer.log_metrics("eval", eval_metrics)
     trainer.save_metrics("eval", eval_metrics)
     metrics.update(eval_metrics)
