@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
     from .evaluation import Mistake
 
 CELL_NUMBERS_MAX_CLASSES = 30  # above this, numbers in the confusion-matrix cells are unreadable
+PANEL_INCHES = 2.3  # the width of one image in a grid
+TITLE_FONTSIZE = 8
+TITLE_MAX_LINES = 4  # per grid title; a longer title is cut with "…"
+# characters of a grid title's line: DejaVu Sans averages about 0.6 em a character, and the panels' spacing
+# takes some of the width
+TITLE_LINE_CHARS = int(0.85 * PANEL_INCHES * 72 / (0.6 * TITLE_FONTSIZE))
 
 
 def display_image(source: Any, image_size: tuple[int, int], height: int = 160) -> Image.Image:
@@ -39,18 +46,28 @@ def plot_image_grid(
     title_colors: Sequence[str] | None = None,
     columns: int | None = None,
 ) -> Path:
-    """Images in a grid (about square) with a small title over each; None shows an empty panel. Saves a PNG."""
+    """Images in a grid (about square) with a small title over each; None shows an empty panel. Saves a PNG.
+
+    Titles are wrapped to the panel's width (`wrap_title`), so that long class names never run into the
+    neighbouring titles; the rows get the height their titles need.
+    """
     n = max(1, len(images))
     columns = columns or math.ceil(math.sqrt(n))
     rows = math.ceil(n / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(2.3 * columns, 2.75 * rows + 0.4), squeeze=False)
+    titles = [wrap_title(title) for title in titles]
+    lines = max((title.count("\n") + 1 for title in titles), default=1)
+    row_inches = PANEL_INCHES + 0.45 + 0.15 * lines
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(PANEL_INCHES * columns, row_inches * rows + 0.4), squeeze=False
+    )
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i >= len(images):
             continue
         if images[i] is not None:
             ax.imshow(np.asarray(images[i]), interpolation="nearest")
-        ax.set_title(titles[i], fontsize=8, color=title_colors[i] if title_colors else "black")
+        color = title_colors[i] if title_colors else "black"
+        ax.set_title(titles[i], fontsize=TITLE_FONTSIZE, color=color, linespacing=1.15)
     height = fig.get_figheight()
     if suptitle:
         fig.suptitle(suptitle, fontsize=11, y=1 - 0.1 / height)
@@ -64,6 +81,31 @@ def plot_image_grid(
 def short(name: str, width: int = 18) -> str:
     """A label cut to `width` characters for plot titles and tick labels."""
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def wrap_title(text: str, width: int = TITLE_LINE_CHARS, max_lines: int = TITLE_MAX_LINES) -> str:
+    """`text` in lines of at most `width` characters, for a grid panel's title.
+
+    Lines break after a space, "-", "_" or "/" (class names such as `n02109047-Great_Dane` have no spaces),
+    a word longer than a line is cut, and the existing line breaks are kept; beyond `max_lines` the last line
+    ends with "…".
+    """
+    out: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for piece in re.split(r"(?<=[ \-_/])", paragraph):
+            while len(piece) > width:  # a word longer than the line
+                room = width - len(line)
+                out.append(line + piece[:room])
+                line, piece = "", piece[room:]
+            if len(line) + len(piece.rstrip()) > width:
+                out.append(line.rstrip())
+                line = ""
+            line += piece
+        out.append(line.rstrip())
+    if len(out) > max_lines:
+        out = [*out[: max_lines - 1], out[max_lines - 1][: width - 1].rstrip() + "…"]
+    return "\n".join(out)
 
 
 def _shown(source: Any, image_size: tuple[int, int]) -> Image.Image | None:
@@ -123,7 +165,8 @@ def plot_confusion_matrix(
 def plot_mistakes(
     mistakes: Sequence[Mistake], data: EvalData, image_size: tuple[int, int], path: str | os.PathLike
 ) -> Path:
-    """A grid of the most confident mistakes titled "true / pred (p)", most confident first."""
+    """A grid of the most confident mistakes titled "true", then "→ predicted (p)", most confident first; the
+    class names are whole, wrapped to the panel's width."""
     if not mistakes:
         fig, ax = plt.subplots(figsize=(4, 2))
         ax.axis("off")
@@ -132,12 +175,15 @@ def plot_mistakes(
         plt.close(fig)
         return Path(path)
     images = [_shown(data.dataset[m.row]["image"], image_size) for m in mistakes]
-    titles = [f"{short(m.true_label)} / {short(m.predicted_label)} ({m.probability:.2f})" for m in mistakes]
+    titles = [
+        f"{wrap_title(m.true_label)}\n{wrap_title(f'→ {m.predicted_label} ({m.probability:.2f})')}"
+        for m in mistakes
+    ]
     return plot_image_grid(
         images,
         titles,
         path,
-        suptitle=f"{len(mistakes)} most confident mistakes: true / predicted (probability)",
+        suptitle=f"{len(mistakes)} most confident mistakes: true class, → predicted (probability)",
     )
 
 
@@ -148,4 +194,5 @@ __all__ = [
     "plot_image_grid",
     "plot_mistakes",
     "short",
+    "wrap_title",
 ]

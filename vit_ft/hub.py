@@ -84,7 +84,7 @@ def stage_for_hub(
         examples = output_dir / EXAMPLES_DIR
         if examples.is_dir():
             _copy_matching(examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions())))
-        model_card(run_info, repo_id, staging, format).save(staging / "README.md")
+        model_card(run_info, repo_id, staging, format, repo_id=repo_id).save(staging / "README.md")
         verify_staged(staging, format, source=output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -22,35 +22,56 @@ from .run_record import RUN_RECORD_FILE, run_folder  # noqa: E402
 EVAL_METRICS = ("eval_accuracy", "eval_top5_accuracy", "eval_f1", "eval_loss")
 
 
+NO_LOGS = "no training logs yet"
+# (key, label, format): accuracy and F1 in panels of their own, so that neither hides the other
+ACCURACY_CURVES = (("eval_accuracy", "top-1", "o-"), ("eval_top5_accuracy", "top-5", "s--"))
+F1_CURVES = (("eval_f1", "macro-F1", "^-"),)
+
+
 def plot_training_curves(log_history: list[dict[str, Any]], path: str | Path) -> Path:
-    """One PNG with loss, learning rate and evaluation metrics against the optimizer step."""
+    """One PNG of four panels against the optimizer step: loss, learning rate, evaluation accuracy (top-1 and
+    top-5) and macro-F1. A panel with nothing to draw says so ("no training logs yet" and why), as after a
+    run shorter than its logging_steps."""
     train = [e for e in log_history if "loss" in e and "step" in e]
     evals = [e for e in log_history if "eval_loss" in e and "step" in e]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    loss_ax, lr_ax, metric_ax = axes
-    if train:
-        loss_ax.plot([e["step"] for e in train], [e["loss"] for e in train], label="train loss")
-    if evals:
-        loss_ax.plot([e["step"] for e in evals], [e["eval_loss"] for e in evals], "o-", label="eval loss")
-    loss_ax.set(title="Loss", xlabel="step")
-    loss_ax.legend()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    loss_ax, lr_ax, accuracy_ax, f1_ax = axes.flat
+    _curves(loss_ax, "Loss", [("train loss", "-", train, "loss"), ("eval loss", "o-", evals, "eval_loss")],
+            "the run stopped before its first logging step")  # fmt: skip
     lr = [e for e in train if "learning_rate" in e]
-    lr_ax.plot([e["step"] for e in lr], [e["learning_rate"] for e in lr])
-    lr_ax.set(title="Learning rate", xlabel="step")
-    for key in EVAL_METRICS[:3]:
-        points = [e for e in evals if key in e]
-        if points:
-            metric_ax.plot(
-                [e["step"] for e in points], [e[key] for e in points], "o-", label=key.removeprefix("eval_")
-            )
-    metric_ax.set(title="Evaluation", xlabel="step", ylim=(0, 1.02))
-    if evals:
-        metric_ax.legend()
+    _curves(lr_ax, "Learning rate", [("learning rate", "-", lr, "learning_rate")],
+            "the run stopped before its first logging step")  # fmt: skip
+    for ax, title, curves in ((accuracy_ax, "Evaluation accuracy", ACCURACY_CURVES), (f1_ax, "Evaluation macro-F1", F1_CURVES)):  # fmt: skip
+        _curves(ax, title, [(label, fmt, evals, key) for key, label, fmt in curves], "no evaluation has run")
+        ax.set_ylim(0, 1.02)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _curves(
+    ax: Any, title: str, curves: list[tuple[str, str, list[dict[str, Any]], str]], why_empty: str
+) -> None:
+    """Draw (label, format, entries, key) curves on `ax`; when the first (the panel's main curve) has no
+    points, say so: in the middle of an empty panel, under the title when other curves are drawn."""
+    drawn = []
+    for label, fmt, entries, key in curves:
+        points = [e for e in entries if key in e]
+        if points:
+            ax.plot([e["step"] for e in points], [e[key] for e in points], fmt, label=label, markersize=5)
+            drawn.append(label)
+    ax.set(title=title, xlabel="step")
+    if drawn:
+        ax.legend(loc="lower left" if title == "Loss" else "best")
+    else:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if curves[0][0] not in drawn:
+        y = 0.9 if drawn else 0.5
+        ax.text(0.5, y, f"{NO_LOGS}\n({why_empty})", ha="center", va="center", transform=ax.transAxes,
+                fontsize=11, color="0.35")  # fmt: skip
 
 
 # ---- a fine-tune's model card ----------------------------------------------------------------------------
@@ -63,17 +84,26 @@ def is_hub_id(name: Any) -> bool:
     return isinstance(name, str) and bool(HUB_ID.match(name)) and not Path(name).exists()
 
 
-def model_card(run_info: dict[str, Any], name: str, folder: str | Path, format: str = "vit_ft") -> ModelCard:
+def model_card(
+    run_info: dict[str, Any],
+    name: str,
+    folder: str | Path,
+    format: str = "vit_ft",
+    repo_id: str | None = None,
+) -> ModelCard:
     """The model card of a fine-tune, for its output folder and for the Hub alike.
 
     YAML metadata (license, library, pipeline, tags, dataset, base model when it is a Hub id, model-index
     results) and a body stating the recipe, base model, resolution, full or LoRA fine-tuning, the results
-    and how to load the model. `run_info` is the run record (`vit_ft_run.json`); `name` is what the card
-    loads (a Hub repository id, or the output folder's name); `folder` is where the card goes (it links
+    and how to load the model. `run_info` is the run record (`vit_ft_run.json`); `name` is the card's title
+    (the Hub repository id, or the output folder's name); `folder` is where the card goes (it links
     training_curves.png and the run record when they are there); `format` is the one it is shared in:
     "vit_ft" (our code beside the weights, loaded with trust_remote_code) or "transformers" (a plain ViT).
+    `repo_id` is the Hub repository the card is pushed with: the usage snippet loads it by that id; without
+    one the snippet loads "path/to/<name>" and says to put the folder's path there (a bare folder name only
+    works from the folder's parent).
     """
-    body = _card_body(run_info, name, format, Path(folder))
+    body = _card_body(run_info, name, format, Path(folder), repo_id)
     return ModelCard(f"---\n{_card_data(run_info, name, format).to_yaml()}\n---\n{body}")
 
 
@@ -129,7 +159,7 @@ def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardDat
     )
 
 
-def _card_body(run_info: dict[str, Any], name: str, format: str, folder: Path) -> str:
+def _card_body(run_info: dict[str, Any], name: str, format: str, folder: Path, repo_id: str | None) -> str:
     lora = bool(run_info.get("lora"))
     height, width = run_info.get("image_size") or (None, None)
     data = run_info.get("data") or {}
@@ -157,7 +187,7 @@ def _card_body(run_info: dict[str, Any], name: str, format: str, folder: Path) -
         "",
         "## Use",
         "",
-        _card_usage(name, format, lora, f"{height}x{width}"),
+        _card_usage(repo_id, name, format, lora, f"{height}x{width}"),
         "",
     ]
     if (folder / "training_curves.png").is_file():
@@ -167,22 +197,31 @@ def _card_body(run_info: dict[str, Any], name: str, format: str, folder: Path) -
     return "\n".join(lines)
 
 
-def _card_usage(name: str, format: str, lora: bool, resolution: str) -> str:
+def _card_usage(repo_id: str | None, name: str, format: str, lora: bool, resolution: str) -> str:
+    """How to load the model: by its Hub id when pushed, else by the folder's path (not its bare name)."""
+    if repo_id:
+        where, model = "", f'"{repo_id}"'
+    else:
+        where, model = (
+            f'model_dir = "path/to/{name}"  # the folder\'s path: the folder this README.md is in\n',
+            "model_dir",
+        )
     if format == "transformers":
         return (
             "```python\nfrom transformers import pipeline\n\n"
-            f'classifier = pipeline("image-classification", model="{name}")\n'
+            f'{where}classifier = pipeline("image-classification", model={model})\n'
             'classifier("image.jpg", top_k=5)\n```\n\n'
             "A standard transformers `ViTForImageClassification` (exported from vit-ft): no remote code. "
             f"Its position embeddings are at the fine-tuned {resolution} resolution."
         )
     usage = (
         "```python\nfrom transformers import AutoImageProcessor, AutoModelForImageClassification\n\n"
-        f'model = AutoModelForImageClassification.from_pretrained("{name}", trust_remote_code=True)\n'
-        f'processor = AutoImageProcessor.from_pretrained("{name}")\n```\n\n'
-        "The model's code (`modeling_vit_ft.py` and its imports) is in this repository: it is the vit-ft ViT "
-        "(fused-qkv SDPA attention, any input resolution), not transformers' own ViT. With vit-ft installed, "
-        f'`vit_ft.ViTFTForImageClassification.from_pretrained("{name}")` loads it without remote code.'
+        f"{where}model = AutoModelForImageClassification.from_pretrained({model}, trust_remote_code=True)\n"
+        f"processor = AutoImageProcessor.from_pretrained({model})\n```\n\n"
+        f"The model's code (`modeling_vit_ft.py` and its imports) is in this {'repository' if repo_id else 'folder'}: "
+        "it is the vit-ft ViT (fused-qkv SDPA attention, any input resolution), not transformers' own ViT. With "
+        f"vit-ft installed, `vit_ft.ViTFTForImageClassification.from_pretrained({model})` loads it without "
+        "remote code."
     )
     return usage + (" The LoRA adapter alone (peft) is in `adapter/`." if lora else "")
 
