@@ -267,3 +267,20 @@ def test_progress_bar_monitor_thread_does_not_count_as_computing():
         release.set()
         monitor.join()
     assert seen == "bf16" and flags.fp32_precision == previous
+
+
+@pytest.mark.parametrize("setting", ["auto", "1", "0"])
+def test_torch_compile_traces_the_whole_forward_in_one_graph(monkeypatch, setting):
+    """No graph break with the kernels on or off: inference in fp32 and bf16 autocast, and training with loss
+    (a break would split the compiled model and lose its fusions; reading /proc/cpuinfo while tracing did)."""
+    monkeypatch.setenv(kernels.KERNELS_ENV, setting)
+    torch._dynamo.reset()
+    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3))).eval()
+    pixels = torch.randn(2, 3, 32, 32)
+    for autocast in (False, True):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            explained = torch._dynamo.explain(model)(pixel_values=pixels)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    model.train()
+    explained = torch._dynamo.explain(model)(pixel_values=pixels, labels=torch.tensor([0, 2]))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

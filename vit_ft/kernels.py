@@ -54,14 +54,17 @@ def _cpu_vendor() -> str:
 
 
 def kernels_enabled() -> bool:
-    """Whether the oneDNN paths may run at all: the `VIT_FT_KERNELS` switch, oneDNN on, not tracing."""
+    """Whether the oneDNN paths may run at all: not tracing, the `VIT_FT_KERNELS` switch, oneDNN on."""
+    # torch.compile and torch.export trace the plain path: they emit their own kernels, portable graphs. Checked
+    # first, so that a trace never reads the environment or /proc/cpuinfo (each read would break the graph).
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+        return False
     setting = os.environ.get(KERNELS_ENV, "auto").strip().lower()
     if setting in ("0", "false", "off", "no"):
         return False
     if setting not in ("1", "true", "on", "yes") and _cpu_vendor() != "AuthenticAMD":
         return False
-    # torch.compile and torch.export trace the plain path: they emit their own kernels, portable graphs
-    return torch.backends.mkldnn.enabled and not (torch.compiler.is_compiling() or torch.compiler.is_exporting())
+    return torch.backends.mkldnn.enabled
 
 
 # ---- linear layers ----------------------------------------------------------------------------------------
