@@ -207,3 +207,14 @@ def test_load_hub_dataset_goes_through_load_dataset(monkeypatch, tmp_path: Path)
     assert names == ["3", "5", "7"]
     assert Counter(splits["validation"]["label"]) == {0: 1, 1: 1, 2: 1}
     assert sorted(names[i] for i in splits["train"]["label"]) == sorted(str(v) for v in labels[:9])
+
+
+def test_unknown_hub_dataset_names_the_argument_and_the_fix(monkeypatch):
+    def not_on_the_hub(name, config=None, cache_dir=None):
+        raise datasets.exceptions.DatasetNotFoundError(
+            f"Dataset '{name}' doesn't exist on the Hub or cannot be accessed."
+        )
+
+    monkeypatch.setattr(datasets, "load_dataset", not_on_the_hub)
+    with pytest.raises(FileNotFoundError, match=r"dataset_name='nobody/dogs' is neither .* Check the id"):
+        load_image_datasets(dataset_name="nobody/dogs")

@@ -109,7 +109,14 @@ def _load_named(name: str, config: str | None, cache_dir: str | None) -> dataset
     if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
         loaded = datasets.load_from_disk(str(local))
     else:
-        loaded = datasets.load_dataset(name, config, cache_dir=cache_dir)
+        try:
+            loaded = datasets.load_dataset(name, config, cache_dir=cache_dir)
+        except datasets.exceptions.DatasetNotFoundError as error:  # its message says what, not what to do
+            raise FileNotFoundError(
+                f"dataset_name={name!r} is neither a folder written by save_to_disk nor a dataset on the Hub "
+                f"({error}). Check the id (owner/name, as on huggingface.co/datasets) or the path; for a "
+                "private or gated dataset, log in first (hf auth login)."
+            ) from error
     if isinstance(loaded, datasets.Dataset):
         loaded = datasets.DatasetDict({"train": loaded})
     return loaded
