@@ -21,12 +21,18 @@ from huggingface_hub import HfApi
 
 from .images import image_extensions
 from .inference import HUB_ID
-from .run_record import ADAPTER_DIR, PROCESSOR_FILE, RUN_RECORD_FILE, is_adapter_folder, read_run_record
+from .run_record import (
+    ADAPTER_DIR,
+    EXAMPLES_DIR,
+    PROCESSOR_FILE,
+    RUN_RECORD_FILE,
+    is_adapter_folder,
+    read_run_record,
+)
 
 logger = logging.getLogger("vit_ft")
 
 FORMATS = ("vit_ft", "transformers")
-EXAMPLES_DIR = "examples"  # sample images, shown by demo/app.py
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
 # what the fine-tune recorded, shared in both formats
 RECORD_FILES = ("labels.json", "training_curves.png", RUN_RECORD_FILE, "*_results.json", "trainer_state.json")

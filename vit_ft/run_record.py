@@ -17,6 +17,7 @@ RUN_RECORD_FILE = "vit_ft_run.json"
 ADAPTER_DIR = "adapter"  # a LoRA fine-tune's adapter (with its trained head), beside the merged model
 PROCESSOR_FILE = "preprocessor_config.json"
 LABELS_FILE = "labels.json"
+EXAMPLES_DIR = "examples"  # a few validation images, which the demo offers and push uploads
 
 
 def is_adapter_folder(path: str | os.PathLike) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from .data import load_image_datasets
 from .digits import write_digits_imagefolder
 from .metrics import build_compute_metrics
 from .modeling_vit_ft import ViTFTForImageClassification
-from .run_record import LABELS_FILE, is_finished, mark_unfinished, write_run_record
+from .run_record import EXAMPLES_DIR, LABELS_FILE, is_finished, mark_unfinished, write_run_record
 from .transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms, collate_fn
 
 logger = logging.getLogger("vit_ft")
@@ -458,7 +459,7 @@ def save_outputs(
     metrics: dict[str, float],
     recipe: str | None,
 ) -> None:
-    """Model (vit_ft format), processor, label maps, run info, model card and training curves."""
+    """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves."""
     from .lora import save_lora_outputs
     from .reporting import plot_training_curves, write_model_card
 
@@ -473,6 +474,7 @@ def save_outputs(
     (output_dir / LABELS_FILE).write_text(
         json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
     )
+    write_examples(trainer.eval_dataset, names, output_dir)
     run_info = {
         "recipe": recipe,
         "base_model": model_args.model_name_or_path,
@@ -497,6 +499,56 @@ def save_outputs(
     )
 
 
+MAX_EXAMPLES = 8  # images in examples/: enough to try the demo, little to upload
+
+
+def write_examples(
+    dataset: datasets.Dataset, names: list[str], output_dir: Path, limit: int = MAX_EXAMPLES
+) -> list[Path]:
+    """A few images of `dataset` (the validation split) in `output_dir/examples/`, for the demo and the Hub.
+
+    At most `limit` in all and `limit // classes` per class (at least one), taken in the split's order, which
+    the data seed fixes: the same run writes the same files. Named `NN_<label>`: PNG up to 256 pixels a side,
+    JPEG above (reduced to 512); an image that does not decode is skipped. The folder is written aside and
+    renamed, replacing an older one.
+    """
+    from .images import load_image
+
+    rows = dataset.with_format(None)  # the stored images, not the eval transform's tensors
+    per_class = max(1, limit // max(1, len(names)))
+    chosen: list[int] = []
+    counts = [0] * len(names)
+    for row, label in enumerate(rows["label"]):
+        if counts[label] < per_class:
+            counts[label] += 1
+            chosen.append(row)
+            if len(chosen) == limit:
+                break
+    folder = output_dir / EXAMPLES_DIR
+    partial = output_dir / f".{EXAMPLES_DIR}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    written = []
+    for row in chosen:
+        try:
+            image = load_image(rows[row]["image"])
+        except Exception as error:  # noqa: BLE001 - an example is optional: one that fails is left out
+            logger.warning("Example image %d not written: %s", row, error)
+            continue
+        label = re.sub(r"[^\w.-]+", "_", names[rows[row]["label"]])
+        stem = f"{len(written):02d}_{label}"
+        if max(image.size) <= 256:
+            image.save(partial / f"{stem}.png")
+            written.append(f"{stem}.png")
+        else:
+            image.thumbnail((512, 512))
+            image.save(partial / f"{stem}.jpg", quality=90)
+            written.append(f"{stem}.jpg")
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+    return [folder / name for name in written]
+
+
 __all__ = [
     "check_output_dir",
     "checkpoint_is_complete",
@@ -505,4 +557,5 @@ __all__ = [
     "last_complete_checkpoint",
     "newest_complete_checkpoint",
     "run_finetune",
+    "write_examples",
 ]
