@@ -114,7 +114,7 @@ def _load_named(name: str, config: str | None, cache_dir: str | None) -> dataset
         except datasets.exceptions.DatasetNotFoundError as error:  # its message says what, not what to do
             raise FileNotFoundError(
                 f"dataset_name={name!r} is neither a folder written by save_to_disk nor a dataset on the Hub "
-                f"({error}). Check the id (owner/name, as on huggingface.co/datasets) or the path; for a "
+                f"({str(error).rstrip('.')}). Check the id (owner/name, as on huggingface.co/datasets) or the path; for a "
                 "private or gated dataset, log in first (hf auth login)."
             ) from error
     if isinstance(loaded, datasets.Dataset):
