@@ -301,3 +301,24 @@ def test_architecture_names_give_size_and_patch(architecture, size, patch):
     fields = timm_config_fields(config, shapes, "repo")
     assert {k: fields[k] for k in dims} == dims and fields["patch_size"] == patch
     assert fields["image_size"] == side * patch and fields["num_labels"] == 0
+
+
+def test_fine_tune_takes_mean_and_std_from_pretrained_cfg(timm_dir):
+    """The fine-tune's model and processor (training.load_model), as `--model_name_or_path <timm repo>` runs it."""
+    from vit_ft.arguments import ModelArguments
+    from vit_ft.training import load_model
+
+    model, processor = load_model(ModelArguments(model_name_or_path=str(timm_dir), image_size=24), ["a", "b"])
+    assert list(processor.image_mean) == MEAN and list(processor.image_std) == STD
+    assert processor.size == {"height": 24, "width": 24} and model.loading_report.head == "new"
+
+
+def test_export_names_a_registered_timm_architecture():
+    from vit_ft import ViTFTConfig
+    from vit_ft.checkpoint_formats import timm_config_dict
+
+    small = timm_config_dict(ViTFTConfig.from_variant("small", image_size=384), MEAN, STD)
+    assert small["architecture"] == "vit_small_patch16_384" and small["model_args"]["embed_dim"] == 384
+    tiny = timm_config_dict(ViTFTConfig(**TINY, num_labels=0), MEAN, STD)
+    assert tiny["architecture"] == "vit_base_patch16_224"  # a name timm has; model_args state the real size
+    assert tiny["model_args"]["patch_size"] == TINY["patch_size"] and tiny["num_classes"] == 0

@@ -48,9 +48,9 @@ TIMM_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias)$")
 OUR_LAYER = re.compile(r"^layers\.(\d+)\.(.+)\.(weight|bias)$")
 # timm tensors of features a plain ViT does not have: key pattern -> what it is
 TIMM_UNSUPPORTED_KEYS = {
-    r"^reg_token$": "register tokens (reg_token)",
+    r"^reg_token$": "register tokens",
     r"^dist_token$": "a distillation token (DeiT distilled)",
-    r"\.ls[12]\.gamma$": "layer scale (ls1/ls2.gamma, init_values)",
+    r"\.ls[12]\.gamma$": "layer scale (init_values)",
     r"^norm_pre\.": "a LayerNorm before the blocks (pre_norm, as in CLIP)",
     r"\.attn\.[qk]_norm\.": "qk normalisation (qk_norm)",
     r"\.attn\.norm\.": "a norm inside attention (scale_attn_norm)",
@@ -107,6 +107,17 @@ TIMM_UNSUPPORTED_TAGS = {
 TIMM_ARCHITECTURE = re.compile(
     r"^(?:vit|deit|deit3)_(?P<size>[a-z]+)_(?:distilled_)?patch(?P<patch>\d+)(?P<tags>.*)$"
 )
+# plain ViT names registered in timm (timm/models/vision_transformer.py), for the export's `architecture`
+TIMM_REGISTERED = {
+    *(f"vit_tiny_patch16_{r}" for r in (224, 384)),
+    *(f"vit_small_patch{p}_{r}" for p in (16, 32) for r in (224, 384)),
+    *(f"vit_base_patch{p}_{r}" for p in (16, 32) for r in (224, 384)),
+    *(f"vit_large_patch{p}_{r}" for p in (16, 32) for r in (224, 384)),
+    "vit_small_patch8_224",
+    "vit_base_patch8_224",
+    "vit_large_patch14_224",
+    "vit_huge_patch14_224",
+}
 TIMM_LAYER_NORM_EPS = 1e-6  # timm's ViT LayerNorms: partial(nn.LayerNorm, eps=1e-6), the JAX default too
 FIX = "use a timm ViT without it (e.g. timm/vit_base_patch16_224.augreg_in21k) or load it with timm itself"
 
@@ -295,11 +306,14 @@ def timm_config_dict(config: Any, mean: list[float], std: list[float]) -> dict[s
         raise ValueError(f"timm's ViT takes square patches; this model has patch_size {patch}.")
     size = next(
         (name for name, dims in _sizes().items() if all(getattr(config, k) == v for k, v in dims.items())),
-        "base",
+        None,
     )
+    architecture = f"vit_{size}_patch{patch[0]}_{height}"
+    if architecture not in TIMM_REGISTERED or height != width:
+        architecture = "vit_base_patch16_224"  # a name timm knows; model_args below override every size
     num_classes = max(int(config.num_labels or 0), 0)
     out: dict[str, Any] = {
-        "architecture": f"vit_{size}_patch{patch[0]}_{height}",
+        "architecture": architecture,
         "num_classes": num_classes,
         "num_features": config.hidden_size,
         "global_pool": "avg" if config.pooling == "mean" else "token",
@@ -555,23 +569,25 @@ def checkpoint_normalization(name_or_path: str | Path, cache_dir: str | None = N
     from transformers import AutoImageProcessor
     from transformers.utils import cached_file
 
+    # timm's config first: transformers would read it as its timm_wrapper, which needs timm installed
+    try:
+        config_file = cached_file(
+            str(name_or_path), "config.json", cache_dir=cache_dir, _raise_exceptions_for_missing_entries=False
+        )
+        config_dict = json.loads(Path(config_file).read_text(encoding="utf-8")) if config_file else {}
+    except (OSError, ValueError):  # unreachable or unreadable: the model loader has said so already
+        config_dict = {}
+    if is_timm_config(config_dict):
+        return timm_normalization(config_dict)
     try:
         processor = AutoImageProcessor.from_pretrained(str(name_or_path), cache_dir=cache_dir)
-        return {
-            "image_mean": processor.image_mean,
-            "image_std": processor.image_std,
-            "rescale_factor": processor.rescale_factor,
-        }
     except (OSError, ValueError):
-        pass
-    config_file = cached_file(
-        str(name_or_path), "config.json", cache_dir=cache_dir, _raise_exceptions_for_missing_entries=False
-    )
-    if config_file is not None:
-        config_dict = json.loads(Path(config_file).read_text(encoding="utf-8"))
-        if is_timm_config(config_dict):
-            return timm_normalization(config_dict)
-    return {}
+        return {}
+    return {
+        "image_mean": processor.image_mean,
+        "image_std": processor.image_std,
+        "rescale_factor": processor.rescale_factor,
+    }
 
 
 __all__ = [
