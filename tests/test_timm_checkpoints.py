@@ -4,6 +4,10 @@ numbers; what a plain ViT cannot hold is refused; our models export to timm's la
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,8 @@ from vit_ft.checkpoint_formats import (
 )
 from vit_ft.export import export_to_timm
 
-from .conftest import TINY, randomize, tiny_hf_config
+from .conftest import REPO, TINY, randomize, tiny_hf_config
+from .fake_hub import FakeHub
 from .test_jax_checkpoints import hf_layer
 
 LABELS = ["ant", "bee", "wasp"]
@@ -322,3 +327,39 @@ def test_export_names_a_registered_timm_architecture():
     tiny = timm_config_dict(ViTFTConfig(**TINY, num_labels=0), MEAN, STD)
     assert tiny["architecture"] == "vit_base_patch16_224"  # a name timm has; model_args state the real size
     assert tiny["model_args"]["patch_size"] == TINY["patch_size"] and tiny["num_classes"] == 0
+
+
+# A fresh interpreter pointed at the local stand-in Hub: a timm repo id loads through huggingface_hub's downloads.
+HUB_LOAD = textwrap.dedent(
+    """
+    import sys, torch
+    from vit_ft import ViTFTForImageClassification
+    repo_id, pixels_path, out_path = sys.argv[1:4]
+    model = ViTFTForImageClassification.from_pretrained(repo_id).eval()
+    with torch.no_grad():
+        torch.save({"logits": model(torch.load(pixels_path)).logits, "format": model.loading_report.source_format,
+                    "labels": model.config.id2label}, out_path)
+    """
+)
+
+
+def test_timm_hub_id_loads_through_hub_downloads(reference, timm_dir, tmp_path):
+    with FakeHub() as hub:
+        hub.add_repo("timm/vit_tiny_test.in1k", timm_dir)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf_home"), NO_PROXY="127.0.0.1,localhost")
+        torch.save(pixels(), tmp_path / "pixels.pt")
+        result = subprocess.run(
+            [sys.executable, "-c", HUB_LOAD, "timm/vit_tiny_test.in1k", str(tmp_path / "pixels.pt"), str(tmp_path / "out.pt")],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert {path for _, repo, path in hub.downloads if repo == "timm/vit_tiny_test.in1k"} >= {
+            "config.json",
+            "model.safetensors",
+        }
+        assert not hub.unexpected
+    out = torch.load(tmp_path / "out.pt")
+    assert out["format"] == "timm vit_base_patch16_224" and out["labels"] == dict(enumerate(LABELS))
+    with torch.no_grad():
+        assert (out["logits"] - reference(pixels()).logits).abs().max().item() <= 1e-5
