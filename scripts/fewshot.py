@@ -38,8 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--random_init", action="store_true", help="Same architecture, fresh weights (baseline)."
     )
-    parser.add_argument("--l2",
-                        help="Regularisation grid, chosen on held-out train (one value: fixed; default 2^-10..2^20).")  # fmt: skip
+    parser.add_argument(
+        "--l2",
+        help="l2 values to choose from on held-out train, comma list (one: fixed; default 2^-10..2^20).",
+    )
     parser.add_argument(
         "--holdout_fraction", type=float, default=0.2, help="Part of each class held out to choose l2."
     )
@@ -52,8 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--image_column", default="image")
     parser.add_argument("--label_column", default="label")
     add_inference_arguments(parser, batch_size=64)
-    parser.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
-                        help="bf16 autocast for the features (auto: on CUDA and on CPUs with native bf16).")  # fmt: skip
+    parser.add_argument(
+        "--bf16",
+        choices=("auto", "true", "false"),
+        default="auto",
+        help="bf16 autocast for the features (auto: on CUDA and on CPUs with native bf16 products).",
+    )
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
     return parser.parse_args(argv)
 

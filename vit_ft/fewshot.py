@@ -224,16 +224,23 @@ def load_fewshot_data(
             "save_to_disk folder, or a Hub dataset id."
         )
     else:
-        splits, names = load_image_datasets(
-            dataset_name=os.fspath(dataset),
-            dataset_config=dataset_config,
-            train_split=train_split,
-            validation_split=None,
-            test_split=test_split,
-            image_column=image_column,
-            label_column=label_column,
-            validation_split_percentage=0,
-        )
+        try:
+            splits, names = load_image_datasets(
+                dataset_name=os.fspath(dataset),
+                dataset_config=dataset_config,
+                train_split=train_split,
+                validation_split=None,
+                test_split=test_split,
+                image_column=image_column,
+                label_column=label_column,
+                validation_split_percentage=0,
+            )
+        except ConnectionError as error:  # huggingface_hub's offline mode is one too
+            raise ConnectionError(
+                f"--dataset {dataset} is no folder here and the Hub could not be reached "
+                f"({' '.join(str(error).split())}); a Hub dataset needs the network: connect, or pass a folder "
+                "with train/ and test/ image folders."
+            ) from error
         description = f"dataset {os.fspath(dataset)} (splits {train_split!r} and {test_split!r})"
     undecoded = {
         split: splits[split].cast_column("image", datasets.Image(decode=False)) for split in ("train", "test")
