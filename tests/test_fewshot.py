@@ -173,6 +173,29 @@ def test_load_fewshot_data_reads_train_and_test_and_refuses_a_missing_split(smal
         load_fewshot_data(tmp_path / "only_train")
 
 
+def test_load_fewshot_data_reads_a_saved_dataset_by_split_and_column(small_digits, tmp_path):
+    import datasets
+
+    def split(name: str) -> dict:
+        paths = sorted((small_digits / name).glob("*/*.png"))
+        return {"img": [str(p) for p in paths], "label": [int(p.parent.name) for p in paths]}
+
+    features = datasets.Features(
+        {"img": datasets.Image(), "label": datasets.ClassLabel(names=["0", "1", "2"])}
+    )
+    saved = datasets.DatasetDict(
+        {name: datasets.Dataset.from_dict(split(name), features=features) for name in ("train", "test")}
+    )
+    saved.save_to_disk(tmp_path / "saved")
+    data = load_fewshot_data(tmp_path / "saved", image_column="img")
+    assert data.names == ["0", "1", "2"] and len(data.train_labels) == 36 and len(data.test_labels) == 12
+    assert np.array_equal(np.bincount(data.test_labels), [4, 4, 4])
+    with pytest.raises(
+        KeyError, match="test_split='val' is not a split .* available splits: \\['test', 'train'\\]"
+    ):
+        load_fewshot_data(tmp_path / "saved", test_split="val", image_column="img")
+
+
 # ---- a pre-trained checkpoint against random init -----------------------------------------------------------
 
 
