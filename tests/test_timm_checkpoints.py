@@ -363,3 +363,15 @@ def test_timm_hub_id_loads_through_hub_downloads(reference, timm_dir, tmp_path):
     assert out["format"] == "timm vit_base_patch16_224" and out["labels"] == dict(enumerate(LABELS))
     with torch.no_grad():
         assert (out["logits"] - reference(pixels()).logits).abs().max().item() <= 1e-5
+
+
+def test_position_grid_of_the_weights_wins_over_a_stated_input_size(reference, tmp_path):
+    config = timm_config()
+    del config["model_args"]["img_size"]
+    config["pretrained_cfg"]["input_size"] = [3, 32, 32]  # e.g. a test size; the weights hold a 4x4 grid
+    model = ViTFTForImageClassification.from_pretrained(
+        write_timm_folder(tmp_path / "t", timm_state_dict_from_hf(reference), config)
+    ).eval()
+    assert model.config.image_size == TINY["image_size"] and not model.loading_report.resampled
+    with torch.no_grad():
+        assert (model(pixels()).logits - reference(pixels()).logits).abs().max().item() <= 1e-5

@@ -201,15 +201,20 @@ def timm_config_fields(
     pretrained_cfg = timm_config.get("pretrained_cfg") or {}
     image_size = model_args.get("img_size") or (pretrained_cfg.get("input_size") or [3, 224, 224])[1:]
     height, width = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    patch = fields.get("patch_size", 16)
+    patch = patch if isinstance(patch, int) else patch[0]
+    tokens = shapes.get("pos_embed", (1, 1))[1] - 1
+    side = round(tokens**0.5)
+    if side * side == tokens and (height // patch) * (width // patch) not in (tokens, tokens + 1):
+        height = width = side * patch  # the weights' square grid wins over a stated input size that disagrees
     fields["image_size"] = height if height == width else [height, width]
     global_pool = model_args.get("global_pool", timm_config.get("global_pool", "token"))
     if global_pool not in ("token", "avg"):
         raise ValueError(
             f"{source} pools with global_pool={global_pool!r}; vit_ft pools 'token' or 'avg': {FIX}."
         )
-    fields["pooling"] = (
-        "mean" if global_pool == "avg" else "cls"
-    )  # avg without fc_norm: mean of normed patches
+    # 'avg' here is without fc_norm (a norm after pooling is refused above): the final norm, then the patch mean
+    fields["pooling"] = "mean" if global_pool == "avg" else "cls"
     fields.update(hidden_act="gelu", layer_norm_eps=timm_config.get("layer_norm_eps", TIMM_LAYER_NORM_EPS))
     fields["qkv_bias"] = "blocks.0.attn.qkv.bias" in shapes
     num_classes = int(timm_config.get("num_classes", pretrained_cfg.get("num_classes", 0)) or 0)
