@@ -36,6 +36,8 @@ from .conftest import REPO, WITHOUT_VIT_FT, randomize, tiny_hf_config
 from .fake_hub import FakeHub
 from .test_hub import push_env
 
+# the ids the recipes name; the fake Hub serves exactly these, so a recipe naming another one fails to download
+MODEL_ID, DATASET_ID = "google/vit-base-patch16-224-in21k", "Donghyun99/Stanford-Dogs"
 BREEDS = ["n02085620-Chihuahua", "n02085782-Japanese_spaniel", "n02109047-Great_Dane"]
 PER_CLASS = {"train": 10, "test": 2}  # 30 train images: a stratified 10% hold-out keeps one of each breed
 # a 4x4 patch grid fine-tuned on 6x6, as the recipe fine-tunes the checkpoint's 14x14 on 24x24
@@ -143,10 +145,9 @@ def headline(tmp_path_factory):
         backbone
     )
     ViTImageProcessor(size={"height": CHECKPOINT_SIZE, "width": CHECKPOINT_SIZE}).save_pretrained(backbone)
-    recipe = load_recipe(resolve_recipe("dogs"))
     with FakeHub() as hub:
-        hub.add_repo(recipe["model_name_or_path"], backbone)
-        hub.add_repo(recipe["dataset_name"], dogs_dataset_files(), repo_type="dataset")
+        hub.add_repo(MODEL_ID, backbone)
+        hub.add_repo(DATASET_ID, dogs_dataset_files(), repo_type="dataset")
         procs = {}
         for name, repo_id in PUSHED.items():
             command = [sys.executable, "-m", "accelerate.commands.launch", str(REPO / "scripts" / "finetune.py"),
@@ -197,10 +198,9 @@ def test_recipe_downloads_trains_and_pushes(headline, name):
     recipe = load_recipe(resolve_recipe(name))
 
     # both downloads went through the Hub protocol, under exactly the recipe's ids
+    assert (recipe["model_name_or_path"], recipe["dataset_name"]) == (MODEL_ID, DATASET_ID)
     downloaded = {(kind, repo_id) for kind, repo_id, _ in headline["downloads"]}
-    assert downloaded == {("model", recipe["model_name_or_path"]), ("dataset", recipe["dataset_name"])}
-    assert recipe["model_name_or_path"] == "google/vit-base-patch16-224-in21k"
-    assert recipe["dataset_name"] == "Donghyun99/Stanford-Dogs"
+    assert downloaded == {("model", MODEL_ID), ("dataset", DATASET_ID)}
 
     # the splits: the mirror's train and test, with validation held out of train (10%, one image per breed)
     held_out = round(recipe["validation_split_percentage"] * PER_CLASS["train"] * len(BREEDS))
