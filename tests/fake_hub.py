@@ -114,6 +114,7 @@ class FakeHub:
         return self.datasets if repo_type == "dataset" else self.repos
 
     def _new_head(self, repo_type: str, repo_id: str, salt: bytes) -> str:
+        """A new commit id (40 hex digits, as git's) for the repo's files as they are now; it becomes main."""
         digest = hashlib.sha1(salt + repr((repo_type, repo_id, len(self.commits))).encode())
         for path, data in sorted(self._store(repo_type)[repo_id].items()):
             digest.update(path.encode() + b"\0" + git_blob_id(data).encode())
