@@ -13,10 +13,12 @@ absolute number is reported without a ratio next to it: on a shared machine only
     python scripts/bench.py                        # ViT-B/16 at 224 px, every section: minutes on 2 cores
     python scripts/bench.py --quick                # a tiny ViT, seconds (the smoke test runs this)
     python scripts/bench.py --sections model,ceiling
+    python scripts/bench.py --sections compile     # both models eager and under torch.compile (minutes: inductor)
     python scripts/bench.py --sections gpu         # where CUDA is available; otherwise a note, no failure
 
 Modules: common (settings, interleaved timing, rows, machine description), flops (analytic and counted FLOPs),
-workloads (the contenders and the calls timed), model (ours against transformers' ViT, and the ceiling), lora,
+workloads (the contenders and the calls timed), model (ours against transformers' ViT, and the ceiling), compiled
+(both eager and under torch.compile), lora,
 data, gpu (one per section), report (Markdown and JSON), run (running the sections; the command line).
 """
 

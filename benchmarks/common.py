@@ -17,7 +17,7 @@ from PIL import Image
 from vit_ft.configuration_vit_ft import ViTFTConfig
 from vit_ft.kernels import cpuinfo
 
-SECTIONS = ("model", "ceiling", "lora", "data", "gpu")
+SECTIONS = ("model", "ceiling", "compile", "lora", "data", "gpu")
 # autocast dtype per precision name; None runs without autocast
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 MEAN = STD = (0.5, 0.5, 0.5)  # google/vit-base-patch16-224-in21k's processor
@@ -28,6 +28,7 @@ TARGETS = {
     "inference": ">= 1.05",
     "training": ">= 1.10",
     "ceiling": ">= 0.90",
+    "compile": ">= 1.10",
     "lora_speed": ">= 1.30",
     "lora_memory": "<= 0.75",
     "lora_parameters": "<= 0.01",
@@ -61,6 +62,9 @@ class BenchmarkSettings:
     gpu_device: str = "cuda"
     gpu_image_size: int = 384
     gpu_batch_size: int = 64
+    # the "compile" section's torch.compile backend: "inductor" (torch's default) generates kernels; "eager" only
+    # traces (seconds: the smoke test's choice)
+    compile_backend: str = "inductor"
     overrides: dict[str, Any] = field(default_factory=dict)  # ViTFTConfig fields over the variant's
     seed: int = 0
 
@@ -103,6 +107,7 @@ def quick_settings(**overrides: Any) -> BenchmarkSettings:
         "gpu_batch_size": 4,
         # one thread: on a busy machine, a tiny model's many short parallel regions stall on the other core
         "threads": 1,
+        "compile_backend": "eager",  # trace only: inductor's code generation takes minutes
     }
     return BenchmarkSettings(**{**values, **overrides})
 

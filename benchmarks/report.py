@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,59 @@ def write_results(result: dict[str, Any], output_dir: str | os.PathLike) -> tupl
     markdown.write_text(to_markdown(result), encoding="utf-8")
     data.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return markdown, data
+
+
+def summarize_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows of several separate runs merged by measurement: the median ratio, the lowest and highest run's, and
+    a target met only if the run least in its favour meets it (the lowest ratio for ">=", the highest for "<=")."""
+    merged: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for result in results:
+        for row in result["rows"]:
+            key = (row["section"], row["measurement"], row["candidate"], row["reference"])
+            merged.setdefault(key, []).append(row)
+    rows = []
+    for (section, measurement, candidate, reference), runs in merged.items():
+        ratios = sorted(row["ratio"] for row in runs)
+        target = runs[0]["target"]
+        met = None
+        if target is not None:
+            bound = float(target.split()[1])
+            met = ratios[0] >= bound if target.startswith(">=") else ratios[-1] <= bound
+        rows.append(
+            {
+                "section": section,
+                "measurement": measurement,
+                "candidate": candidate,
+                "reference": reference,
+                "runs": len(runs),
+                "ratio_median": statistics.median(ratios),
+                "ratio_low": ratios[0],
+                "ratio_high": ratios[-1],
+                "ratios": [row["ratio"] for row in runs],
+                "target": target,
+                "met": met,
+            }
+        )
+    return {"runs": len(results), "machine": results[0]["machine"], "rows": rows, "results": results}
+
+
+def repeated_markdown(summary: dict[str, Any]) -> str:
+    """One line per measurement: the median ratio over the runs with the lowest and highest beside it."""
+    machine = summary["machine"]
+    loads = ", ".join(f"{r['load_average']['before'][0]:.1f}" for r in summary["results"])
+    lines = [
+        f"{summary['runs']} separate runs on {machine['cpu']}, {machine['logical_cpus']} logical CPUs, torch "
+        f"{machine['torch']}; load average (1 min) at each start: {loads}. A target counts as met only if the run "
+        "least in its favour meets it.",
+        "",
+        "| section | measurement | candidate / reference | median ratio | lowest-highest run | target | met |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in summary["rows"]:
+        met = {True: "yes", False: "**no**", None: ""}[row["met"]]
+        lines.append(
+            f"| {row['section']} | {row['measurement']} | {row['candidate']} / {row['reference']} | "
+            f"{row['ratio_median']:.3g}x | {row['ratio_low']:.2f}-{row['ratio_high']:.2f} | {row['target'] or ''} | "
+            f"{met} |"
+        )
+    return "\n".join(lines) + "\n"

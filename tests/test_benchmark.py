@@ -131,6 +131,10 @@ def test_quick_run_covers_every_section_with_sane_rows():
         # same optimizer, ours with fused AdamW, LoRA against full
         assert sum(m.startswith("training step") and dtype in m for m in measurements) == 3
     assert sum(row["section"] == "ceiling" for row in rows) == 4  # ours and theirs, fp32 and bf16
+    compiled = [row for row in rows if row["section"] == "compile"]
+    assert len(compiled) == 8  # inference and training, fp32 and bf16: compiled vs eager, best vs best
+    assert sum("torch.compile (eager) against eager" in row["measurement"] for row in compiled) == 4
+    assert {row["target"] for row in compiled} == {">= 1.00", ">= 1.10"}
     gpu = [row["measurement"] for row in rows if row["section"] == "gpu"]
     assert len(gpu) == 2 and all("bf16, 48 px, batch 4, on cpu" in m for m in gpu), gpu
     markdown = to_markdown(result)
@@ -150,3 +154,50 @@ def test_gpu_section_without_the_device_is_a_note_not_a_failure():
 def test_unknown_section_is_an_error():
     with pytest.raises(ValueError, match="Unknown section"):
         quick_settings(sections=("model", "tpu"))
+
+
+def test_summarize_runs_reports_the_median_and_meets_a_target_only_in_the_worst_run():
+    from benchmarks.report import repeated_markdown, summarize_runs
+
+    def result(ratio_a, ratio_b, load):
+        rows = [
+            Row("model", "inference", "images/s", "ours", 2.0, "theirs", 1.0, ratio_a, target=">= 1.10"),
+            Row("lora", "memory", "MiB", "lora", 1.0, "full", 2.0, ratio_b, target="<= 0.75"),
+        ]
+        machine = {"cpu": "cpu", "logical_cpus": 2, "torch": "2"}
+        return {"rows": [r.__dict__ for r in rows], "machine": machine, "load_average": {"before": [load]}}
+
+    summary = summarize_runs([result(1.3, 0.6, 0.1), result(1.05, 0.7, 2.0), result(1.2, 0.74, 0.3)])
+    speed, memory = summary["rows"]
+    assert (speed["ratio_median"], speed["ratio_low"], speed["ratio_high"]) == (1.2, 1.05, 1.3)
+    assert speed["met"] is False  # the median meets 1.10, the worst run does not
+    assert memory["ratio_median"] == 0.7 and memory["met"] is True
+    markdown = repeated_markdown(summary)
+    assert "| 1.2x | 1.05-1.30 | >= 1.10 | **no** |" in markdown and "3 separate runs" in markdown
+
+
+def test_repeat_runs_separate_processes_and_summarizes(tmp_path):
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    out = tmp_path / "bench"
+    args = ["--quick", "--sections", "model", "--dtypes", "fp32", "--rounds", "1", "--repeat", "2", "--pause", "0"]
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench.py"), *args, "--output-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "benchmark-repeated.json").read_text())
+    runs = [json.loads((out / f"run-{k}" / "benchmark.json").read_text()) for k in (1, 2)]
+    assert summary["runs"] == 2 and len(summary["rows"]) == len(runs[0]["rows"]) == 3  # inference, 2 training
+    for row in summary["rows"]:
+        assert row["ratios"] == [
+            next(r["ratio"] for r in run["rows"] if r["measurement"] == row["measurement"] and
+                 r["candidate"] == row["candidate"])
+            for run in runs
+        ]  # fmt: skip
+    assert "median ratio" in result.stdout

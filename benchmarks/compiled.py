@@ -1,0 +1,104 @@
+"""The "compile" section: both models eager and under `torch.compile`, inference and training step, interleaved
+in one run. Two rows per measurement: ours compiled against ours eager (compiling must not lose speed), and
+ours against transformers' ViT, each contender at its best of eager and compiled in every round."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from collections.abc import Callable
+
+import torch
+from transformers import ViTForImageClassification
+
+from vit_ft.modeling_vit_ft import ViTFTForImageClassification
+
+from .common import DTYPES, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from .workloads import adamw, infer, random_batch, train_step
+
+logger = logging.getLogger(__name__)
+
+OURS, THEIRS = "vit_ft", "transformers ViT (sdpa)"
+
+
+def bench_compile(
+    settings: BenchmarkSettings, ours: ViTFTForImageClassification, theirs: ViTForImageClassification
+) -> list[Row]:
+    """Inference and training-step rows for each dtype; the first (untimed) call of a compiled model compiles
+    it, so `warmup` is at least 1 here."""
+    rows: list[Row] = []
+    for dtype_name in settings.dtypes:
+        rows.extend(_inference_rows(settings, ours, theirs, dtype_name))
+        rows.extend(_training_rows(settings, ours, theirs, dtype_name))
+    return rows
+
+
+def _compiled(model: torch.nn.Module, settings: BenchmarkSettings) -> torch.nn.Module:
+    return torch.compile(model, backend=settings.compile_backend)
+
+
+def _inference_rows(
+    settings: BenchmarkSettings, ours: torch.nn.Module, theirs: torch.nn.Module, dtype_name: str
+) -> list[Row]:
+    dtype, batch = DTYPES[dtype_name], settings.infer_batch_size
+    pixels, _ = random_batch(ours.config, batch, settings.seed)
+    models = {"ours": ours, "theirs": theirs}
+    models |= {f"{name} compiled": _compiled(model, settings) for name, model in list(models.items())}
+    logger.info("compile, inference, %s: %s", dtype_name, ", ".join(models))
+    calls = {name: functools.partial(infer, model, pixels, dtype) for name, model in models.items()}
+    times = _interleave(calls, settings)
+    measurement = f"inference, {dtype_name}, {ours.config.image_hw[0]} px, batch {batch}"
+    return _rows(times, measurement, batch, settings.compile_backend)
+
+
+def _training_rows(
+    settings: BenchmarkSettings, ours: torch.nn.Module, theirs: torch.nn.Module, dtype_name: str
+) -> list[Row]:
+    """Training steps on copies (the timed steps move the weights), each with torch's default AdamW."""
+    dtype, batch = DTYPES[dtype_name], settings.train_batch_size
+    pixels, labels = random_batch(ours.config, batch, settings.seed + 1)
+    calls: dict[str, Callable[[], None]] = {}
+    for name, model in (("ours", ours), ("theirs", theirs)):
+        for suffix in ("", " compiled"):
+            copied = copy.deepcopy(model).train()
+            runner = _compiled(copied, settings) if suffix else copied
+            calls[name + suffix] = functools.partial(train_step, runner, adamw(copied), pixels, labels, dtype)
+    logger.info("compile, training step, %s: %s", dtype_name, ", ".join(calls))
+    times = _interleave(calls, settings)
+    size = f"{ours.config.image_hw[0]} px"
+    measurement = f"training step (forward, loss, backward, AdamW), {dtype_name}, {size}, batch {batch}"
+    return _rows(times, measurement, batch, settings.compile_backend)
+
+
+def _interleave(calls: dict[str, Callable[[], None]], settings: BenchmarkSettings) -> dict[str, list[float]]:
+    return interleave(calls, max(settings.warmup, 1), settings.rounds)
+
+
+def _rows(times: dict[str, list[float]], measurement: str, batch: int, backend: str) -> list[Row]:
+    """Compiled against eager (ours), and best against best (ours against transformers' ViT)."""
+    best = {
+        name: [
+            min(eager, compiled)
+            for eager, compiled in zip(times[name], times[f"{name} compiled"], strict=True)
+        ]
+        for name in ("ours", "theirs")
+    }
+    return [
+        throughput_row(
+            "compile",
+            f"{measurement}: torch.compile ({backend}) against eager",
+            batch,
+            (f"{OURS} + torch.compile", times["ours compiled"]),
+            (f"{OURS} eager", times["ours"]),
+            ">= 1.00",
+        ),
+        throughput_row(
+            "compile",
+            f"{measurement}: each at its best of eager and torch.compile ({backend}), per round",
+            batch,
+            (f"{OURS} (best)", best["ours"]),
+            (f"{THEIRS} (best)", best["theirs"]),
+            TARGETS["compile"],
+        ),
+    ]
