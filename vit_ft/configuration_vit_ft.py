@@ -142,8 +142,8 @@ class ViTFTConfig(PretrainedConfig):
         labels."""
         npz = find_jax_checkpoint(pretrained_model_name_or_path)
         if npz is not None:  # the paper's JAX file: the architecture is read from the arrays' shapes
-            for name in DOWNLOAD_KWARGS:
-                kwargs.pop(name, None)
+            for name in (*DOWNLOAD_KWARGS, "trust_remote_code", "_from_auto", "_from_pipeline"):
+                kwargs.pop(name, None)  # what transformers' own config reading consumes
             config_dict = jax_config_fields(read_npz_shapes(npz), str(npz))
             return cls._with_checkpoint_info(config_dict, pretrained_model_name_or_path, "JAX npz"), kwargs
         download = {name: kwargs[name] for name in DOWNLOAD_KWARGS if name in kwargs}
