@@ -146,6 +146,8 @@ def small_digits(digits, tmp_path_factory) -> Path:
 
 
 def test_features_are_transformers_vit_pooled_cls_and_bf16_stays_close(hf_backbone_dir, small_digits):
+    with pytest.raises(ValueError, match="has no classification head"):  # what predict and evaluate need
+        load_classifier(hf_backbone_dir, device="cpu")
     classifier = load_classifier(hf_backbone_dir, device="cpu", require_head=False)
     assert classifier.id2label == {}
     images = sorted(str(p) for p in (small_digits / "test").glob("*/*.png"))
