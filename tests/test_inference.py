@@ -4,6 +4,7 @@ evaluate, inspect, push and the demo all use, and the one batched loop."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,47 @@ def test_iter_batches_reports_bad_images_and_keeps_order(tmp_path):
     assert batches[0].decoded == [0] and list(batches[0].errors) == [1] and batches[1].decoded == [0]
     assert batches[0].outputs.shape == (1, 3)
     torch.testing.assert_close(batches[0].outputs, batches[1].outputs)  # the same image, the same logits
+
+
+def test_iter_batches_decodes_the_next_batch_while_the_model_runs(tmp_path):
+    """With workers, the next batch is being decoded while `forward` runs on this one; results and order are
+    those of the plain loop."""
+    import threading
+
+    from PIL import Image
+
+    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
+    classifier = inference.Classifier(
+        model, inference.Preprocessing((16, 16)), {0: "a", 1: "b", 2: "c"}, "tiny", torch.device("cpu")
+    )
+    sources = []
+    for i in range(7):
+        Image.new("RGB", (20, 20), (30 * i, 0, 0)).save(tmp_path / f"{i}.png")
+        sources.append(str(tmp_path / f"{i}.png"))
+    started, lock = [], threading.Lock()
+    decode = classifier.transform.transform_image
+
+    def counting_decode(source):
+        with lock:
+            started.append(source)
+        return decode(source)
+
+    classifier.transform.transform_image = counting_decode
+    seen = []
+
+    def forward(pixels):
+        # the model's turn: wait (up to 10 s, a loaded machine) for the workers to start on the next batch
+        expected = min(3 * (len(seen) + 2), len(sources))
+        deadline = time.monotonic() + 10
+        while len(started) < expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with lock:
+            seen.append(len(started))
+        return classifier.logits(pixels)
+
+    batches = list(inference.iter_batches(classifier, sources, 3, num_workers=2, progress=False, forward=forward))
+    assert seen == [6, 7, 7]  # during batch 1 the workers had started batch 2 too
+    plain = list(inference.iter_batches(classifier, sources, 3, progress=False))
+    for a, b in zip(batches, plain, strict=True):
+        assert a.start == b.start and a.decoded == b.decoded
+        torch.testing.assert_close(a.outputs, b.outputs)

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -355,18 +355,30 @@ def iter_batches(
     """Decode `sources` (paths, bytes, {"bytes", "path"} values) with the classifier's transform and run
     `forward` (default: `classifier.logits`) on each batch of `(B, channels, height, width)` pixels.
 
-    `num_workers` threads decode in parallel (Pillow releases the GIL while decoding).
+    `num_workers` threads decode in parallel (Pillow releases the GIL while decoding), and decode the next batch
+    while the model runs on this one (torch releases it too), so that decoding and compute overlap.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be positive.")
     forward = forward or classifier.logits
     pool = ThreadPoolExecutor(num_workers) if num_workers > 0 else None
     decode = classifier.transform.transform_image
+
+    def submit(start: int) -> list[Future]:
+        return [pool.submit(_try, decode, s) for s in sources[start : start + batch_size]]
+
     try:
         with progress_bar(len(sources), desc, progress) as bar:
+            pending = None
             for start in range(0, len(sources), batch_size):
                 chunk = list(sources[start : start + batch_size])
-                pixels = list(pool.map(lambda s: _try(decode, s), chunk)) if pool else [_try(decode, s) for s in chunk]
+                if pool is None:
+                    pixels = [_try(decode, s) for s in chunk]
+                else:
+                    futures = pending or submit(start)
+                    # the workers decode the next batch while `forward` runs on this one (FIFO: this one first)
+                    pending = submit(start + batch_size) if start + batch_size < len(sources) else None
+                    pixels = [future.result() for future in futures]
                 decoded = [i for i, p in enumerate(pixels) if isinstance(p, torch.Tensor)]
                 errors = {i: p for i, p in enumerate(pixels) if not isinstance(p, torch.Tensor)}
                 outputs = forward(torch.stack([pixels[i] for i in decoded])) if decoded else None
