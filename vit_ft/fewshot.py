@@ -484,7 +484,9 @@ def run_fewshot(
     0 .. seeds-1; writes fewshot.md, fewshot.json and fewshot.png to `output_dir` and returns the JSON record.
 
     `random_init` replaces the weights with a fresh seeded initialisation of the same architecture (the
-    baseline); `l2` is the regularisation grid (None: `L2_GRID`; one value: no selection); `max_tokens` bounds the patch tokens per image at `image_size`; `bf16` is "auto" (where `bf16_helps`), "true" or "false".
+    baseline); `l2` is the regularisation grid (None: `L2_GRID`; one value: no selection); `max_tokens`
+    bounds the patch tokens per image at `image_size`; `bf16` is "auto" (where `bf16_helps`), "true" or
+    "false". Everything is checked before any image decodes, and nothing is written until the end.
     """
     shots = parse_shots(shots)
     l2_grid = L2_GRID if l2 is None else parse_l2(l2)
@@ -503,11 +505,17 @@ def run_fewshot(
     def draws(excluded: np.ndarray) -> list[FewShotDraw]:
         return [
             draw_fewshot(
-                data.train_labels, num_classes, shots, seed, holdout_fraction, max_holdout_per_class, excluded,
+                data.train_labels,
+                num_classes,
+                shots,
+                seed,
+                holdout_fraction,
+                max_holdout_per_class,
+                excluded,
                 data.names,
             )
             for seed in range(seeds)
-        ]  # fmt: skip
+        ]
 
     draws(np.zeros(0, dtype=np.int64))  # a class too small for the largest k fails before any image decodes
 
@@ -516,9 +524,14 @@ def run_fewshot(
 
     logger.info(
         "Few-shot evaluation of %s%s on %s: %d classes, shots %s, %d seed(s), bf16 %s.",
-        model, " (randomly initialised)" if random_init else "", data.description, num_classes,
-        ",".join(map(str, shots)), seeds, "on" if use_bf16 else "off",
-    )  # fmt: skip
+        model,
+        " (randomly initialised)" if random_init else "",
+        data.description,
+        num_classes,
+        ",".join(map(str, shots)),
+        seeds,
+        "on" if use_bf16 else "off",
+    )
     started = time.perf_counter()
     train_features, drawn, skipped = _train_features(classifier, data, draws, extract)
     test_features, test_errors = extract(data.test_images, "Test features")
@@ -529,8 +542,13 @@ def run_fewshot(
         for i, reason in sorted(test_errors.items())
     ]
     if skipped:
-        logger.warning("Skipped %d images that do not decode, e.g. %s (%s).", len(skipped), skipped[0]["source"],
-                       skipped[0]["reason"])  # fmt: skip
+        first = skipped[0]
+        logger.warning(
+            "Skipped %d images that do not decode, e.g. %s (%s).",
+            len(skipped),
+            first["source"],
+            first["reason"],
+        )
 
     results = evaluate_fewshot(
         train_features,
@@ -593,16 +611,18 @@ def results_table(results: Sequence[ShotResult]) -> str:
 
 def _markdown(record: dict[str, Any], results: Sequence[ShotResult]) -> str:
     what = record["model"] + (" (randomly initialised weights)" if record["random_init"] else "")
-    return (
-        f"# Few-shot linear evaluation: {what}\n\n"
+    height, width = record["image_size"]
+    setup = (
         f"Data: {record['dataset']}, {record['num_classes']} classes, {record['num_test_images']} test images. "
-        f"Frozen pre-logit features ({record['feature_dim']} dimensions, {record['image_size'][0]}x"
-        f"{record['image_size'][1]} px, bf16 {'on' if record['bf16'] else 'off'}); regularised least squares "
-        "to {-1, 1}^K targets on k images per class, the regularisation chosen on "
-        f"{record['holdout_images']} held-out training images; {record['seeds']} seed(s).\n\n"
-        + results_table(results)
-        + (f"\n{len(record['skipped'])} images did not decode (listed in fewshot.json).\n" if record["skipped"] else "")
-    )  # fmt: skip
+        f"Frozen pre-logit features ({record['feature_dim']} dimensions, {height}x{width} px, bf16 "
+        f"{'on' if record['bf16'] else 'off'}); regularised least squares to {{-1, 1}}^K targets on k images per "
+        f"class, the regularisation chosen on {record['holdout_images']} held-out training images; "
+        f"{record['seeds']} seed(s)."
+    )
+    text = f"# Few-shot linear evaluation: {what}\n\n{setup}\n\n{results_table(results)}"
+    if record["skipped"]:
+        text += f"\n{len(record['skipped'])} images did not decode (listed in fewshot.json).\n"
+    return text
 
 
 def plot_fewshot(results: Sequence[ShotResult], path: str | os.PathLike, title: str) -> Path:
