@@ -19,7 +19,7 @@ absolute number is reported without a ratio next to it: on a shared machine only
 Modules: common (settings, interleaved timing, rows, machine description), flops (analytic and counted FLOPs),
 workloads (the contenders and the calls timed), model (ours against transformers' ViT, and the ceiling), compiled
 (both eager and under torch.compile), lora,
-data, gpu (one per section), report (Markdown and JSON), run (running the sections; the command line).
+data, pipeline (evaluate's loop against the bare forward), gpu (one per section), report (Markdown and JSON), run (running the sections; the command line).
 """
 
 from .common import SECTIONS, BenchmarkSettings, Row, interleave, machine_info, quick_settings

@@ -17,7 +17,7 @@ from PIL import Image
 from vit_ft.configuration_vit_ft import ViTFTConfig
 from vit_ft.kernels import cpuinfo
 
-SECTIONS = ("model", "ceiling", "compile", "lora", "data", "gpu")
+SECTIONS = ("model", "ceiling", "compile", "lora", "data", "pipeline", "gpu")
 # autocast dtype per precision name; None runs without autocast
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 MEAN = STD = (0.5, 0.5, 0.5)  # google/vit-base-patch16-224-in21k's processor
@@ -33,6 +33,7 @@ TARGETS = {
     "lora_memory": "<= 0.75",
     "lora_parameters": "<= 0.01",
     "data_large": ">= 2.00",
+    "pipeline": ">= 0.80",
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -58,6 +59,8 @@ class BenchmarkSettings:
     photo_sizes: tuple[tuple[int, int], ...] = ((500, 375), (2000, 1500))  # (width, height)
     photos_per_round: int = 16  # per round: enough decodes that a round outlasts scheduler noise
     measure_memory: bool = True  # one fresh process per LoRA / full variant (several seconds each)
+    pipeline_images: int = 32  # the "pipeline" section's JPEG folder (per round)
+    pipeline_workers: int = 2  # its decode threads (evaluate_model.py --num_workers)
     # the "gpu" section: the ViT paper's fine-tuning resolution, bf16, a GPU-sized batch; skipped without one
     gpu_device: str = "cuda"
     gpu_image_size: int = 384
@@ -102,6 +105,7 @@ def quick_settings(**overrides: Any) -> BenchmarkSettings:
         "photo_sizes": ((64, 48), (320, 240)),
         "photos_per_round": 2,
         "measure_memory": False,
+        "pipeline_images": 6,
         "overrides": {"num_hidden_layers": 2},
         "gpu_image_size": 48,
         "gpu_batch_size": 4,

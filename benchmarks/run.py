@@ -25,6 +25,7 @@ from .data import bench_data
 from .gpu import bench_gpu, gpu_available
 from .lora import bench_lora
 from .model import bench_model
+from .pipeline import bench_pipeline
 from .report import repeated_markdown, summarize_runs, to_markdown, write_results
 from .workloads import build_contenders
 
@@ -64,6 +65,10 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
             if not (model_sections or "compile" in settings.sections):
                 build_contenders(settings, folder)
             rows.extend(bench_lora(settings, folder))
+        if "pipeline" in settings.sections:
+            if not (model_sections or "compile" in settings.sections or "lora" in settings.sections):
+                build_contenders(settings, folder)
+            rows.extend(bench_pipeline(settings, folder))
         if gpu:
             rows.extend(bench_gpu(settings, folder))
     if "data" in settings.sections:

@@ -131,6 +131,8 @@ def test_quick_run_covers_every_section_with_sane_rows():
         # same optimizer, ours with fused AdamW, LoRA against full
         assert sum(m.startswith("training step") and dtype in m for m in measurements) == 3
     assert sum(row["section"] == "ceiling" for row in rows) == 4  # ours and theirs, fp32 and bf16
+    pipeline = [row for row in rows if row["section"] == "pipeline"]
+    assert len(pipeline) == 1 and "(6 images, 2 decode workers)" in pipeline[0]["measurement"]
     compiled = [row for row in rows if row["section"] == "compile"]
     assert len(compiled) == 8  # inference and training, fp32 and bf16: compiled vs eager, best vs best
     assert sum("torch.compile (eager) against eager" in row["measurement"] for row in compiled) == 4
