@@ -36,18 +36,21 @@ from vit_ft.images import (  # noqa: E402
 )
 from vit_ft.inference import check_model_path, load_classifier  # noqa: E402
 from vit_ft.rollout import overlay_heatmap, rollout_maps  # noqa: E402
-from vit_ft.run_record import ADAPTER_DIR  # noqa: E402
+from vit_ft.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
 
 logger = logging.getLogger("vit_ft")
 
 TOP_K = 5
 DISPLAY_SIDE = 448  # the heat map is drawn at about this size (longer side), whatever the model's resolution
 # what a Hub id is downloaded with; never the repository's code: the demo runs vit_ft's own
-HUB_FILES = ["*.json", "*.safetensors", "examples/*", f"{ADAPTER_DIR}/*"]
+HUB_FILES = ["*.json", "*.safetensors", f"{EXAMPLES_DIR}/*", f"{ADAPTER_DIR}/*"]
 # system fonts: the default theme would fetch Google Fonts, and the demo must work with no internet
 THEME = gr.themes.Default(
     font=["ui-sans-serif", "system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"]
 )
+# the input preview fills its box (Gradio's default "scale-down" leaves a 32x32 digit a dot), enlarged with
+# nearest neighbour (sharp pixels, as in the rollout panel: `display_view`)
+CSS = "#image img { object-fit: contain !important; width: 100%; height: 100%; image-rendering: pixelated; }"
 
 
 class Classifier:
@@ -70,7 +73,7 @@ class Classifier:
         self.size: tuple[int, int] = pre.image_size
         self.mean, self.std, self.rescale_factor, self.resample = pre.mean, pre.std, pre.rescale_factor, pre.resample
         self.max_pixels = max_pixels
-        examples = self.folder / "examples"
+        examples = self.folder / EXAMPLES_DIR
         suffixes = image_extensions()
         self.examples = sorted(
             str(p) for p in (examples.iterdir() if examples.is_dir() else []) if p.suffix.lower() in suffixes
@@ -131,7 +134,15 @@ class Classifier:
         """The image (cropped as the model sees it) with the attention-rollout map laid over it."""
         image = self.open(upload)
         heat = rollout_maps(self.model, self.pixel_values(image))[0]  # (grid_h, grid_w)
-        return overlay_heatmap(resize_and_center_crop(image, self.display_size, resample=self.resample), heat)
+        return overlay_heatmap(display_view(image, self.display_size, self.resample), heat)
+
+
+def display_view(image: Image.Image, size: tuple[int, int], resample: int) -> Image.Image:
+    """The crop the model sees (same geometry), `size` (height, width) for the page: enlarged with nearest
+    neighbour, so that a small image (a 32x32 digit) shows sharp pixels rather than a blur, and reduced with
+    the model's own resampling."""
+    enlarging = size[0] > image.height or size[1] > image.width  # the cover scale is above 1
+    return resize_and_center_crop(image, size, resample=Image.Resampling.NEAREST if enlarging else resample)
 
 
 def _rejected(message: str) -> gr.Error:
@@ -224,6 +235,7 @@ def launch(
         share=share,
         max_file_size=max_file_size,
         theme=THEME,
+        css=CSS,
         ssr_mode=False,
         **kwargs,
     )

@@ -19,7 +19,7 @@ from sklearn.datasets import load_digits
 from transformers import AutoImageProcessor
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.images import load_image
+from vit_ft.images import load_image, resize_and_center_crop
 
 from .conftest import REPO
 from .test_hub import write_lora_run
@@ -63,12 +63,9 @@ def app():
 
 @pytest.fixture(scope="module")
 def model_dir(tiny_finetuned_dir, tmp_path_factory) -> Path:
-    """The tiny fine-tune with two example images, as a user might add them."""
+    """The tiny fine-tune's folder, with the example images it wrote (examples/)."""
     folder = tmp_path_factory.mktemp("demo") / "digits-vit"
     shutil.copytree(tiny_finetuned_dir, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
-    (folder / "examples").mkdir()
-    for index in (1, 2):
-        digit(index).convert("RGB").save(folder / "examples" / f"digit_{index}.png")
     return folder
 
 
@@ -193,14 +190,69 @@ def test_concurrent_requests_are_queued_not_dropped(client, images, reference):
     assert [job.result()["label"] for job in jobs] == [expected] * 8
 
 
-def test_examples_come_from_the_model_folder(app, model_dir, tiny_finetuned_dir):
+def test_examples_are_the_fine_tunes_validation_images(app, model_dir, tmp_path):
     import gradio as gr
 
     classifier = app.Classifier(model_dir)
-    assert [Path(p).name for p in classifier.examples] == ["digit_1.png", "digit_2.png"]
+    names = [Path(p).name for p in classifier.examples]
+    # 10 digit classes and at most 8 examples: one image each of the first 8 classes in the split's order
+    assert names == sorted(names) and len(names) == 8
+    assert len({name.removesuffix(".png").split("_", 1)[1] for name in names}) == 8
+    with Image.open(classifier.examples[0]) as example:
+        assert example.size == (8, 8)  # sklearn's digits as stored, not the model's 32x32 input tensor
     demo = app.build_demo(classifier)
     assert any(isinstance(block, gr.Dataset) for block in demo.blocks.values())
-    assert app.Classifier(tiny_finetuned_dir).examples == []
+    bare = tmp_path / "bare"
+    shutil.copytree(model_dir, bare, ignore=shutil.ignore_patterns("examples"))
+    assert app.Classifier(bare).examples == []
+
+
+@pytest.mark.parametrize(("classes", "per_class"), [(2, 4), (3, 2), (20, 1)])
+def test_write_examples_is_bounded_and_spread_over_the_classes(tmp_path, classes, per_class):
+    import datasets
+
+    from vit_ft.training import MAX_EXAMPLES, write_examples
+
+    labels = [i % classes for i in range(40)]
+    images = [Image.fromarray(np.full((20, 30, 3), 5 * i, dtype=np.uint8)) for i in range(40)]
+    data = datasets.Dataset.from_dict({"image": images, "label": labels})
+    data = data.cast_column("image", datasets.Image(decode=False))
+    data.set_transform(
+        lambda batch: {"pixel_values": [0] * len(batch["label"])}
+    )  # as the fine-tune leaves it
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "old.png").write_bytes(b"from an earlier run")
+    written = write_examples(data, [f"class/{i}" for i in range(classes)], tmp_path)
+    expected_rows = [row for row in range(40) if row // classes < per_class][:MAX_EXAMPLES]
+    assert [p.name for p in written] == [
+        f"{k:02d}_class_{labels[row]}.png" for k, row in enumerate(expected_rows)
+    ]
+    assert sorted(p.name for p in (tmp_path / "examples").iterdir()) == [p.name for p in written]
+    for path, row in zip(written, expected_rows, strict=True):
+        np.testing.assert_array_equal(np.asarray(Image.open(path)), np.asarray(images[row]))
+    assert [p.name for p in tmp_path.iterdir()] == ["examples"]  # nothing half-written left aside
+
+
+def test_display_view_enlarges_with_nearest_neighbour_and_reduces_as_the_model(app):
+    small = digit(7, size=32).convert("RGB")
+    view = app.display_view(small, (448, 448), Image.Resampling.BICUBIC)
+    assert view.size == (448, 448)
+    np.testing.assert_array_equal(
+        np.asarray(view), np.asarray(small.resize((448, 448), Image.Resampling.NEAREST))
+    )
+    assert len(np.unique(np.asarray(view))) == len(np.unique(np.asarray(small)))  # sharp: no blended values
+    large = Image.fromarray(np.random.default_rng(0).integers(0, 255, (600, 900, 3), dtype=np.uint8))
+    reduced = app.display_view(large, (448, 448), Image.Resampling.BICUBIC)
+    expected = resize_and_center_crop(large, (448, 448), resample=Image.Resampling.BICUBIC)
+    np.testing.assert_array_equal(np.asarray(reduced), np.asarray(expected))
+
+
+def test_rollout_panel_shows_a_small_image_sharp_under_the_map(app, model_dir, images):
+    classifier = app.Classifier(model_dir)
+    overlay = np.asarray(classifier.rollout(str(images["rgb.png"])), dtype=np.float32).mean(-1)  # (448, 448)
+    view = app.display_view(load_image(images["rgb.png"]), classifier.display_size, classifier.resample)
+    gray = np.asarray(view, dtype=np.float32).mean(-1)
+    assert np.corrcoef(overlay.ravel(), gray.ravel())[0, 1] > 0.5  # the digit shows through the heat map
 
 
 def test_adapter_folder_is_served_merged(app, hf_classifier_dir, images, tmp_path):
@@ -254,12 +306,19 @@ def test_browser_upload_classify_and_bad_file(server, model_dir, images, referen
             page.locator("#rollout img").wait_for(timeout=30_000)
             page.screenshot(path=tmp_path / "prediction.png", full_page=True)
 
-            page.locator("#examples button").nth(1).click()  # digit_2.png from the model folder
+            example = sorted((model_dir / "examples").iterdir())[1]  # the fine-tune's second example image
+            page.locator("#examples button").nth(1).click()
             top.wait_for(state="detached", timeout=30_000)  # a new image clears the previous answer
             preview.wait_for(timeout=30_000)
+            # the 8x8 digit is shown at a readable size, its pixels sharp (nearest neighbour)
+            shown = preview.evaluate(
+                "img => [img.naturalWidth, img.getBoundingClientRect().width, getComputedStyle(img).objectFit,"
+                " getComputedStyle(img).imageRendering]"
+            )
+            assert shown[0] == 8 and shown[1] >= 224 and shown[2:] == ["contain", "pixelated"], shown
             page.locator("#classify").click()
             top.wait_for(timeout=30_000)
-            assert top.inner_text().strip() == next(iter(reference(model_dir / "examples" / "digit_2.png")))
+            assert top.inner_text().strip() == next(iter(reference(example)))
 
             upload.set_input_files(images["text_named.png"])
             top.wait_for(state="detached", timeout=30_000)

@@ -122,6 +122,9 @@ def test_push_sends_a_complete_vit_ft_repo(pushed, tiny_finetuned_dir):
     processor = json.loads(files["preprocessor_config.json"])
     assert processor["size"] == {"height": 32, "width": 32} and processor["resample"] == 3  # bicubic
     assert files["model.safetensors"] == (tiny_finetuned_dir / "model.safetensors").read_bytes()
+    # the fine-tune's example images, which the demo offers when it loads the repo by id
+    examples = sorted((tiny_finetuned_dir / "examples").iterdir())
+    assert len(examples) == 8 and all(files[f"examples/{e.name}"] == e.read_bytes() for e in examples)
 
     # the commit went to main and its URL (printed by the script) points at the server that took it
     commit = next(c for c in hub.commits if c["repo_id"] == "me/vit-digits")

@@ -46,3 +46,21 @@ def test_model_maps_have_the_grid_shape_and_overlay_the_image():
 def test_bad_fusion_is_an_error():
     with pytest.raises(ValueError, match="head_fusion"):
         attention_rollout([torch.ones(1, 1, 2, 2)], head_fusion="median")
+
+
+def test_overlay_is_a_blend_in_which_the_image_stays_visible():
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    heat = np.zeros((4, 4), dtype=np.float32)
+    heat[1, 2], heat[3, 0] = 1.0, 0.5
+    overlay = np.asarray(overlay_heatmap(image, heat), dtype=np.float32)
+    base = np.asarray(image, dtype=np.float32)
+    upsampled = (
+        np.asarray(Image.fromarray(np.uint8(heat * 255)).resize((64, 64), Image.Resampling.BICUBIC)) / 255
+    )
+    hot, cold = upsampled > 0.8, upsampled < 0.02
+    assert hot.sum() > 50 and cold.sum() > 1000
+    # where the model looks most the map is coloured, with the image still under it (not an opaque colour)
+    assert np.abs(overlay[hot] - base[hot]).mean() > 40
+    assert np.corrcoef(overlay[hot].ravel(), base[hot].ravel())[0, 1] > 0.5
+    # where it does not look, the image is as it was
+    assert np.abs(overlay[cold] - base[cold]).max() <= 0.02 * 0.6 * 255 + 1

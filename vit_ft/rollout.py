@@ -47,17 +47,24 @@ def rollout_maps(
 
 
 def overlay_heatmap(
-    image: Image.Image, heatmap: np.ndarray | torch.Tensor, alpha: float = 0.5
+    image: Image.Image, heatmap: np.ndarray | torch.Tensor, alpha: float = 0.6
 ) -> Image.Image:
-    """The image with a `(grid_h, grid_w)` heat map laid over it, upsampled to the image size (jet colours)."""
+    """The image with a `(grid_h, grid_w)` heat map blended over it, upsampled to the image size (jet colours).
+
+    Each pixel takes `alpha` x its heat (scaled to 0..1) of the colour and the rest of the image: where the
+    model looks, the colour shows with the image under it (at most `alpha`, so never opaque); elsewhere the
+    image is shown nearly as it is.
+    """
     from matplotlib import colormaps
 
     heat = np.asarray(heatmap, dtype=np.float32)
     heat = (heat - heat.min()) / max(float(heat.max() - heat.min()), 1e-12)
     heat_image = Image.fromarray(np.uint8(heat * 255)).resize(image.size, Image.Resampling.BICUBIC)
-    colored = colormaps["jet"](np.asarray(heat_image) / 255.0)[..., :3]
+    heat = np.asarray(heat_image, dtype=np.float32)[..., None] / 255.0  # (H, W, 1)
+    colored = colormaps["jet"](heat[..., 0])[..., :3]
     base = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
-    return Image.fromarray(np.uint8(255 * ((1 - alpha) * base + alpha * colored)))
+    weight = alpha * heat
+    return Image.fromarray(np.uint8(np.round(255 * ((1 - weight) * base + weight * colored))))
 
 
 def _patch_size(model: torch.nn.Module) -> tuple[int, int]:
