@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -375,3 +376,22 @@ def test_position_grid_of_the_weights_wins_over_a_stated_input_size(reference, t
     assert model.config.image_size == TINY["image_size"] and not model.loading_report.resampled
     with torch.no_grad():
         assert (model(pixels()).logits - reference(pixels()).logits).abs().max().item() <= 1e-5
+
+
+def test_the_tools_normalise_a_timm_checkpoint_as_its_pretrained_cfg_says(reference, timm_dir, tmp_path):
+    """predict / evaluate / the demo load a timm folder with its mean and std (no preprocessor_config.json)."""
+    from PIL import Image
+
+    from vit_ft.inference import load_classifier
+    from vit_ft.prediction import predict_files
+
+    classifier = load_classifier(timm_dir, device="cpu")
+    assert (classifier.preprocessing.mean, classifier.preprocessing.std) == (tuple(MEAN), tuple(STD))
+    image = tmp_path / "x.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(image)
+    (prediction,) = predict_files(classifier, [image], top_k_labels=len(LABELS), progress=False)
+    pixels = torch.from_numpy(np.asarray(Image.open(image), dtype=np.float32) / 255).permute(2, 0, 1)
+    pixels = (pixels - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+    expected = reference(pixel_values=pixels[None]).logits.softmax(-1)[0]
+    assert prediction.label == LABELS[int(expected.argmax())]
+    np.testing.assert_allclose(prediction.scores, expected.sort(descending=True).values.detach().numpy(), atol=1e-5)

@@ -27,6 +27,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from .checkpoint_formats import checkpoint_normalization
 from .configuration_vit_ft import nearest_multiple, to_2tuple
 from .images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
 from .modeling_vit_ft import ViTFTForImageClassification
@@ -207,21 +208,24 @@ def load_model(model: str | os.PathLike, merge_lora: bool = False) -> torch.nn.M
 
 
 def _read_processor_config(model: str | os.PathLike) -> dict[str, Any] | None:
-    """The image processor settings of a local folder (or its adapter/ subfolder), else of a Hub id, else None."""
+    """The image processor settings of a local folder (or its adapter/ subfolder), else of a Hub id, else the
+    normalisation a timm checkpoint (`pretrained_cfg`) or a JAX `.npz` states, else None."""
     path = Path(model)
     for folder in (path, path / ADAPTER_DIR):
         candidate = folder / PROCESSOR_FILE
         if candidate.is_file():
             return json.loads(candidate.read_text(encoding="utf-8"))
-    if path.exists():
-        return None
-    try:
-        from transformers import AutoImageProcessor
+    if not path.exists():
+        try:
+            from transformers import AutoImageProcessor
 
-        return AutoImageProcessor.from_pretrained(str(model)).to_dict()
-    except (OSError, ValueError) as error:
-        logger.warning("No image processor for %s (%s).", model, error)
-        return None
+            return AutoImageProcessor.from_pretrained(str(model)).to_dict()
+        except ImportError:  # a timm repo: transformers reads it as its timm_wrapper, which needs timm
+            pass
+        except (OSError, ValueError) as error:
+            logger.warning("No image processor for %s (%s).", model, error)
+            return None
+    return checkpoint_normalization(model) or None
 
 
 def read_preprocessing(
