@@ -54,12 +54,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--image_column", default="image")
     parser.add_argument("--label_column", default="label")
     add_inference_arguments(parser, batch_size=64)
-    parser.add_argument(
-        "--bf16",
-        choices=("auto", "true", "false"),
-        default="auto",
-        help="bf16 autocast for the features (auto: on CUDA and on CPUs with native bf16 products).",
-    )
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
     return parser.parse_args(argv)
 

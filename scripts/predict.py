@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         max_pixels=args.max_pixels,
         figure=None if args.figure.lower() == "none" else args.figure,
         max_tokens=args.max_tokens,
+        bf16=args.bf16,
     )
 
 

@@ -29,7 +29,8 @@ def report(tiny_finetuned_dir, tmp_path_factory):
     """The report of `python scripts/evaluate_model.py` on the fine-tune's recorded (test) data."""
     out = tmp_path_factory.mktemp("report") / "report"
     result = subprocess.run(
-        [sys.executable, "scripts/evaluate_model.py", "--model", tiny_finetuned_dir, "--output_dir", out],
+        # float32, as the fine-tune evaluated: the numbers must match to the last digit
+        [sys.executable, "scripts/evaluate_model.py", "--model", tiny_finetuned_dir, "--output_dir", out, "--bf16", "false"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -162,3 +163,16 @@ def test_no_script_is_named_like_a_module():
     assert "evaluate_model" in stems and "inspect_model" in stems
     shadowing = [s for s in stems if s in sys.stdlib_module_names or importlib.util.find_spec(s) is not None]
     assert shadowing == []
+
+
+def test_bf16_autocast_is_recorded_and_close_to_float32(tiny_finetuned_dir, tmp_path, report):
+    """--bf16 true runs the model under bf16 autocast: metrics.json and report.md say so, and the accuracy stays
+    within a few images of float32's; a bad --bf16 value is refused before anything is written."""
+    _, fp32 = report
+    metrics = run_evaluation(tiny_finetuned_dir, tmp_path / "bf16", bf16="true")
+    assert metrics["bf16"] is True and fp32["bf16"] is False
+    assert "- Precision: bf16 autocast on cpu" in (tmp_path / "bf16" / "report.md").read_text()
+    assert abs(metrics["accuracy"] - fp32["accuracy"]) <= 3 / fp32["num_images"]
+    with pytest.raises(ValueError, match="--bf16 maybe must be one of auto, true, false"):
+        run_evaluation(tiny_finetuned_dir, tmp_path / "bad", bf16="maybe")
+    assert not (tmp_path / "bad").exists()

@@ -46,8 +46,8 @@ def optional_int(text: str) -> int | None:
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser, batch_size: int) -> None:
-    """`--image_size`, `--batch_size`, `--device` and `--max_tokens`, as every tool that runs the model takes
-    them."""
+    """`--image_size`, `--batch_size`, `--device`, `--max_tokens` and `--bf16`, as every tool that runs the model
+    takes them."""
     from .configuration_vit_ft import MAX_IMAGE_TOKENS
 
     parser.add_argument("--image_size", type=int, help="Test-time resolution (a multiple of the patch size).")
@@ -56,6 +56,10 @@ def add_inference_arguments(parser: argparse.ArgumentParser, batch_size: int) ->
     parser.add_argument("--max_tokens", type=optional_int, default=MAX_IMAGE_TOKENS,
                         help=f"Refuse an --image_size with more patch tokens per image (default {MAX_IMAGE_TOKENS}: "
                         "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
+    parser.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
+                        help="bf16 autocast (default auto: on CUDA GPUs with bf16 and on CPUs with native bf16 "
+                        "products, where it is faster; numbers may then differ from float32 in the last digits). "
+                        "false keeps float32, e.g. to reproduce the fine-tune's own evaluation exactly.")  # fmt: skip
 
 
 def add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:

@@ -192,6 +192,7 @@ def _metrics_record(
         "trained_image_size": info.get("image_size"),
         "images_per_second": round(len(outputs.labels) / max(elapsed, 1e-9), 2),
         "device": str(classifier.device),
+        "bf16": classifier.bf16,
         "skipped": outputs.skipped,
         "notes": data.notes,
     }
@@ -236,15 +237,16 @@ def run_evaluation(
     num_workers: int = 0,
     progress: bool | None = None,
     max_tokens: int | None = MAX_IMAGE_TOKENS,
+    bf16: str | bool = False,
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
     mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has one) and
     report.md to `output_dir`. Returns the contents of metrics.json."""
     model = str(model)
     output_dir = Path(output_dir)
-    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); nothing is written
-    # before the model has loaded
-    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens)
+    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
+    # under bf16 autocast ("auto": where the hardware has native bf16); nothing is written before the model loads
+    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     output_dir.mkdir(parents=True, exist_ok=True)
     id2label = classifier.id2label
     data = resolve_eval_data(model, id2label, recipe, data_dir, split, seed, max_samples)

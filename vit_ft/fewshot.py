@@ -34,7 +34,15 @@ import torch
 
 from .configuration_vit_ft import MAX_IMAGE_TOKENS
 from .images import describe_source
-from .inference import Classifier, describe_error, iter_batches, load_classifier, looks_like_path
+from .inference import (
+    BF16_CHOICES,
+    Classifier,
+    describe_error,
+    iter_batches,
+    load_classifier,
+    looks_like_path,
+    use_bf16,
+)
 from .modeling_vit_ft import ViTFTForImageClassification
 
 logger = logging.getLogger("vit_ft")
@@ -253,17 +261,6 @@ def load_fewshot_data(
         names=list(names),
         description=description,
     )
-
-
-def bf16_helps(device: torch.device) -> bool:
-    """True where bf16 autocast runs inference faster: CUDA GPUs with bf16, CPUs with native bf16 products
-    (AVX512_BF16 / AMX: about 2x for ViT-B here, see BENCHMARKS.md); elsewhere it only adds casts."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-        return bool(supported is not None and supported())
-    return False
 
 
 def pre_logits(model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -485,20 +482,20 @@ def run_fewshot(
 
     `random_init` replaces the weights with a fresh seeded initialisation of the same architecture (the
     baseline); `l2` is the regularisation grid (None: `L2_GRID`; one value: no selection); `max_tokens`
-    bounds the patch tokens per image at `image_size`; `bf16` is "auto" (where `bf16_helps`), "true" or
+    bounds the patch tokens per image at `image_size`; `bf16` is "auto" (see `inference.use_bf16`), "true" or
     "false". Everything is checked before any image decodes, and nothing is written until the end.
     """
     shots = parse_shots(shots)
     l2_grid = L2_GRID if l2 is None else parse_l2(l2)
     check_settings(shots, seeds, holdout_fraction, max_holdout_per_class)
-    if bf16 not in ("auto", "true", "false"):
-        raise ValueError(f"--bf16 {bf16} must be auto, true or false.")
+    if not isinstance(bf16, bool) and bf16 not in BF16_CHOICES:
+        raise ValueError(f"--bf16 {bf16} must be one of {', '.join(BF16_CHOICES)}.")
     out = check_output_dir(output_dir, [model, dataset])
 
     classifier = load_classifier(model, image_size, device, max_tokens=max_tokens, require_head=False)
     if random_init:
         classifier.model = random_init_model(classifier.model.config).to(classifier.device)
-    use_bf16 = bf16_helps(classifier.device) if bf16 == "auto" else bf16 == "true"
+    bf16 = use_bf16(bf16, classifier.device)
     data = load_fewshot_data(dataset, dataset_config, train_split, test_split, image_column, label_column)
     num_classes = len(data.names)
 
@@ -520,7 +517,7 @@ def run_fewshot(
     draws(np.zeros(0, dtype=np.int64))  # a class too small for the largest k fails before any image decodes
 
     def extract(images: Sequence[Any], desc: str) -> tuple[np.ndarray, dict[int, str]]:
-        return extract_features(classifier, images, batch_size, num_workers, use_bf16, desc, progress)
+        return extract_features(classifier, images, batch_size, num_workers, bf16, desc, progress)
 
     logger.info(
         "Few-shot evaluation of %s%s on %s: %d classes, shots %s, %d seed(s), bf16 %s.",
@@ -530,7 +527,7 @@ def run_fewshot(
         num_classes,
         ",".join(map(str, shots)),
         seeds,
-        "on" if use_bf16 else "off",
+        "on" if bf16 else "off",
     )
     started = time.perf_counter()
     train_features, drawn, skipped = _train_features(classifier, data, draws, extract)
@@ -568,7 +565,7 @@ def run_fewshot(
         "num_train_images": len(data.train_labels),
         "feature_dim": int(train_features.shape[1]),
         "image_size": list(classifier.preprocessing.image_size),
-        "bf16": use_bf16,
+        "bf16": bf16,
         "device": str(classifier.device),
         "seeds": seeds,
         "holdout_fraction": holdout_fraction,
@@ -694,7 +691,6 @@ __all__ = [
     "FewShotDraw",
     "LeastSquares",
     "ShotResult",
-    "bf16_helps",
     "check_output_dir",
     "draw_fewshot",
     "evaluate_fewshot",

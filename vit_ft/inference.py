@@ -80,6 +80,7 @@ class Classifier:
     source: str
     device: torch.device
     run_record: dict[str, Any] | None = None
+    bf16: bool = False  # run the model under bf16 autocast (see `use_bf16`)
     transform: ImageClassificationTransform = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -89,15 +90,43 @@ class Classifier:
     def num_labels(self) -> int:
         return len(self.id2label)
 
+    def autocast(self) -> torch.autocast:
+        """bf16 autocast on the model's device when `bf16`, else a no-op context."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
     @torch.inference_mode()
     def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)` on CPU."""
-        out = self.model(pixel_values=pixel_values.to(self.device))
+        with self.autocast():
+            out = self.model(pixel_values=pixel_values.to(self.device))
         return out.logits.float().cpu()
 
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+BF16_CHOICES = ("auto", "true", "false")
+
+
+def bf16_helps(device: torch.device) -> bool:
+    """True where bf16 autocast runs inference faster: CUDA GPUs with bf16, CPUs with native bf16 products
+    (AVX512_BF16 / AMX); elsewhere it only adds casts."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+        return bool(supported is not None and supported())
+    return False
+
+
+def use_bf16(setting: str | bool, device: torch.device) -> bool:
+    """Whether to run under bf16 autocast: "auto" where `bf16_helps`, "true" / "false" (or a bool) as said."""
+    if isinstance(setting, bool):
+        return setting
+    if setting not in BF16_CHOICES:
+        raise ValueError(f"--bf16 {setting} must be one of {', '.join(BF16_CHOICES)}.")
+    return bf16_helps(device) if setting == "auto" else setting == "true"
 
 
 # "name" or "namespace/name" (huggingface_hub's validate_repo_id); anything else can only be a local path
@@ -290,6 +319,7 @@ def load_classifier(
     merge_lora: bool = False,
     max_tokens: int | None = None,
     require_head: bool = True,
+    bf16: str | bool = False,
 ) -> Classifier:
     """Load `model` (vit_ft folder, LoRA adapter folder or output folder with `adapter/`, or a Hub id) for
     inference, with its evaluation preprocessing, label names and run record.
@@ -298,8 +328,12 @@ def load_classifier(
     resolution: the model resamples its position embeddings on the fly, as `from_pretrained(image_size=...)`
     would; `max_tokens` bounds the patch tokens per image at that resolution (None: no bound).
     `require_head=False` accepts a backbone with no labels (a pre-trained ViTModel) for tools that only read
-    its features (few-shot evaluation); its id2label is then empty.
+    its features (few-shot evaluation); its id2label is then empty. `bf16` ("auto", "true", "false" or a bool;
+    see `use_bf16`) runs the model under bf16 autocast; the default keeps float32, the command-line tools'
+    `--bf16 auto` turns it on where the hardware has native bf16.
     """
+    device = torch.device(device) if device is not None else default_device()
+    bf16 = use_bf16(bf16, device)  # a bad setting fails before the model loads
     loaded = load_model(model, merge_lora=merge_lora)
     if hasattr(loaded, "get_base_model"):  # a peft model: its base model holds the active LoRA layers
         loaded = loaded.get_base_model()
@@ -309,11 +343,10 @@ def load_classifier(
         raise ValueError(
             f"{model} has no classification head (no labels in its config); pass a fine-tuned model folder."
         )
-    device = torch.device(device) if device is not None else default_device()
     preprocessing = read_preprocessing(model, config, image_size, max_pixels, max_tokens)
     id2label = {int(k): str(v) for k, v in config.id2label.items()} if has_head else {}
     return Classifier(
-        loaded.to(device).eval(), preprocessing, id2label, str(model), device, read_run_record(model)
+        loaded.to(device).eval(), preprocessing, id2label, str(model), device, read_run_record(model), bf16
     )
 
 
@@ -394,10 +427,12 @@ def iter_batches(
 
 
 __all__ = [
+    "BF16_CHOICES",
     "Batch",
     "Classifier",
     "Preprocessing",
     "check_model_path",
+    "bf16_helps",
     "default_device",
     "describe_error",
     "iter_batches",
@@ -406,4 +441,5 @@ __all__ = [
     "looks_like_path",
     "progress_bar",
     "read_preprocessing",
+    "use_bf16",
 ]

@@ -351,14 +351,15 @@ def run_inspection(
     device: str | None = None,
     progress: bool | None = None,
     max_tokens: int | None = MAX_IMAGE_TOKENS,
+    bf16: str | bool = False,
 ) -> dict[str, Any]:
     """Write patch_embedding_pca.png, position_similarity.png, attention_distance.png, attention_rollout.png
     (with `images`) and inspection.json (the numbers behind them) to `output_dir`; returns that JSON."""
     model = str(model)
     output_dir = Path(output_dir)
-    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); nothing is written
-    # before the model has loaded
-    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens)
+    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
+    # under bf16 autocast ("auto": where the hardware has native bf16); nothing is written before the model loads
+    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     output_dir.mkdir(parents=True, exist_ok=True)
     network = classifier.model
     config = network.config

@@ -294,13 +294,15 @@ def run_prediction(
     figure_images: int = 24,
     progress: bool | None = None,
     max_tokens: int | None = MAX_IMAGE_TOKENS,
+    bf16: str | bool = False,
 ) -> dict[str, Any]:
     """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl).
 
     `figure="auto"` writes a grid of the first `figure_images` predicted images next to the output
     (`preds.csv` -> `preds.png`); None writes none. Neither may replace an input file. The output appears only
     when complete: a failure leaves an existing file as it was. `max_tokens` bounds the patch tokens per image
-    at `image_size` (None: no bound). Returns a summary: rows, errors, output and figure paths.
+    at `image_size` (None: no bound); `bf16` runs the model under bf16 autocast ("auto": where the hardware
+    has native bf16). Returns a summary: rows, errors, output and figure paths.
     """
     output = check_output_path(output)  # before the model loads
     files = collect_image_files(inputs)
@@ -311,7 +313,7 @@ def run_prediction(
         )
     figure_path = None if figure is None else default_figure_path(output) if figure == "auto" else Path(figure)
     _refuse_overwriting_inputs(files, output, figure_path)
-    classifier = load_classifier(model, image_size, device, max_pixels, max_tokens=max_tokens)
+    classifier = load_classifier(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
     shown: list[Prediction] = []
     rows = errors = 0
     with PredictionWriter(output) as writer:

@@ -316,6 +316,7 @@ def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any]) -> li
         f"- Resolution: {metrics['image_size'][0]}x{metrics['image_size'][1]}"
         + (f" (fine-tuned at {metrics['trained_image_size'][0]}x{metrics['trained_image_size'][1]})"
            if metrics.get("trained_image_size") and metrics["trained_image_size"] != metrics["image_size"] else ""),
+        f"- Precision: {'bf16 autocast' if metrics.get('bf16') else 'float32'} on {metrics.get('device', 'cpu')}",
         "",
         "## Metrics",
         "",
