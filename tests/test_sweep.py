@@ -227,3 +227,24 @@ def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, fi
     for row, expected in zip(summary["runs"], reference["runs"], strict=True):
         assert row["eval_loss"] == pytest.approx(expected["eval_loss"], abs=1e-5)
     assert is_finished(out) and (out / RUN_RECORD_FILE).is_file()
+
+
+def test_sweep_under_two_processes(tmp_path):
+    """Every process takes part in every run; process 0 alone chooses, copies and writes, once."""
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(REPO / "recipes" / "accelerate_configs" / "cpu_2proc.yaml"),
+        str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe), "--use_cpu", "true", "--sweep", SWEEP,
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    out = tmp_path / "out"
+    assert log.count("INFO vit_ft: Sweep finished") == 1
+    for folder in (FIRST, SECOND):
+        assert read_run_record(out / folder)["world_size"] == 2
+    summary = json.loads((out / "sweep.json").read_text())
+    losses = [row["eval_loss"] for row in summary["runs"]]
+    assert summary["chosen"]["folder"] == summary["runs"][losses.index(min(losses))]["folder"]
+    assert read_run_record(out)["sweep"]["chosen"] == summary["chosen"] and is_finished(out)
