@@ -71,7 +71,12 @@ class Classifier:
         self.labels = loaded.id2label
         pre = loaded.preprocessing
         self.size: tuple[int, int] = pre.image_size
-        self.mean, self.std, self.rescale_factor, self.resample = pre.mean, pre.std, pre.rescale_factor, pre.resample
+        self.mean, self.std, self.rescale_factor, self.resample = (
+            pre.mean,
+            pre.std,
+            pre.rescale_factor,
+            pre.resample,
+        )
         self.max_pixels = max_pixels
         examples = self.folder / EXAMPLES_DIR
         suffixes = image_extensions()
