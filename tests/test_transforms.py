@@ -107,7 +107,7 @@ def test_augmentation_seeds_are_distinct_and_fit_a_generator():
         for index in range(500)
     }
     assert len(seeds) == 2 * 10 * 500
-    assert all(0 <= seed < 2**64 for seed in seeds)
+    assert all(0 <= seed < 2**32 for seed in seeds)  # all of it reaches torch's CPU generator
     assert augmentation_seed(0, 1, 2) == augmentation_seed(0, 1, 2)
 
 

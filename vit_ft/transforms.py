@@ -248,13 +248,13 @@ def build_transforms(
 
 
 def augmentation_seed(seed: int, epoch: int, index: int) -> int:
-    """The 64-bit generator seed of sample `index`'s augmentation in `epoch` of a run seeded with `seed`.
+    """The generator seed of sample `index`'s augmentation in `epoch` of a run seeded with `seed`.
 
     A hash rather than arithmetic (seed + epoch * n + index) so that neighbouring triples give unrelated
-    streams and no two (epoch, index) pairs of a run share one.
+    streams. 32 bits, as torch's CPU generator keeps only the low 32 bits of a seed.
     """
     digest = hashlib.blake2b(f"{seed}/{epoch}/{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    return int.from_bytes(digest, "little") & 0xFFFF_FFFF
 
 
 def _height_width(image_size: int | tuple[int, int]) -> tuple[int, int]:
