@@ -102,7 +102,7 @@ def test_summary_chooses_on_validation_not_on_test(tmp_path):
         write_run_record(
             run.folder, {"metrics": {"eval_accuracy": eval_accuracy, "test_accuracy": test_accuracy}}
         )
-    summary = summarize("learning_rate", runs, tmp_path / "out", runs[0].args[2])
+    summary = summarize("learning_rate", runs, runs[0].args[2])
     assert summary["metric"] == "eval_accuracy" and summary["greater_is_better"] is True
     assert summary["chosen"] == {"value": 0.01, "text": "0.01", "folder": "sweep-learning_rate-0.01"}
     assert [row["test_accuracy"] for row in summary["runs"]] == test

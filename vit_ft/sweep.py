@@ -243,9 +243,7 @@ def _number(metrics: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def summarize(
-    name: str, runs: list[SweepRun], output_dir: Path, training_args: TrainingArguments
-) -> dict[str, Any]:
+def summarize(name: str, runs: list[SweepRun], training_args: TrainingArguments) -> dict[str, Any]:
     """Read every run's record, choose the winner on validation, and return what sweep.json holds."""
     metric, greater = selection_metric(training_args)
     rows = []
@@ -418,7 +416,7 @@ def run_sweep(
     summary, error = None, None
     if training_args.process_index == 0:
         try:
-            summary = summarize(name, runs, output_dir, training_args)
+            summary = summarize(name, runs, training_args)
             chosen = output_dir / summary["chosen"]["folder"]
             copy_winner(chosen, output_dir, {k: summary[k] for k in ("argument", "metric", "chosen")})
             write_sweep_files(output_dir, summary)
