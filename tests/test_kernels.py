@@ -215,6 +215,7 @@ def test_onednn_bf16_attention_is_as_accurate_as_torch_flash_attention(
 def test_bf16_autocast_matches_transformers_to_its_own_rounding(monkeypatch, tmp_path):
     """Under bf16 autocast our model (oneDNN attention) is as close to the fp32 model as transformers' ViT
     (torch's flash attention) is, for logits and gradients; and the oneDNN attention really ran."""
+    monkeypatch.setenv(kernels.KERNELS_ENV, "1")  # on any CPU with oneDNN bf16 (auto takes it on AMD only)
     hf_config = tiny_hf_config(num_labels=5, num_attention_heads=2)  # head_dim 16
     randomize(ViTForImageClassification(hf_config)).save_pretrained(tmp_path)
     theirs = ViTForImageClassification.from_pretrained(tmp_path, attn_implementation="sdpa")
