@@ -26,7 +26,7 @@ import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image, UnidentifiedImageError  # noqa: E402
 
-from vit_ft.cli import DEBUG_HELP, run_tool  # noqa: E402
+from vit_ft.cli import ToolArgumentParser, run_tool  # noqa: E402
 from vit_ft.images import (  # noqa: E402
     DEFAULT_MAX_PIXELS,
     image_extensions,
@@ -247,9 +247,7 @@ def launch(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, epilog=DEBUG_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ToolArgumentParser(__doc__)
     parser.add_argument(
         "--model", required=True, help="a model or output folder, a LoRA adapter folder, or a Hub id"
     )

@@ -100,6 +100,7 @@ CASES = {
         "trunc/model.safetensors cannot be read",
     ),
     "demo: missing model path": ("demo", ["--model", "{w}/no/such/model"], {}, "no such folder"),
+    "demo: unknown flag": ("demo", ["--model", "{model}", "--prot", "7860"], {}, "unrecognized arguments: --prot 7860"),
     "bench: unknown section": (
         "bench", ["--quick", "--sections", "modle", "--output-dir", "{w}/bench"], {}, "Unknown section(s) ['modle']",
     ),
