@@ -22,7 +22,7 @@ from vit_ft.cli import run_tool
 from vit_ft.hub import push_output_dir
 from vit_ft.recipes import parse_args, recipe_name, take_switch
 from vit_ft.sweep import run_sweep, sweep_interrupted_message, take_sweep
-from vit_ft.training import interrupted_message, run_finetune
+from vit_ft.training import end_process_group, interrupted_message, run_finetune
 
 
 def recipe_from_argv(argv: list[str]) -> str | None:
@@ -68,6 +68,7 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
                 f"Push it later with: python scripts/push_to_hub.py {folder}"
             ) from error
         print(f"Pushed {folder} to the Hub: {url}")
+    end_process_group()
     return metrics
 
 

@@ -12,6 +12,7 @@ HEAD_LINE = "new head: {} labels, zero-initialised (classifier.weight, classifie
 def load_logged(caplog, capfd, *args, **kwargs):
     """from_pretrained with every logger at INFO; the model and all it printed (log records, stdout, stderr)."""
     capfd.readouterr()
+    caplog.clear()  # records of earlier loads in the test (vit_ft may log at INFO after another test's setup)
     with caplog.at_level(logging.INFO):
         model = ViTFTForImageClassification.from_pretrained(*args, **kwargs)
     out, err = capfd.readouterr()

@@ -374,6 +374,15 @@ def resolve_resume(training_args: TrainingArguments) -> str | None:
     return resume
 
 
+def end_process_group() -> None:
+    """Destroy the several-process group, if any, before the process exits: a gloo group left to interpreter
+    shutdown can abort the process ("terminate called without an active exception") after a complete run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def broadcast_object(value: Any) -> Any:
     """`value` from process 0 on every process (several-process runs)."""
     import torch.distributed as dist
@@ -551,6 +560,7 @@ def write_examples(
 
 __all__ = [
     "check_output_dir",
+    "end_process_group",
     "checkpoint_is_complete",
     "checkpoint_problem",
     "interrupted_message",
