@@ -104,3 +104,21 @@ def test_run_tool_says_where_an_interrupted_run_stands(monkeypatch, capsys):
         run_tool(_raises(KeyboardInterrupt()), [], interrupted=lambda: "interrupted; resume with --resume.")
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.strip() == "error: interrupted; resume with --resume."
+
+
+def test_run_tool_closes_open_progress_bars_before_the_interrupted_line(monkeypatch):
+    """A bar left open would redraw itself at exit, after the one line."""
+    import io
+
+    from tqdm.auto import tqdm
+
+    monkeypatch.delenv("VIT_FT_DEBUG", raising=False)
+    bar = tqdm(total=10, file=io.StringIO())
+
+    def interrupted(argv):
+        bar.update(3)
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit):
+        run_tool(interrupted, [])
+    assert bar not in tqdm._instances and bar.disable  # closed

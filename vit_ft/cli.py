@@ -119,6 +119,13 @@ def _message(error: BaseException) -> str:
     return " ".join(str(text).split()) or type(error).__name__
 
 
+def _close_progress_bars() -> None:
+    """Close tqdm's open bars, so that none redraws itself after the interrupted line at exit."""
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)  # only bars that exist: never import tqdm here
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def _debug_requested(argv: list[str]) -> bool:
     return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
@@ -144,6 +151,8 @@ def run_tool(
             traceback.print_exc()
         sys.stdout.flush()
         interrupt = isinstance(error, KeyboardInterrupt)
+        if interrupt:
+            _close_progress_bars()
         line = f"error: {interrupted()}" if interrupt and interrupted is not None else error_line(error)
         print(line, file=sys.stderr)
         sys.exit(130 if interrupt else 1)

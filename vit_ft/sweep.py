@@ -439,11 +439,7 @@ def run_sweep(
 
 
 def sweep_interrupted_message(output_dir: str | Path) -> str:
-    """The one line to print on Ctrl-C during a sweep (open progress bars closed first, as for a single run)."""
-    from tqdm.auto import tqdm
-
-    for bar in list(getattr(tqdm, "_instances", ())):
-        bar.close()  # so that none redraws itself after this line at exit
+    """The one line to print on Ctrl-C during a sweep (cli.run_tool closes the progress bars first)."""
     return (
         f"interrupted; the sweep's finished runs are kept in {output_dir}. Run the same command with --resume to "
         "continue (the run in progress resumes from its last complete checkpoint)."

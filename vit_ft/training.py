@@ -335,14 +335,8 @@ def check_output_dir(training_args: TrainingArguments, overwrite_output_dir: boo
 
 
 def interrupted_message(output_dir: str | Path) -> str:
-    """The one line to print on Ctrl-C: where the last complete checkpoint is, and how to go on.
-
-    Closes the open progress bars first, so that none redraws itself after this line at exit.
-    """
-    from tqdm.auto import tqdm
-
-    for bar in list(getattr(tqdm, "_instances", ())):
-        bar.close()
+    """The one line to print on Ctrl-C: where the last complete checkpoint is, and how to go on (cli.run_tool
+    closes the progress bars first)."""
     last = newest_complete_checkpoint(output_dir)
     if last is None:
         return f"interrupted before any checkpoint was saved in {output_dir}. Run the same command again to start over."
