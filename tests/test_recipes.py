@@ -400,6 +400,9 @@ def test_help_lists_the_recipe_and_dataclass_flags(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "--recipe" in out and "--image_size" in out and "--learning_rate" in out
+    flat = " ".join(out.split())  # the epilog is wrapped
+    for switch in ("--resume", "--overwrite_output_dir", "--sweep ARG=V1,V2,...", "--debug"):  # the script's own
+        assert switch in flat, switch
 
 
 def test_recipes_dir_follows_the_environment_variable(tmp_path, monkeypatch, capsys):
