@@ -130,3 +130,17 @@ def test_iter_batches_decodes_the_next_batch_while_the_model_runs(tmp_path):
     for a, b in zip(batches, plain, strict=True):
         assert a.start == b.start and a.decoded == b.decoded
         torch.testing.assert_close(a.outputs, b.outputs)
+
+
+def test_bf16_auto_only_where_it_was_measured_faster(monkeypatch):
+    """auto: bf16 on AMD CPUs with native bf16 (measured faster), float32 on Intel (measured slower)."""
+    cpu = torch.device("cpu")
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    monkeypatch.setattr(inference, "cpuinfo", lambda field: "GenuineIntel")
+    assert inference.bf16_helps(cpu) is False and inference.use_bf16("auto", cpu) is False
+    monkeypatch.setattr(inference, "cpuinfo", lambda field: "AuthenticAMD")
+    assert inference.bf16_helps(cpu) is native and inference.use_bf16("auto", cpu) is native
+    assert inference.use_bf16("true", cpu) is True and inference.use_bf16("false", cpu) is False
+    assert inference.use_bf16(True, cpu) is True
+    with pytest.raises(ValueError, match="--bf16 yes must be one of auto, true, false"):
+        inference.use_bf16("yes", cpu)

@@ -57,8 +57,8 @@ def add_inference_arguments(parser: argparse.ArgumentParser, batch_size: int) ->
                         help=f"Refuse an --image_size with more patch tokens per image (default {MAX_IMAGE_TOKENS}: "
                         "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
     parser.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
-                        help="bf16 autocast (default auto: on CUDA GPUs with bf16 and on CPUs with native bf16 "
-                        "products, where it is faster; numbers may then differ from float32 in the last digits). "
+                        help="bf16 autocast (default auto: where it was measured faster, CUDA GPUs with bf16 and "
+                        "AMD CPUs with native bf16; numbers may then differ from float32 in the last digits). "
                         "false keeps float32, e.g. to reproduce the fine-tune's own evaluation exactly.")  # fmt: skip
 
 
