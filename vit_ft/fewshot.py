@@ -44,6 +44,7 @@ from .inference import (
     use_bf16,
 )
 from .modeling_vit_ft import ViTFTForImageClassification
+from .run_record import move_into_place
 
 logger = logging.getLogger("vit_ft")
 
@@ -671,17 +672,10 @@ def write_outputs(output_dir: Path, record: dict[str, Any], results: Sequence[Sh
         )
         plot_fewshot(results, dict(staged)["fewshot.png"], title)
         for name, temporary in staged:
-            os.chmod(temporary, 0o666 & ~_umask())  # as open() would have created it, not mkstemp's 0600
-            os.replace(temporary, output_dir / name)
+            move_into_place(temporary, output_dir / name)
     finally:
         for _, temporary in staged:
             temporary.unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 __all__ = [

@@ -24,6 +24,7 @@ from .configuration_vit_ft import MAX_IMAGE_TOKENS
 from .figures import display_image, plot_image_grid, short
 from .images import DEFAULT_MAX_PIXELS, image_extensions
 from .inference import Classifier, describe_error, iter_batches, load_classifier
+from .run_record import move_into_place
 
 logger = logging.getLogger("vit_ft")
 
@@ -146,13 +147,6 @@ def check_output_path(path: str | os.PathLike) -> Path:
     return path
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it, then put back)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
-
-
 class PredictionWriter:
     """Streams Predictions to a `.csv` (lists as JSON arrays, empty cells for None) or `.jsonl` file.
 
@@ -189,8 +183,7 @@ class PredictionWriter:
         if self._file.closed:
             return
         self._file.close()
-        os.chmod(self._file.name, 0o666 & ~_umask())  # as open() would have created it, not mkstemp's 0600
-        os.replace(self._file.name, self.path)
+        move_into_place(self._file.name, self.path)
 
     def discard(self) -> None:
         """Drop what was written; `path` keeps its old content (or stays absent)."""
@@ -247,8 +240,7 @@ def plot_predictions(
     os.close(handle)
     try:
         plot_image_grid(images, titles, partial, suptitle=f"Top-1 predictions ({len(predictions)} shown)")
-        os.chmod(partial, 0o666 & ~_umask())
-        os.replace(partial, path)
+        move_into_place(partial, path)
     finally:
         Path(partial).unlink(missing_ok=True)
     return path

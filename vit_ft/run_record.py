@@ -56,11 +56,27 @@ def write_run_record(output_dir: str | os.PathLike, record: dict[str, Any]) -> P
 
     Written to a temporary name and renamed, so that a death while writing never leaves half a record.
     """
-    path = Path(output_dir) / RUN_RECORD_FILE
-    partial = path.with_name(f".{RUN_RECORD_FILE}.partial")
-    partial.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    return write_text_atomically(Path(output_dir) / RUN_RECORD_FILE, json.dumps(record, indent=2, default=str))
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to a hidden temporary sibling of `path` and rename it into place: a death while writing
+    leaves the previous file (or none), never half of one."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
     return path
+
+
+def move_into_place(temporary: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Rename a finished temporary file (from `tempfile.mkstemp`, mode 0600) to `path`, with the mode `open()`
+    would have given it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
+    os.replace(temporary, path)
+    return Path(path)
 
 
 def is_finished(folder: str | os.PathLike) -> bool:
@@ -88,6 +104,8 @@ def mark_unfinished(folder: str | os.PathLike) -> None:
 
 
 __all__ = [
+    "move_into_place",
+    "write_text_atomically",
     "ADAPTER_DIR",
     "LABELS_FILE",
     "PROCESSOR_FILE",

@@ -33,7 +33,15 @@ from transformers import TrainingArguments
 
 from .recipe_fields import RecipeError, argument_fields, build_parser, suggest
 from .recipes import parse_args
-from .run_record import ADAPTER_DIR, RUN_RECORD_FILE, is_finished, mark_unfinished, read_run_record
+from .run_record import (
+    ADAPTER_DIR,
+    RUN_RECORD_FILE,
+    is_finished,
+    mark_unfinished,
+    read_run_record,
+    write_run_record,
+    write_text_atomically,
+)
 from .training import (
     broadcast_object,
     check_output_dir,
@@ -232,10 +240,7 @@ def copy_winner(run_dir: Path, output_dir: Path, sweep_info: dict[str, Any]) -> 
         for path in sorted(adapter.iterdir()):
             if path.is_file():
                 _copy_atomic(path, output_dir / ADAPTER_DIR / path.name)
-    record = read_run_record(run_dir) or {}
-    partial = output_dir / f".{RUN_RECORD_FILE}.partial"
-    partial.write_text(json.dumps({**record, "sweep": sweep_info}, indent=2, default=str), encoding="utf-8")
-    os.replace(partial, output_dir / RUN_RECORD_FILE)
+    write_run_record(output_dir, {**(read_run_record(run_dir) or {}), "sweep": sweep_info})
 
 
 def _number(metrics: dict[str, Any], key: str) -> float | None:
@@ -309,10 +314,8 @@ def write_sweep_files(output_dir: Path, summary: dict[str, Any]) -> None:
         f"numbers are reported, not used. The chosen run, {summary['argument']}={summary['chosen']['text']}, is "
         f"copied into this folder.\n\n{sweep_table(summary)}\n"
     )
-    for file_name, content in ((SWEEP_MD, text), (SWEEP_JSON, json.dumps(summary, indent=2, default=str))):
-        partial = output_dir / f".{file_name}.partial"
-        partial.write_text(content, encoding="utf-8")
-        os.replace(partial, output_dir / file_name)
+    write_text_atomically(output_dir / SWEEP_MD, text)
+    write_text_atomically(output_dir / SWEEP_JSON, json.dumps(summary, indent=2, default=str))
 
 
 def is_sweep_folder(output_dir: str | Path) -> bool:
