@@ -13,11 +13,13 @@ absolute number is reported without a ratio next to it: on a shared machine only
     python scripts/bench.py                        # ViT-B/16 at 224 px, every section: minutes on 2 cores
     python scripts/bench.py --quick                # a tiny ViT, seconds (the smoke test runs this)
     python scripts/bench.py --sections model,ceiling
+    python scripts/bench.py --sections profile     # our inference time by kind of operation (torch.profiler)
     python scripts/bench.py --sections compile     # both models eager and under torch.compile (minutes: inductor)
     python scripts/bench.py --sections gpu         # where CUDA is available; otherwise a note, no failure
 
 Modules: common (settings, interleaved timing, rows, machine description), flops (analytic and counted FLOPs),
-workloads (the contenders and the calls timed), model (ours against transformers' ViT, and the ceiling), compiled
+workloads (the contenders and the calls timed), model (ours against transformers' ViT, and the ceiling), profile
+(where our inference time goes, by kind of operation: the account of the ceiling row), compiled
 (both eager and under torch.compile), lora,
 data, pipeline (evaluate's loop against the bare forward), gpu (one per section), report (Markdown and JSON), run (running the sections; the command line).
 """

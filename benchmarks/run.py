@@ -26,6 +26,7 @@ from .gpu import bench_gpu, gpu_available
 from .lora import bench_lora
 from .model import bench_model
 from .pipeline import bench_pipeline
+from .profile import bench_profile
 from .report import repeated_markdown, summarize_runs, to_markdown, write_results
 from .workloads import build_contenders
 
@@ -54,20 +55,20 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
         )
     with tempfile.TemporaryDirectory() as folder:
         model_sections = [s for s in ("model", "ceiling") if s in settings.sections]
-        if model_sections or "compile" in settings.sections:
+        if {"model", "ceiling", "profile", "compile"} & set(settings.sections):
             ours, theirs = build_contenders(settings, folder)
             if model_sections:
                 rows.extend(bench_model(settings, ours, theirs, model_sections))
+            if "profile" in settings.sections:
+                rows.extend(bench_profile(settings, ours))
             if "compile" in settings.sections:
                 rows.extend(bench_compile(settings, ours, theirs))
             del ours, theirs
+        elif {"lora", "pipeline"} & set(settings.sections):
+            build_contenders(settings, folder)  # both load the checkpoint it writes to `folder`
         if "lora" in settings.sections:
-            if not (model_sections or "compile" in settings.sections):
-                build_contenders(settings, folder)
             rows.extend(bench_lora(settings, folder))
         if "pipeline" in settings.sections:
-            if not (model_sections or "compile" in settings.sections or "lora" in settings.sections):
-                build_contenders(settings, folder)
             rows.extend(bench_pipeline(settings, folder))
         if gpu:
             rows.extend(bench_gpu(settings, folder))

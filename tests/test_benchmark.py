@@ -27,6 +27,7 @@ from benchmarks import (
     to_markdown,
     training_memory_probe,
 )
+from benchmarks.profile import classify
 
 from .conftest import TINY
 
@@ -98,6 +99,17 @@ def test_row_checks_its_target():
     assert Row(**common, candidate_value=1.0, reference_value=1.0, ratio=1.0).met is None
 
 
+def test_profile_kinds_sort_operators():
+    assert classify("aten::addmm") == classify("aten::bmm") == classify("mkldnn::_linear_pointwise")
+    assert classify("aten::addmm") == "matrix products"
+    assert classify("aten::_scaled_dot_product_flash_attention_for_cpu").startswith("attention")
+    assert classify("aten::gelu") == "GELU" and classify("aten::native_layer_norm") == "LayerNorm"
+    assert classify("aten::_to_copy") == "casts and copies" and classify("aten::add").startswith(
+        "element-wise"
+    )
+    assert classify("aten::view") == "other"
+
+
 def test_synthetic_photo_and_naive_transform():
     data = synthetic_photo(64, 48, seed=0)
     with Image.open(io.BytesIO(data)) as img:
@@ -131,6 +143,10 @@ def test_quick_run_covers_every_section_with_sane_rows():
         # same optimizer, ours with fused AdamW, LoRA against full
         assert sum(m.startswith("training step") and dtype in m for m in measurements) == 3
     assert sum(row["section"] == "ceiling" for row in rows) == 4  # ours and theirs, fp32 and bf16
+    for dtype in ("fp32", "bf16"):  # the profile's kinds add up to the whole call; products are among them
+        profile = [row for row in rows if row["section"] == "profile" and f", {dtype}," in row["measurement"]]
+        assert math.isclose(sum(row["ratio"] for row in profile), 1.0, rel_tol=1e-6)
+        assert "vit_ft, matrix products" in {row["candidate"] for row in profile}
     pipeline = [row for row in rows if row["section"] == "pipeline"]
     assert len(pipeline) == 1 and "(6 images, 2 decode workers)" in pipeline[0]["measurement"]
     compiled = [row for row in rows if row["section"] == "compile"]
@@ -185,7 +201,19 @@ def test_repeat_runs_separate_processes_and_summarizes(tmp_path):
     from .conftest import REPO
 
     out = tmp_path / "bench"
-    args = ["--quick", "--sections", "model", "--dtypes", "fp32", "--rounds", "1", "--repeat", "2", "--pause", "0"]
+    args = [
+        "--quick",
+        "--sections",
+        "model",
+        "--dtypes",
+        "fp32",
+        "--rounds",
+        "1",
+        "--repeat",
+        "2",
+        "--pause",
+        "0",
+    ]
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench.py"), *args, "--output-dir", str(out)],
         capture_output=True,
