@@ -111,16 +111,25 @@ def write_tiny_recipe(tmp: Path, **overrides) -> Path:
     return path
 
 
-def run_finetune_script(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python scripts/finetune.py ARGS` in a subprocess, as a user runs it; `env` replaces the environment."""
+def run_repo_script(
+    script: str, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python scripts/SCRIPT ARGS` in a subprocess, as a user runs it; `env` replaces the environment."""
     return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "finetune.py"), *args],
+        [sys.executable, str(REPO / "scripts" / script), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
     )
+
+
+def run_finetune_script(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python scripts/finetune.py ARGS` in a subprocess, as a user runs it; `env` replaces the environment."""
+    return run_repo_script("finetune.py", *args, cwd=cwd, env=env)
 
 
 @pytest.fixture(scope="session")

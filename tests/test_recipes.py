@@ -90,7 +90,9 @@ def test_recipe_parses_validates_and_keeps_its_values(name):
     model_args, data_args, training_args = objects
     assert training_args.output_dir == str(Path("outputs") / name)
     assert training_args.remove_unused_columns is False
-    assert training_args.load_best_model_at_end and training_args.metric_for_best_model == "accuracy"
+    # the best checkpoint on validation accuracy unless the recipe keeps the final model (digits: see its comment)
+    assert training_args.load_best_model_at_end is values.get("load_best_model_at_end", True)
+    assert training_args.metric_for_best_model == "accuracy"
     assert model_args.use_lora is name.endswith("-lora")
 
 
@@ -215,21 +217,23 @@ def test_training_defaults_apply_without_a_recipe_value(tmp_path):
 
 
 def test_saving_follows_the_evaluation_schedule_when_only_one_is_set(tmp_path):
-    # digits sets eval_strategy and save_strategy both to "epoch": a flag for one side moves the other too
-    *_, steps = parse_args(["--recipe", "digits", "--eval_strategy", "steps", "--eval_steps", "20"])
+    # digits sets eval_strategy and save_strategy both to "epoch": a flag for one side moves the other too (digits
+    # keeps its final model; asking for the best one needs saving on the evaluation schedule)
+    best = ["--load_best_model_at_end", "true"]
+    *_, steps = parse_args(["--recipe", "digits", "--eval_strategy", "steps", "--eval_steps", "20", *best])
     assert _plain(steps.save_strategy) == "steps" and steps.save_steps == 20 and steps.load_best_model_at_end
     *_, dogs = parse_args(["--recipe", "dogs", *_cpu_flags("dogs"), "--save_steps", "50"])
     assert dogs.eval_steps == 50
     # "no" does not propagate: checkpoints are still saved, but there is no best model to load
-    *_, off = parse_args(["--recipe", "digits", "--eval_strategy", "no"])
-    assert _plain(off.save_strategy) == "epoch" and not off.load_best_model_at_end
+    *_, off = parse_args(["--recipe", "dogs", *_cpu_flags("dogs"), "--eval_strategy", "no"])
+    assert _plain(off.save_strategy) == "steps" and not off.load_best_model_at_end  # dogs saves every N steps
     # a recipe that sets only eval_strategy gets saving on the same schedule
     recipe = _write(tmp_path, "dataset_name: a/b\neval_strategy: steps\neval_steps: 7\n")
     *_, only_eval = parse_args(["--recipe", str(recipe)])
     assert _plain(only_eval.save_strategy) == "steps" and only_eval.save_steps == 7
     # both set differently on purpose: left alone, and TrainingArguments explains the conflict
     with pytest.raises(ValueError, match="save and eval strategy to match"):
-        parse_args(["--recipe", "digits", "--eval_strategy", "steps", "--save_strategy", "epoch"])
+        parse_args(["--recipe", "digits", "--eval_strategy", "steps", "--save_strategy", "epoch", *best])
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -5,23 +5,16 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 from vit_ft.run_record import read_run_record, recorded_seed
 from vit_ft.seeds import parse_seeds, seed_commands
 
-from .conftest import REPO, write_tiny_recipe
+from .conftest import run_repo_script, write_tiny_recipe
 
 
 def run_seeds_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "seeds.py"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_repo_script("seeds.py", *args, cwd=cwd)
 
 
 def test_each_seed_is_its_own_run_and_the_summary_is_theirs(tmp_path):
