@@ -34,6 +34,8 @@ TARGETS = {
     "lora_parameters": "<= 0.01",
     "data_large": ">= 2.00",
     "pipeline": ">= 0.80",
+    "gpu": ">= 1.00",  # every gpu row, eager and compiled
+    "gpu_utilisation": ">= 0.45",  # training-step model FLOP utilisation
 }
 
 # ---------------------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def _inference_rows(
     calls = {name: functools.partial(infer, model, pixels, dtype) for name, model in models.items()}
     times = _interleave(calls, settings)
     measurement = f"inference, {dtype_name}, {ours.config.image_hw[0]} px, batch {batch}"
-    return _rows(times, measurement, batch, settings.compile_backend)
+    return compile_rows(times, measurement, batch, settings.compile_backend)
 
 
 def _training_rows(
@@ -68,15 +68,23 @@ def _training_rows(
     times = _interleave(calls, settings)
     size = f"{ours.config.image_hw[0]} px"
     measurement = f"training step (forward, loss, backward, AdamW), {dtype_name}, {size}, batch {batch}"
-    return _rows(times, measurement, batch, settings.compile_backend)
+    return compile_rows(times, measurement, batch, settings.compile_backend)
 
 
 def _interleave(calls: dict[str, Callable[[], None]], settings: BenchmarkSettings) -> dict[str, list[float]]:
     return interleave(calls, max(settings.warmup, 1), settings.rounds)
 
 
-def _rows(times: dict[str, list[float]], measurement: str, batch: int, backend: str) -> list[Row]:
-    """Compiled against eager (ours), and best against best (ours against transformers' ViT)."""
+def compile_rows(
+    times: dict[str, list[float]],
+    measurement: str,
+    batch: int,
+    backend: str,
+    section: str = "compile",
+    target: str = TARGETS["compile"],
+) -> list[Row]:
+    """From the times of "ours", "theirs", "ours compiled" and "theirs compiled": compiled against eager (ours),
+    and best against best (ours against transformers' ViT, each at its faster of eager and compiled per round)."""
     best = {
         name: [
             min(eager, compiled)
@@ -86,7 +94,7 @@ def _rows(times: dict[str, list[float]], measurement: str, batch: int, backend: 
     }
     return [
         throughput_row(
-            "compile",
+            section,
             f"{measurement}: torch.compile ({backend}) against eager",
             batch,
             (f"{OURS} + torch.compile", times["ours compiled"]),
@@ -94,11 +102,11 @@ def _rows(times: dict[str, list[float]], measurement: str, batch: int, backend: 
             ">= 1.00",
         ),
         throughput_row(
-            "compile",
+            section,
             f"{measurement}: each at its best of eager and torch.compile ({backend}), per round",
             batch,
             (f"{OURS} (best)", best["ours"]),
             (f"{THEIRS} (best)", best["theirs"]),
-            TARGETS["compile"],
+            target,
         ),
     ]

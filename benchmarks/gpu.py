@@ -1,18 +1,37 @@
 """The "gpu" section: ours against transformers' ViT at the ViT paper's fine-tuning resolution, bf16, on a GPU
-(or on the device it is given: the smoke test runs it on the CPU)."""
+(or on the device it is given: the smoke test runs it on the CPU), each eager and under `torch.compile`, and the
+training step's model FLOP utilisation."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import os
+import statistics
+import time
 from dataclasses import replace
 
 import torch
 
 from .common import TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from .compiled import compile_rows
+from .flops import forward_flops
 from .workloads import adamw, build_contenders, infer, interleave_training, random_batch
 
 logger = logging.getLogger(__name__)
+
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets (no sparsity), FLOP/s; matched in order against
+# torch.cuda.get_device_name. Any other device is measured (`measured_peak`).
+BF16_PEAKS = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM
+    ("H200", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+)
 
 
 def gpu_available(settings: BenchmarkSettings) -> bool:
@@ -22,42 +41,96 @@ def gpu_available(settings: BenchmarkSettings) -> bool:
 
 def bench_gpu(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[Row]:
     """Ours against transformers' ViT on `settings.gpu_device` at `gpu_image_size` px, bf16 autocast, batch
-    `gpu_batch_size`: inference and training-step images/s, each call timed to the device's end."""
-    gpu_settings = replace(settings, image_size=settings.gpu_image_size)
+    `gpu_batch_size`, eager and compiled: inference and training-step images/s, each call timed to the device's
+    end, and the training step's model FLOP utilisation against the device's bf16 peak."""
+    gpu_settings = replace(settings, image_size=settings.gpu_image_size, warmup=max(settings.warmup, 1))
     device = torch.device(settings.gpu_device)
     ours, theirs = (model.to(device) for model in build_contenders(gpu_settings, folder))
     config, batch, dtype = ours.config, settings.gpu_batch_size, torch.bfloat16
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     size = f"{config.image_hw[0]} px"
     pixels, labels = (t.to(device) for t in random_batch(config, batch, settings.seed))
-    logger.info("%s, %s, batch %d: inference", name, size, batch)
-    times = interleave(
-        {"ours": lambda: infer(ours, pixels, dtype), "theirs": lambda: infer(theirs, pixels, dtype)},
-        settings.warmup,
-        settings.rounds,
-    )
-    rows = [
-        throughput_row(
-            "gpu",
-            f"inference, bf16, {size}, batch {batch}, on {name}",
-            batch,
-            ("vit_ft", times["ours"]),
-            ("transformers ViT (sdpa)", times["theirs"]),
-            TARGETS["inference"],
-        )
-    ]
-    models = {"ours": ours.train(), "theirs": theirs.train()}
-    optimizers = {key: adamw(model, fused=True) for key, model in models.items()}
-    logger.info("%s, %s, batch %d: training step", name, size, batch)
-    times = interleave_training(settings, models, optimizers, pixels, labels, dtype)
-    rows.append(
-        throughput_row(
-            "gpu",
-            f"training step (forward, loss, backward, fused AdamW), bf16, {size}, batch {batch}, on {name}",
-            batch,
-            ("vit_ft", times["ours"]),
-            ("transformers ViT (sdpa)", times["theirs"]),
-            TARGETS["training"],
-        )
-    )
+    backend = settings.compile_backend
+
+    models = {"ours": ours, "theirs": theirs}
+    models |= {
+        f"{key} compiled": torch.compile(model, backend=backend) for key, model in list(models.items())
+    }
+    logger.info("%s, %s, batch %d: inference, eager and compiled", name, size, batch)
+    calls = {key: functools.partial(infer, model, pixels, dtype) for key, model in models.items()}
+    times = interleave(calls, gpu_settings.warmup, settings.rounds)
+    measurement = f"inference, bf16, {size}, batch {batch}, on {name}"
+    rows = [_eager_row(measurement, batch, times)]
+    rows += compile_rows(times, measurement, batch, backend, section="gpu", target=TARGETS["gpu"])
+
+    models = {key: copy.deepcopy(model).train() for key, model in (("ours", ours), ("theirs", theirs))}
+    models |= {
+        f"{key} compiled": torch.compile(copy.deepcopy(model), backend=backend)
+        for key, model in models.items()
+    }
+    optimizers = {key: adamw(model, fused=device.type == "cuda") for key, model in models.items()}
+    logger.info("%s, %s, batch %d: training step, eager and compiled", name, size, batch)
+    times = interleave_training(gpu_settings, models, optimizers, pixels, labels, dtype)
+    measurement = f"training step (forward, loss, backward, AdamW), bf16, {size}, batch {batch}, on {name}"
+    rows += [_eager_row(measurement, batch, times)]
+    rows += compile_rows(times, measurement, batch, backend, section="gpu", target=TARGETS["gpu"])
+    rows.append(_utilisation_row(times, 3 * forward_flops(config, batch)["total"], measurement, device, name))
     return rows
+
+
+def _eager_row(measurement: str, batch: int, times: dict[str, list[float]]) -> Row:
+    return throughput_row(
+        "gpu",
+        f"{measurement}: eager",
+        batch,
+        ("vit_ft", times["ours"]),
+        ("transformers ViT (sdpa)", times["theirs"]),
+        TARGETS["gpu"],
+    )
+
+
+def _utilisation_row(
+    times: dict[str, list[float]], step_flops: int, measurement: str, device: torch.device, name: str
+) -> Row:
+    """Model FLOP utilisation of our training step at its best of eager and compiled: 3x the forward's
+    matrix-product FLOPs (forward, and backward's two products per forward product) per step time, over the
+    device's dense bf16 peak."""
+    best = [min(e, c) for e, c in zip(times["ours"], times["ours compiled"], strict=True)]
+    peak, source = device_peak(device, name)
+    per_round = [step_flops / t / peak for t in best]
+    achieved = step_flops / statistics.median(best)
+    return Row(
+        section="gpu",
+        measurement=f"{measurement}: model FLOP utilisation (3x the forward's matrix-product FLOPs per step)",
+        unit="TFLOP/s",
+        candidate="vit_ft (best of eager and compiled)",
+        candidate_value=achieved / 1e12,
+        reference=source,
+        reference_value=peak / 1e12,
+        ratio=achieved / peak,
+        ratio_low=min(per_round),
+        ratio_high=max(per_round),
+        target=TARGETS["gpu_utilisation"],
+    )
+
+
+def device_peak(device: torch.device, name: str) -> tuple[float, str]:
+    """The device's dense bf16 peak FLOP/s and where it comes from: the datasheet for the GPUs in BF16_PEAKS,
+    else the best of a few large bf16 matrix products measured here."""
+    for key, peak in BF16_PEAKS:
+        if device.type == "cuda" and key in name:
+            return peak, f"{name} bf16 dense peak (datasheet)"
+    size = 8192 if device.type == "cuda" else 512
+    return measured_peak(device, size), f"best measured bf16 {size}x{size} matrix product on {name}"
+
+
+def measured_peak(device: torch.device, size: int, tries: int = 5) -> float:
+    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(2))
+    best = float("inf")
+    for _ in range(tries + 1):  # the first call warms up
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best

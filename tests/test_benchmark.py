@@ -153,8 +153,15 @@ def test_quick_run_covers_every_section_with_sane_rows():
     assert len(compiled) == 8  # inference and training, fp32 and bf16: compiled vs eager, best vs best
     assert sum("torch.compile (eager) against eager" in row["measurement"] for row in compiled) == 4
     assert {row["target"] for row in compiled} == {">= 1.00", ">= 1.10"}
-    gpu = [row["measurement"] for row in rows if row["section"] == "gpu"]
-    assert len(gpu) == 2 and all("bf16, 48 px, batch 4, on cpu" in m for m in gpu), gpu
+    gpu = [row for row in rows if row["section"] == "gpu"]
+    assert all("bf16, 48 px, batch 4, on cpu" in row["measurement"] for row in gpu), gpu
+    # inference and training: eager ours / theirs, compiled / eager, best / best; then the FLOP utilisation
+    assert sum(": eager" in row["measurement"] for row in gpu) == 2
+    assert sum("against eager" in row["measurement"] for row in gpu) == 2
+    assert sum("best of eager and torch.compile" in row["measurement"] for row in gpu) == 2
+    (utilisation,) = [row for row in gpu if "FLOP utilisation" in row["measurement"]]
+    assert utilisation["target"] == ">= 0.45" and "measured bf16 512x512" in utilisation["reference"]
+    assert len(gpu) == 7
     markdown = to_markdown(result)
     assert markdown.count("\n| ") == len(rows) + 2  # header, rule, one line per row
     json.dumps(result)
