@@ -160,6 +160,10 @@ def test_ctrl_c_names_the_last_checkpoint_and_resume_finishes(tmp_path):
             stdout=log,
             stderr=subprocess.PIPE,
             text=True,
+            # Ctrl-C's default action, even when this test runs as a background job (a non-interactive shell
+            # starts those with SIGINT ignored, the child would inherit that and Python would then never raise
+            # KeyboardInterrupt)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and process.poll() is None:
