@@ -48,6 +48,9 @@ def test_a_recipe_that_pretrains_gets_one_checkpoint_per_seed_unless_one_is_name
         assert command[command.index("--model_name_or_path") + 1] == str(tmp_path / f"pretrained-seed-{seed}")
     named = seed_commands(["--recipe", "digits", "--model_name_or_path", "ckpt"], [0], tmp_path)[0]
     assert named.count("--model_name_or_path") == 1 and "ckpt" in named
+    # pre-training turned off: every seed starts from the recipe's checkpoint
+    off = seed_commands(["--recipe", "digits", "--pretrain_if_missing", "none"], [0], tmp_path)[0]
+    assert "--model_name_or_path" not in off
 
 
 def test_mistakes_are_one_line_before_any_run(tmp_path):

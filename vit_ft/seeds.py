@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .recipes import load_recipe, parse_args, resolve_recipe
+from .recipes import parse_args
 from .run_record import write_text_atomically
 
 logger = logging.getLogger("vit_ft")
@@ -68,8 +68,9 @@ def seed_commands(argv: list[str], seeds: list[int], output_dir: Path) -> dict[i
     if recipe is None:
         raise ValueError("--recipe is required: the recipe to repeat under each seed (e.g. --recipe digits).")
     # every flag is checked as the fine-tune will check it: a mistyped one fails here, before the first run
-    parse_args([*argv, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
-    pretrains = bool(load_recipe(resolve_recipe(recipe)).get("pretrain_if_missing"))
+    model_args, _, _ = parse_args([*argv, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
+    # a recipe with a built-in pre-training (not turned off by a flag) pre-trains each seed's own checkpoint
+    pretrains = model_args.pretrain_if_missing is not None
     own_checkpoint = pretrains and _flag_value(argv, "--model_name_or_path") is None
     commands = {}
     for seed in seeds:
