@@ -34,8 +34,27 @@ def bench_compile(
     return rows
 
 
-def _compiled(model: torch.nn.Module, settings: BenchmarkSettings) -> torch.nn.Module:
-    return torch.compile(model, backend=settings.compile_backend)
+def eager_and_compiled(
+    models: dict[str, torch.nn.Module], backend: str, train: bool = False
+) -> dict[str, torch.nn.Module]:
+    """Each model as it is and under `torch.compile` ("<name> compiled"). For training, each of the two is a deep
+    copy in train mode: the timed steps move the weights."""
+
+    def own(model: torch.nn.Module) -> torch.nn.Module:
+        return copy.deepcopy(model).train() if train else model
+
+    contenders = {}
+    for name, model in models.items():
+        contenders[name] = own(model)
+        contenders[f"{name} compiled"] = torch.compile(own(model), backend=backend)
+    return contenders
+
+
+def best_of_eager_and_compiled(times: dict[str, list[float]], name: str) -> list[float]:
+    """Per round, the faster of `name` eager and `name` compiled."""
+    return [
+        min(eager, compiled) for eager, compiled in zip(times[name], times[f"{name} compiled"], strict=True)
+    ]
 
 
 def _inference_rows(
@@ -43,8 +62,7 @@ def _inference_rows(
 ) -> list[Row]:
     dtype, batch = DTYPES[dtype_name], settings.infer_batch_size
     pixels, _ = random_batch(ours.config, batch, settings.seed)
-    models = {"ours": ours, "theirs": theirs}
-    models |= {f"{name} compiled": _compiled(model, settings) for name, model in list(models.items())}
+    models = eager_and_compiled({"ours": ours, "theirs": theirs}, settings.compile_backend)
     logger.info("compile, inference, %s: %s", dtype_name, ", ".join(models))
     calls = {name: functools.partial(infer, model, pixels, dtype) for name, model in models.items()}
     times = _interleave(calls, settings)
@@ -58,12 +76,11 @@ def _training_rows(
     """Training steps on copies (the timed steps move the weights), each with torch's default AdamW."""
     dtype, batch = DTYPES[dtype_name], settings.train_batch_size
     pixels, labels = random_batch(ours.config, batch, settings.seed + 1)
-    calls: dict[str, Callable[[], None]] = {}
-    for name, model in (("ours", ours), ("theirs", theirs)):
-        for suffix in ("", " compiled"):
-            copied = copy.deepcopy(model).train()
-            runner = _compiled(copied, settings) if suffix else copied
-            calls[name + suffix] = functools.partial(train_step, runner, adamw(copied), pixels, labels, dtype)
+    models = eager_and_compiled({"ours": ours, "theirs": theirs}, settings.compile_backend, train=True)
+    calls = {
+        name: functools.partial(train_step, model, adamw(model), pixels, labels, dtype)
+        for name, model in models.items()
+    }
     logger.info("compile, training step, %s: %s", dtype_name, ", ".join(calls))
     times = _interleave(calls, settings)
     size = f"{ours.config.image_hw[0]} px"
@@ -85,13 +102,7 @@ def compile_rows(
 ) -> list[Row]:
     """From the times of "ours", "theirs", "ours compiled" and "theirs compiled": compiled against eager (ours),
     and best against best (ours against transformers' ViT, each at its faster of eager and compiled per round)."""
-    best = {
-        name: [
-            min(eager, compiled)
-            for eager, compiled in zip(times[name], times[f"{name} compiled"], strict=True)
-        ]
-        for name in ("ours", "theirs")
-    }
+    best = {name: best_of_eager_and_compiled(times, name) for name in ("ours", "theirs")}
     return [
         throughput_row(
             section,

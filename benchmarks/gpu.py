@@ -4,7 +4,6 @@ training step's model FLOP utilisation."""
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import os
@@ -15,7 +14,7 @@ from dataclasses import replace
 import torch
 
 from .common import TARGETS, BenchmarkSettings, Row, interleave, throughput_row
-from .compiled import compile_rows
+from .compiled import best_of_eager_and_compiled, compile_rows, eager_and_compiled
 from .flops import forward_flops
 from .workloads import adamw, build_contenders, infer, interleave_training, random_batch
 
@@ -52,10 +51,7 @@ def bench_gpu(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[Ro
     pixels, labels = (t.to(device) for t in random_batch(config, batch, settings.seed))
     backend = settings.compile_backend
 
-    models = {"ours": ours, "theirs": theirs}
-    models |= {
-        f"{key} compiled": torch.compile(model, backend=backend) for key, model in list(models.items())
-    }
+    models = eager_and_compiled({"ours": ours, "theirs": theirs}, backend)
     logger.info("%s, %s, batch %d: inference, eager and compiled", name, size, batch)
     calls = {key: functools.partial(infer, model, pixels, dtype) for key, model in models.items()}
     times = interleave(calls, gpu_settings.warmup, settings.rounds)
@@ -63,11 +59,7 @@ def bench_gpu(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[Ro
     rows = [_eager_row(measurement, batch, times)]
     rows += compile_rows(times, measurement, batch, backend, section="gpu", target=TARGETS["gpu"])
 
-    models = {key: copy.deepcopy(model).train() for key, model in (("ours", ours), ("theirs", theirs))}
-    models |= {
-        f"{key} compiled": torch.compile(copy.deepcopy(model), backend=backend)
-        for key, model in models.items()
-    }
+    models = eager_and_compiled({"ours": ours, "theirs": theirs}, backend, train=True)
     optimizers = {key: adamw(model, fused=device.type == "cuda") for key, model in models.items()}
     logger.info("%s, %s, batch %d: training step, eager and compiled", name, size, batch)
     times = interleave_training(gpu_settings, models, optimizers, pixels, labels, dtype)
@@ -95,7 +87,7 @@ def _utilisation_row(
     """Model FLOP utilisation of our training step at its best of eager and compiled: 3x the forward's
     matrix-product FLOPs (forward, and backward's two products per forward product) per step time, over the
     device's dense bf16 peak."""
-    best = [min(e, c) for e, c in zip(times["ours"], times["ours compiled"], strict=True)]
+    best = best_of_eager_and_compiled(times, "ours")
     peak, source = device_peak(device, name)
     per_round = [step_flops / t / peak for t in best]
     achieved = step_flops / statistics.median(best)

@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 # (kind, substrings of aten / mkldnn operator names), first match wins; the rest is "other"
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("matrix products", ("mm", "matmul", "linear", "conv", "baddbmm", "addmm")),
+    ("matrix products", ("mm", "matmul", "linear", "conv")),  # mm: also addmm, bmm, baddbmm
     ("attention (fused kernel, softmax)", ("scaled_dot_product", "flash_attention", "softmax")),
     ("GELU", ("gelu",)),
     ("LayerNorm", ("layer_norm",)),

@@ -249,6 +249,12 @@ def _merge(layers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
     return values
 
 
+def given_as_flag(argv: list[str], name: str) -> bool:
+    """Whether argv sets the argument `name` (`--name`, `--name=...`, or its `--no_name` form)."""
+    flags = (f"--{name}", f"--no_{name}")
+    return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in argv)
+
+
 def take_switch(argv: list[str], name: str) -> tuple[bool, list[str]]:
     """Remove the on/off flag `--name` (bare, `--name=BOOL` or `--name BOOL`) from argv; return (value, rest).
 
@@ -372,6 +378,7 @@ __all__ = [
     "TRAINING_DEFAULTS",
     "RecipeError",
     "RecipeInfo",
+    "given_as_flag",
     "list_recipes",
     "load_recipe",
     "parse_args",

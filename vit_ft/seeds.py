@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .recipes import parse_args
+from .recipes import given_as_flag, parse_args
 from .run_record import write_text_atomically
 
 logger = logging.getLogger("vit_ft")
@@ -32,7 +32,7 @@ SEEDS_JSON = "seeds.json"
 SEEDS_MD = "seeds.md"
 FINETUNE_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "finetune.py"
 # Flags the loop sets for every seed itself; passing one would make the runs collide or not vary.
-OWNED_FLAGS = ("--seed", "--output_dir", "--sweep", "--resume", "--overwrite_output_dir")
+OWNED_FLAGS = ("seed", "output_dir", "sweep", "resume", "overwrite_output_dir")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -46,32 +46,21 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _flag_value(argv: list[str], flag: str) -> str | None:
-    for index, arg in enumerate(argv):
-        if arg == flag and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def seed_commands(argv: list[str], seeds: list[int], output_dir: Path) -> dict[int, list[str]]:
     """The fine-tune command of each seed: `argv` (the fine-tune's flags, `--recipe` among them) with the seed,
     its output folder and, for a recipe that pre-trains its own checkpoint, its own pre-training folder."""
-    owned = [arg for arg in argv if arg.split("=", 1)[0] in OWNED_FLAGS]
+    owned = [name for name in OWNED_FLAGS if given_as_flag(argv, name)]
     if owned:
         raise ValueError(
-            f"{owned[0].split('=', 1)[0]} is set by the seeds loop for each run; drop it (the runs go to "
-            "--output_dir/seed-N)."
+            f"--{owned[0]} is set by the seeds loop for each run; drop it (the runs go to --output_dir/seed-N)."
         )
-    recipe = _flag_value(argv, "--recipe")
-    if recipe is None:
+    if not given_as_flag(argv, "recipe"):
         raise ValueError("--recipe is required: the recipe to repeat under each seed (e.g. --recipe digits).")
     # every flag is checked as the fine-tune will check it: a mistyped one fails here, before the first run
     model_args, _, _ = parse_args([*argv, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
     # a recipe with a built-in pre-training (not turned off by a flag) pre-trains each seed's own checkpoint
     pretrains = model_args.pretrain_if_missing is not None
-    own_checkpoint = pretrains and _flag_value(argv, "--model_name_or_path") is None
+    own_checkpoint = pretrains and not given_as_flag(argv, "model_name_or_path")
     commands = {}
     for seed in seeds:
         command = [sys.executable, str(FINETUNE_SCRIPT), *argv, "--seed", str(seed)]

@@ -32,7 +32,7 @@ from typing import Any
 from transformers import TrainingArguments
 
 from .recipe_fields import RecipeError, argument_fields, build_parser, suggest
-from .recipes import parse_args
+from .recipes import given_as_flag, parse_args
 from .run_record import (
     ADAPTER_DIR,
     RUN_RECORD_FILE,
@@ -137,18 +137,13 @@ def run_folder_name(name: str, text: str) -> str:
     return f"{RUN_PREFIX}{name}-{re.sub(r'[^A-Za-z0-9._+-]', '_', text)}"
 
 
-def _given_as_flag(argv: list[str], name: str) -> bool:
-    flags = (f"--{name}", f"--no_{name}")
-    return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in argv)
-
-
 def sweep_runs(argv: list[str], name: str, texts: list[str], output_dir: str | Path) -> list[SweepRun]:
     """Parse the arguments of every run: `argv` plus `--<name>=<value>` and the run's folder under `output_dir`.
 
     Each value goes through `parse_args`, so it is converted and validated exactly as the flag would be; the
     first bad value raises RecipeError naming it. Values that convert to the same thing are refused.
     """
-    if _given_as_flag(argv, name):
+    if given_as_flag(argv, name):
         raise RecipeError(
             f"{name} is given both as a flag and in {SWEEP_FLAG}; drop the flag --{name} (the sweep sets it)."
         )
