@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from transformers import ViTForImageClassification
 
-from vit_ft.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 
 from .common import DTYPES, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
 from .workloads import adamw, infer, random_batch, train_step

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-from vit_ft.images import random_resized_crop_box, to_normalized_tensor
-from vit_ft.transforms import build_transforms
+from vit_ft.data.images import random_resized_crop_box, to_normalized_tensor
+from vit_ft.data.transforms import build_transforms
 
 from .common import MEAN, STD, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils import flop_counter
 
-from vit_ft.configuration_vit_ft import ViTFTConfig
+from vit_ft.model.configuration_vit_ft import ViTFTConfig
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from transformers import ViTForImageClassification
 
-from vit_ft.configuration_vit_ft import ViTFTConfig
-from vit_ft.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.model.configuration_vit_ft import ViTFTConfig
+from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 
 from .common import DTYPES, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
 from .flops import forward_flops, forward_gemms

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from vit_ft.eval_data import resolve_eval_data
-from vit_ft.evaluation import predict_dataset
-from vit_ft.inference import load_classifier
+from vit_ft.tools.eval_data import resolve_eval_data
+from vit_ft.tools.evaluation import predict_dataset
+from vit_ft.tools.inference import load_classifier
 
 from .common import TARGETS, BenchmarkSettings, Row, interleave, throughput_row
 from .data import synthetic_photo

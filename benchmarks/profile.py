@@ -9,7 +9,7 @@ import logging
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from vit_ft.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 
 from .common import DTYPES, BenchmarkSettings, Row
 from .workloads import infer, random_batch

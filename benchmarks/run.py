@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers.utils import logging as hf_logging
 
-from vit_ft.cli import ToolArgumentParser
+from vit_ft.utils.cli import ToolArgumentParser
 
 from .common import SECTIONS, BenchmarkSettings, Row, machine_info, quick_settings
 from .compiled import bench_compile

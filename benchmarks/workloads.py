@@ -9,8 +9,8 @@ import os
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
-from vit_ft.configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
-from vit_ft.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.model.configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
+from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 
 from .common import LEARNING_RATE, BenchmarkSettings, interleave
 

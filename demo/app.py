@@ -26,17 +26,17 @@ import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image, UnidentifiedImageError  # noqa: E402
 
-from vit_ft.cli import ToolArgumentParser, run_tool  # noqa: E402
-from vit_ft.images import (  # noqa: E402
+from vit_ft.data.images import (  # noqa: E402
     DEFAULT_MAX_PIXELS,
     image_extensions,
     load_image,
     resize_and_center_crop,
     to_normalized_tensor,
 )
-from vit_ft.inference import check_model_path, load_classifier  # noqa: E402
-from vit_ft.rollout import overlay_heatmap, rollout_maps  # noqa: E402
-from vit_ft.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
+from vit_ft.tools.inference import check_model_path, load_classifier  # noqa: E402
+from vit_ft.tools.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
+from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
 
 logger = logging.getLogger("vit_ft")
 
@@ -58,7 +58,7 @@ class Classifier:
 
     The resolution is the model config's; mean, std, rescale factor and resampling come from the folder's
     image processor; the geometry is the evaluation one (resize to cover, centre crop), as in
-    `vit_ft.transforms.build_transforms(train=False)`.
+    `vit_ft.data.transforms.build_transforms(train=False)`.
     """
 
     def __init__(self, model: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.run import main  # noqa: E402
-from vit_ft.cli import run_tool  # noqa: E402
+from vit_ft.utils.cli import run_tool  # noqa: E402
 
 if __name__ == "__main__":
     run_tool(main, description=__doc__)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from vit_ft.cli import add_data_arguments, add_inference_arguments, run_tool, setup_logging, tool_parser
+from vit_ft.utils.cli import add_data_arguments, add_inference_arguments, run_tool, setup_logging, tool_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     setup_logging()
-    from vit_ft.evaluation import run_evaluation
+    from vit_ft.tools.evaluation import run_evaluation
 
     return run_evaluation(**vars(args))  # the flags are its parameters
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 
-from vit_ft.cli import add_inference_arguments, run_tool, setup_logging, tool_parser
+from vit_ft.utils.cli import add_inference_arguments, run_tool, setup_logging, tool_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from vit_ft.fewshot import DEFAULT_SHOTS
+    from vit_ft.tools.fewshot import DEFAULT_SHOTS
 
     parser = tool_parser(__doc__)
     parser.add_argument(
@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     setup_logging()
-    from vit_ft.fewshot import ShotResult, results_table, run_fewshot
+    from vit_ft.tools.fewshot import ShotResult, results_table, run_fewshot
 
     record = run_fewshot(**vars(args))  # the flags are its parameters
     rows = [

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from vit_ft.cli import run_tool
-from vit_ft.hub import push_output_dir
-from vit_ft.recipes import parse_args, recipe_name, take_switch
-from vit_ft.sweep import run_sweep, sweep_interrupted_message, take_sweep
-from vit_ft.training import end_process_group, interrupted_message, run_finetune
+from vit_ft.tools.hub import push_output_dir
+from vit_ft.training.recipes import parse_args, recipe_name, take_switch
+from vit_ft.training.stages import end_process_group, interrupted_message, run_finetune
+from vit_ft.training.sweep import run_sweep, sweep_interrupted_message, take_sweep
+from vit_ft.utils.cli import run_tool
 
 
 def recipe_from_argv(argv: list[str]) -> str | None:

@@ -12,7 +12,7 @@ a sample of the model's evaluation data, or --data_dir / --recipe / the --images
 
 import argparse
 
-from vit_ft.cli import add_data_arguments, add_inference_arguments, run_tool, setup_logging, tool_parser
+from vit_ft.utils.cli import add_data_arguments, add_inference_arguments, run_tool, setup_logging, tool_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
             "pass e.g. --num_images 32."
         )
     setup_logging()
-    from vit_ft.inspection import run_inspection
+    from vit_ft.tools.inspection import run_inspection
 
     return run_inspection(**vars(args))  # the flags are its parameters
 

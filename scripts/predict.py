@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vit_ft.cli import add_inference_arguments, optional_int, run_tool, setup_logging, tool_parser
-from vit_ft.images import DEFAULT_MAX_PIXELS
+from vit_ft.data.images import DEFAULT_MAX_PIXELS
+from vit_ft.utils.cli import add_inference_arguments, optional_int, run_tool, setup_logging, tool_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     setup_logging()
-    from vit_ft.prediction import run_prediction
+    from vit_ft.tools.prediction import run_prediction
 
     return run_prediction(
         args.model,

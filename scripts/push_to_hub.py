@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from vit_ft.cli import ToolArgumentParser, run_tool, setup_logging
-from vit_ft.hub import FORMATS, push_output_dir, stage_for_hub
+from vit_ft.tools.hub import FORMATS, push_output_dir, stage_for_hub
+from vit_ft.utils.cli import ToolArgumentParser, run_tool, setup_logging
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -13,11 +13,11 @@ table, also printed), seeds.json and each seed's log, OUTPUT/seed-N.log.
 
 from __future__ import annotations
 
-from vit_ft.cli import ToolArgumentParser, run_tool, setup_logging
+from vit_ft.utils.cli import ToolArgumentParser, run_tool, setup_logging
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from vit_ft.seeds import parse_seeds, run_seeds, to_markdown
+    from vit_ft.training.seeds import parse_seeds, run_seeds, to_markdown
 
     parser = ToolArgumentParser(__doc__)
     parser.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds (default 0,1,2).")

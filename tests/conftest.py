@@ -13,7 +13,7 @@ import torch
 from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
 from vit_ft import ViTFTConfig
-from vit_ft.digits import write_digits_imagefolder
+from vit_ft.data.digits import write_digits_imagefolder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

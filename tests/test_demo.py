@@ -19,10 +19,10 @@ from sklearn.datasets import load_digits
 from transformers import AutoImageProcessor
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.images import load_image, resize_and_center_crop
+from vit_ft.data.images import load_image, resize_and_center_crop
 
 from .conftest import REPO
-from .test_hub import write_lora_run
+from .tools.test_hub import write_lora_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 # flags that let Debian's chromium run headless in a container with no network
@@ -211,7 +211,7 @@ def test_examples_are_the_fine_tunes_validation_images(app, model_dir, tmp_path)
 def test_write_examples_is_bounded_and_spread_over_the_classes(tmp_path, classes, per_class):
     import datasets
 
-    from vit_ft.training import MAX_EXAMPLES, write_examples
+    from vit_ft.training.stages import MAX_EXAMPLES, write_examples
 
     labels = [i % classes for i in range(40)]
     images = [Image.fromarray(np.full((20, 30, 3), 5 * i, dtype=np.uint8)) for i in range(40)]

@@ -29,12 +29,12 @@ from PIL import Image
 from transformers import AutoImageProcessor, ViTImageProcessor, ViTModel
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.images import load_image
-from vit_ft.recipes import load_recipe, resolve_recipe
+from vit_ft.data.images import load_image
+from vit_ft.training.recipes import load_recipe, resolve_recipe
 
 from .conftest import REPO, WITHOUT_VIT_FT, randomize, tiny_hf_config
 from .fake_hub import FakeHub
-from .test_hub import push_env
+from .tools.test_hub import push_env
 
 # the ids the recipes name; the fake Hub serves exactly these, so a recipe naming another one fails to download
 MODEL_ID, DATASET_ID = "google/vit-base-patch16-224-in21k", "Donghyun99/Stanford-Dogs"

@@ -2,10 +2,10 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
 
-from .configuration_vit_ft import VIT_SIZES, ViTFTConfig
-from .conversion import LoadingReport, convert_hf_vit_state_dict, to_hf_vit_state_dict
-from .modeling_vit_ft import ViTFTForImageClassification, ViTFTModel, ViTFTPreTrainedModel
-from .pos_embed import resample_position_embeddings
+from .model.configuration_vit_ft import VIT_SIZES, ViTFTConfig
+from .model.conversion import LoadingReport, convert_hf_vit_state_dict, to_hf_vit_state_dict
+from .model.modeling_vit_ft import ViTFTForImageClassification, ViTFTModel, ViTFTPreTrainedModel
+from .model.pos_embed import resample_position_embeddings
 
 __version__ = "0.1.0"
 

@@ -46,7 +46,7 @@ def _logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
     if labels is None:
         raise ValueError(
             "compute_metrics got no labels: Trainer found no label column. Keep label_names=['labels'] in the "
-            "TrainingArguments (vit_ft.recipes sets it) and a 'labels' key in each batch."
+            "TrainingArguments (vit_ft.training.recipes sets it) and a 'labels' key in each batch."
         )
     logits = np.asarray(logits, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)

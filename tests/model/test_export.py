@@ -1,0 +1,121 @@
+"""Sharing formats: our folder with its code (trust_remote_code) and the plain transformers ViT export."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import ViTForImageClassification, ViTImageProcessorPil, pipeline
+
+from vit_ft import ViTFTForImageClassification
+from vit_ft.model.export import export_to_transformers
+
+from ..conftest import WITHOUT_VIT_FT
+
+# Runs in a fresh interpreter in which `import vit_ft` fails, as on a machine without the package.
+CLEAN_PROCESS = WITHOUT_VIT_FT + textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from transformers import AutoModelForImageClassification
+    folder, pixels_path, out_path = sys.argv[1:4]
+    model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=True).eval()
+    assert "vit_ft" not in sys.modules
+    try:
+        import vit_ft  # noqa: F401
+        raise SystemExit("vit_ft should not be importable")
+    except ImportError:
+        pass
+    with torch.no_grad():
+        logits = model(torch.load(pixels_path)).logits
+    json.dump({"cls": type(model).__module__ + "." + type(model).__name__, "logits": logits.tolist(),
+               "id2label": model.config.id2label}, open(out_path, "w"))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def finetuned(hf_classifier_dir):
+    """A classifier moved to a higher, non-square resolution with a non-trivial head, as after fine-tuning."""
+    model = ViTFTForImageClassification.from_pretrained(hf_classifier_dir, image_size=(24, 32))
+    with torch.no_grad():
+        model.classifier.weight.normal_(generator=torch.Generator().manual_seed(0))
+    return model
+
+
+@pytest.mark.parametrize("kernels", ["1", "0"], ids=["kernels-on", "kernels-off"])
+def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_path, kernels):
+    """The folder's code (kernels.py included) runs without vit_ft, with the CPU kernels on and off."""
+    folder = tmp_path / "model"
+    finetuned.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert (
+        config["auto_map"]["AutoModelForImageClassification"] == "modeling_vit_ft.ViTFTForImageClassification"
+    )
+    assert {
+        "modeling_vit_ft.py",
+        "configuration_vit_ft.py",
+        "conversion.py",
+        "pos_embed.py",
+        "kernels.py",
+    } <= {p.name for p in folder.iterdir()}
+    pixels = torch.randn(2, 3, 24, 32)
+    torch.save(pixels, tmp_path / "pixels.pt")
+    env_cache = {
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_HUB_OFFLINE": "1",
+        "VIT_FT_KERNELS": kernels,
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", CLEAN_PROCESS, str(folder), str(tmp_path / "pixels.pt"), str(tmp_path / "out.json")],
+        cwd=tmp_path, env={**_base_env(), **env_cache}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["cls"].startswith("transformers_modules.") and out["cls"].endswith(
+        "ViTFTForImageClassification"
+    )
+    assert out["id2label"] == {"0": "ant", "1": "bee", "2": "wasp"}
+    with torch.no_grad():
+        expected = finetuned(pixels).logits
+    assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
+
+
+def test_transformers_export_loads_in_plain_pipeline(finetuned, tmp_path):
+    folder = export_to_transformers(finetuned, tmp_path / "hf")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "vit" and config["image_size"] == [24, 32] and "auto_map" not in config
+    assert config["id2label"] == {"0": "ant", "1": "bee", "2": "wasp"}
+    processor = json.loads((folder / "preprocessor_config.json").read_text())
+    assert processor["size"] == {"height": 24, "width": 32}
+
+    reference = ViTForImageClassification.from_pretrained(folder).eval()
+    pixels = torch.randn(2, 3, 24, 32)
+    with torch.no_grad():
+        assert (reference(pixels).logits - finetuned(pixels).logits).abs().max().item() <= 1e-5
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (50, 70, 3), dtype=np.uint8))
+    classifier = pipeline("image-classification", model=str(folder))
+    scores = classifier(image, top_k=None, function_to_apply="none")
+    inputs = ViTImageProcessorPil.from_pretrained(folder)(image, return_tensors="pt")
+    with torch.no_grad():
+        ours = finetuned(inputs["pixel_values"]).logits[0]
+    for entry in scores:
+        assert abs(entry["score"] - ours[finetuned.config.label2id[entry["label"]]].item()) <= 1e-5
+
+
+def test_export_refuses_mean_pooling(hf_classifier_dir, tmp_path):
+    model = ViTFTForImageClassification.from_pretrained(hf_classifier_dir, pooling="mean")
+    with pytest.raises(ValueError, match="pooling='mean'"):
+        export_to_transformers(model, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}

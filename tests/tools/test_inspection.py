@@ -1,0 +1,153 @@
+"""scripts/inspect_model.py and vit_ft.tools.inspection: the ViT paper's Figure 7 of our model, rollout overlays."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from sklearn.decomposition import PCA
+
+from vit_ft.tools.inspection import (
+    count_mosaic_panels,
+    max_patch_distance,
+    mean_attention_distance,
+    patch_distances,
+    patch_embedding_components,
+    plot_position_similarity,
+    position_similarity,
+    similarity_mosaic,
+)
+
+from ..conftest import REPO
+
+
+def brute_force_distance(attention, grid, patch):
+    """The definition, one loop per index: `attention` (heads, 1 + P, 1 + P) -> (heads,) pixels."""
+    gh, gw = grid
+    heads, tokens, _ = attention.shape
+    result = []
+    for h in range(heads):
+        per_query = []
+        for q in range(1, tokens):
+            qr, qc = divmod(q - 1, gw)
+            weights = [float(attention[h, q, k]) for k in range(1, tokens)]
+            total = 0.0
+            for k in range(1, tokens):
+                kr, kc = divmod(k - 1, gw)
+                dist = math.hypot((qr - kr) * patch[0], (qc - kc) * patch[1])
+                total += weights[k - 1] * dist
+            per_query.append(total / sum(weights))
+        result.append(sum(per_query) / len(per_query))
+    return torch.tensor(result)
+
+
+def test_mean_attention_distance_matches_the_brute_force_definition():
+    torch.manual_seed(0)
+    grid, patch = (2, 3), (4, 5)  # non-square on purpose
+    layers = [torch.softmax(torch.randn(2, 3, 7, 7) * 2, dim=-1) for _ in range(2)]
+    out = mean_attention_distance(layers, grid, patch)
+    assert out.shape == (2, 2, 3)  # (batch, layers, heads)
+    for b in range(2):
+        for layer in range(2):
+            torch.testing.assert_close(out[b, layer], brute_force_distance(layers[layer][b], grid, patch))
+
+
+def test_attention_distance_extremes():
+    grid, patch = (3, 4), (16, 16)
+    tokens = 1 + 12
+    self_only = torch.eye(tokens)[None, None]  # every token attends to itself
+    assert mean_attention_distance([self_only], grid, patch).abs().max() == 0
+    corner = torch.zeros(1, 1, tokens, tokens)
+    corner[0, 0, 1, tokens - 1] = 1.0  # first patch attends only to the opposite corner
+    corner[0, 0, 2:, 2:] = torch.eye(tokens - 2)
+    corner[0, 0, 0, 0] = 1.0
+    expected = max_patch_distance(grid, patch) / 12  # one of 12 query patches at the max distance
+    assert mean_attention_distance([corner], grid, patch).item() == pytest.approx(expected)
+    assert max_patch_distance(grid, patch) == pytest.approx(patch_distances(grid, patch).max().item())
+
+
+def test_patch_filter_pca_matches_sklearn():
+    weight = torch.randn(40, 3, 4, 4)
+    components, explained = patch_embedding_components(weight, 28)
+    assert components.shape == (28, 3, 4, 4)
+    reference = PCA(n_components=28).fit(weight.reshape(40, -1).numpy())
+    np.testing.assert_allclose(explained.numpy(), reference.explained_variance_ratio_, rtol=1e-4, atol=1e-6)
+    flat = components.reshape(28, -1).numpy()
+    np.testing.assert_allclose(
+        np.abs((flat * reference.components_).sum(axis=1)), 1.0, atol=1e-3
+    )  # up to sign
+    assert patch_embedding_components(torch.randn(8, 3, 2, 2))[0].shape[0] == 8  # no more than the filters
+
+
+def test_position_similarity_has_one_panel_per_position(tmp_path):
+    grid = (3, 5)
+    torch.manual_seed(0)
+    table = torch.randn(1, 1 + 15, 32)
+    similarity = position_similarity(table, grid)
+    assert similarity.shape == (15, 3, 5)
+    mosaic = similarity_mosaic(similarity)
+    for position in range(15):
+        r, c = divmod(position, 5)
+        panel = mosaic[r * 4 : r * 4 + 3, c * 6 : c * 6 + 5]
+        assert np.unravel_index(np.argmax(panel), panel.shape) == (r, c)  # most similar to itself
+        assert panel[r, c] == pytest.approx(1.0)
+    assert count_mosaic_panels(mosaic, grid) == 15
+    path, panels = plot_position_similarity(similarity, tmp_path / "pos.png")
+    assert panels == 15 and path.is_file()
+
+
+@pytest.fixture(scope="module")
+def inspected(tiny_finetuned_dir, tmp_path_factory):
+    """`python scripts/inspect_model.py` on the tiny fine-tune: two rollout images, one unreadable file."""
+    tmp = tmp_path_factory.mktemp("inspect")
+    test_dir = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["data"]["test_dir"]
+    images = sorted(Path(test_dir).glob("*/*.png"))[:2]
+    (tmp / "broken.png").write_text("no image")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "scripts/inspect_model.py",
+            "--model",
+            str(tiny_finetuned_dir),
+            "--output_dir",
+            str(tmp / "figs"),
+            "--num_images",
+            "12",
+            "--images",
+            *map(str, images),
+            str(tmp / "broken.png"),
+        ],  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return tmp / "figs", json.loads((tmp / "figs" / "inspection.json").read_text())
+
+
+def test_every_figure_is_written(inspected):
+    figs, summary = inspected
+    for name in ("patch_embedding_pca.png", "position_similarity.png", "attention_distance.png",
+                 "attention_rollout.png"):  # fmt: skip
+        with Image.open(figs / name) as image:
+            assert image.format == "PNG" and min(image.size) > 200, name
+    assert summary["patch_embedding_pca"]["components"] == 28
+
+
+def test_inspection_numbers_have_the_models_shapes(inspected):
+    _, summary = inspected
+    assert summary["position_similarity"] == {"grid": [8, 8], "panels": 64}  # 32x32 pixels, 4x4 patches
+    distances = np.array(summary["attention_distance"]["mean_distance"])
+    assert distances.shape == (2, 4)  # (layers, heads) of the tiny model
+    assert summary["attention_distance"]["images"] == 12
+    assert summary["attention_distance"]["max_distance"] == pytest.approx(math.hypot(28, 28))
+    assert (distances > 0).all() and (distances <= summary["attention_distance"]["max_distance"]).all()
+    rollout = summary["rollout"]
+    assert [r["error"] is None for r in rollout] == [True, True, False]
+    assert all(r["label"] in [str(i) for i in range(10)] for r in rollout[:2])

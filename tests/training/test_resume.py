@@ -1,0 +1,159 @@
+"""Interruption: a run killed at a checkpoint in the middle of an epoch resumes with --resume and ends bit for bit
+where an uninterrupted run ends: the same metrics, losses and final weights."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vit_ft.training.stages import checkpoint_is_complete, last_complete_checkpoint
+
+from ..conftest import REPO, run_finetune_script, write_tiny_recipe
+
+# 6 steps per epoch, a checkpoint every 4: checkpoints 4, 8, 16 and 20 fall in the middle of an epoch.
+# Random crops and dropout: both must replay; the final model is the last one, not the best checkpoint.
+SETTINGS = {
+    "num_train_epochs": 4,
+    "save_strategy": "steps",
+    "save_steps": 4,
+    "save_total_limit": None,
+    "load_best_model_at_end": False,
+    "hidden_dropout_prob": 0.1,
+    "crop_scale_min": 0.5,
+}
+STEPS_PER_EPOCH = 6
+
+
+def final_run(out: Path) -> dict:
+    """What must not depend on the interruption: eval/test metrics, each step's logged loss, the final weights.
+
+    (train_loss and the timings in train_results.json do differ: the Trainer averages the loss over the steps
+    that this process ran.)
+    """
+    metrics = json.loads((out / "all_results.json").read_text())
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return {
+        "metrics": {
+            k: v
+            for k, v in metrics.items()
+            if k.startswith(("eval_", "test_")) and "runtime" not in k and "per_second" not in k
+        },
+        "losses": {e["step"]: (e["loss"], e["grad_norm"]) for e in history if "loss" in e},
+        "weights": (out / "model.safetensors").read_bytes(),
+    }
+
+
+def assert_same_run(resumed: dict, uninterrupted: dict) -> None:
+    assert resumed["metrics"] == uninterrupted["metrics"]
+    # the resumed run's log holds the steps before the checkpoint (from its state) and those it ran
+    assert resumed["losses"] == uninterrupted["losses"]
+    assert resumed["weights"] == uninterrupted["weights"]
+
+
+def kill_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> Path:
+    out = cwd / "out"
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if (out / "checkpoint-4").is_dir() and checkpoint_is_complete(out / "checkpoint-4"):
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, "the run finished before it could be interrupted"
+        os.kill(process.pid, sig)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert not (out / "all_results.json").exists(), "the run was not interrupted"
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_dir(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    result = run_finetune_script("--recipe", str(write_tiny_recipe(tmp, **SETTINGS)), cwd=tmp)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_dir) -> dict:
+    return final_run(uninterrupted_dir)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_run_resumes_to_the_same_result(tmp_path, uninterrupted, sig):
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    out = kill_after_first_checkpoint(recipe, tmp_path, sig)
+    last = last_complete_checkpoint(out)
+    assert last is not None and int(Path(last).name.split("-")[1]) < 24
+    result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_same_run(final_run(out), uninterrupted)
+
+
+def test_resume_from_the_middle_of_an_earlier_epoch_is_exact(tmp_path, uninterrupted_dir, uninterrupted):
+    """Only checkpoint-8 (2 steps into epoch 2 of 4) in a fresh folder: the skipped batches' crops, the rest of
+    the epoch and the later epochs must all be drawn as they were."""
+    step = 8
+    assert step % STEPS_PER_EPOCH != 0
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copytree(uninterrupted_dir / f"checkpoint-{step}", out / f"checkpoint-{step}")
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    result = run_finetune_script("--recipe", str(recipe), "--output_dir", str(out), "--resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_same_run(final_run(out), uninterrupted)
+
+
+def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    out = kill_after_first_checkpoint(recipe, tmp_path, signal.SIGKILL)
+    good = Path(last_complete_checkpoint(out))
+    # what a death while saving leaves: a newer folder with weights cut short and no trainer_state.json
+    broken = out / f"checkpoint-{int(good.name.split('-')[1]) + SETTINGS['save_steps']}"
+    shutil.rmtree(broken, ignore_errors=True)
+    broken.mkdir()
+    (broken / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes()[:100])
+    assert not checkpoint_is_complete(broken)
+    assert last_complete_checkpoint(out) == str(good)
+    assert (
+        not broken.exists() and (out / f"incomplete-{broken.name}").is_dir()
+    )  # moved aside, good one intact
+    assert checkpoint_is_complete(good)
+    result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_same_run(final_run(out), uninterrupted)
+
+
+def test_truncated_weights_and_the_interrupt_message(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from vit_ft.training.stages import checkpoint_problem, interrupted_message, newest_complete_checkpoint
+
+    assert "before any checkpoint was saved" in interrupted_message(tmp_path)
+    for step in (6, 12):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        save_file({"w": torch.zeros(64)}, str(folder / "model.safetensors"))
+    assert newest_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-12")
+    weights = tmp_path / "checkpoint-12" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    assert "cannot be loaded" in checkpoint_problem(tmp_path / "checkpoint-12")
+    assert newest_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")  # moves nothing
+    assert (tmp_path / "checkpoint-12").is_dir()
+    assert "checkpoint-6" in interrupted_message(tmp_path) and "--resume" in interrupted_message(tmp_path)
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
+    assert (tmp_path / "incomplete-checkpoint-12").is_dir()

@@ -1,0 +1,250 @@
+"""The --sweep of scripts/finetune.py: one fine-tune per value, the winner chosen on validation, resumable."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from vit_ft.tools.inference import load_classifier
+from vit_ft.training.recipe_fields import RecipeError
+from vit_ft.training.sweep import choose, parse_sweep, summarize, sweep_runs, take_sweep
+from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record, write_run_record
+
+from ..conftest import REPO, run_finetune_script, write_tiny_recipe
+
+# Judged on validation loss, which moves continuously, so that the first value (too small a learning rate to
+# change anything) and the second (one that learns) never tie: the choice must go to the second.
+SETTINGS = {"num_train_epochs": 1, "metric_for_best_model": "loss", "save_total_limit": 1}
+SWEEP = "learning_rate=1e-9,0.003"
+FIRST, SECOND = "sweep-learning_rate-1e-9", "sweep-learning_rate-0.003"
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under `folder` with its modification time and bytes."""
+    return {
+        str(path.relative_to(folder)): (path.stat().st_mtime_ns, path.read_bytes())
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("sweep")
+    recipe = write_tiny_recipe(tmp, **SETTINGS)
+    result = run_finetune_script("--recipe", str(recipe), "--sweep", SWEEP, cwd=tmp)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return tmp / "out"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parsing and choosing, without training
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_take_sweep_removes_the_flag_in_both_spellings():
+    assert take_sweep(["--recipe", "r", "--sweep", "seed=1,2", "--x"]) == (
+        "seed=1,2",
+        ["--recipe", "r", "--x"],
+    )
+    assert take_sweep(["--sweep=seed=1,2"]) == ("seed=1,2", [])
+    assert take_sweep(["--recipe", "r"]) == (None, ["--recipe", "r"])
+    with pytest.raises(RecipeError, match="one --sweep"):
+        take_sweep(["--sweep", "seed=1", "--sweep", "learning_rate=1"])
+    with pytest.raises(RecipeError, match="needs a value"):
+        take_sweep(["--sweep"])
+
+
+def test_parse_sweep_names_and_values():
+    assert parse_sweep("learning_rate=0.001, 0.003") == ("learning_rate", ["0.001", "0.003"])
+    with pytest.raises(RecipeError, match="did you mean 'learning_rate'"):
+        parse_sweep("learnig_rate=0.1")
+    with pytest.raises(RecipeError, match="no values"):
+        parse_sweep("learning_rate=")
+    with pytest.raises(RecipeError, match="empty value"):
+        parse_sweep("learning_rate=0.1,,0.2")
+    with pytest.raises(RecipeError, match="ARGUMENT=VALUE"):
+        parse_sweep("learning_rate")
+    with pytest.raises(RecipeError, match="cannot vary output_dir"):
+        parse_sweep("output_dir=a,b")
+
+
+def test_choose_takes_the_best_score_and_breaks_ties_on_validation_loss():
+    assert choose([0.5, 0.9, 0.7], greater_is_better=True) == 1
+    assert choose([0.5, 0.9, 0.7], greater_is_better=False) == 0
+    assert choose([0.9, 0.9], True, losses=[0.4, 0.3]) == 1  # same accuracy, lower loss
+    assert choose([0.9, 0.9], True, losses=[0.3, 0.3]) == 0  # a full tie goes to the earlier value
+    assert choose([math.nan, 0.1, None], True) == 1  # a run without a score never wins
+    with pytest.raises(ValueError, match="no run of the sweep has a validation score"):
+        choose([None, math.nan], True)
+
+
+def test_summary_chooses_on_validation_not_on_test(tmp_path):
+    recipe = write_tiny_recipe(tmp_path)  # parsed only: nothing trains here
+    runs = sweep_runs(["--recipe", str(recipe)], "learning_rate", ["0.001", "0.01", "0.1"], tmp_path / "out")
+    assert [run.args[2].learning_rate for run in runs] == [0.001, 0.01, 0.1]
+    validation, test = [0.50, 0.80, 0.70], [0.90, 0.60, 0.95]  # the test split would choose otherwise
+    for run, eval_accuracy, test_accuracy in zip(runs, validation, test, strict=True):
+        run.folder.mkdir(parents=True)
+        write_run_record(
+            run.folder, {"metrics": {"eval_accuracy": eval_accuracy, "test_accuracy": test_accuracy}}
+        )
+    summary = summarize("learning_rate", runs, runs[0].args[2])
+    assert summary["metric"] == "eval_accuracy" and summary["greater_is_better"] is True
+    assert summary["chosen"] == {"value": 0.01, "text": "0.01", "folder": "sweep-learning_rate-0.01"}
+    assert [row["test_accuracy"] for row in summary["runs"]] == test
+    assert [row["chosen"] for row in summary["runs"]] == [False, True, False]
+
+
+def test_a_value_given_twice_or_also_as_a_flag_is_refused(tmp_path):
+    recipe = str(write_tiny_recipe(tmp_path))
+    with pytest.raises(RecipeError, match="the same run twice"):
+        sweep_runs(["--recipe", recipe], "learning_rate", ["0.001", "1e-3"], tmp_path / "out")
+    with pytest.raises(RecipeError, match="both as a flag and in --sweep"):
+        sweep_runs(
+            ["--recipe", recipe, "--learning_rate", "0.1"], "learning_rate", ["0.001"], tmp_path / "out"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A real sweep, as a user runs it
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_sweep_records_every_run_and_chooses_on_validation(finished_sweep):
+    out = finished_sweep
+    summary = json.loads((out / "sweep.json").read_text())
+    assert summary["argument"] == "learning_rate" and summary["metric"] == "eval_loss"
+    assert [row["folder"] for row in summary["runs"]] == [FIRST, SECOND]
+    for row in summary["runs"]:  # every number is the run's own, as its record says
+        recorded = read_run_record(out / row["folder"])
+        assert recorded["finished"] is True
+        for key in ("eval_loss", "eval_accuracy", "test_loss", "test_accuracy"):
+            assert row[key] == pytest.approx(recorded["metrics"][key])
+    losses = [row["eval_loss"] for row in summary["runs"]]
+    assert losses[0] != losses[1]
+    best = min(range(2), key=losses.__getitem__)
+    assert summary["chosen"]["folder"] == summary["runs"][best]["folder"] == SECOND
+    assert [row["chosen"] for row in summary["runs"]] == [best == 0, best == 1]
+    table = (out / "sweep.md").read_text()
+    assert "| 1e-9 |" in table and "| 0.003 |" in table and "**yes**" in table
+
+
+def test_the_winner_is_copied_and_loads(finished_sweep):
+    out = finished_sweep
+    assert is_finished(out)
+    record = read_run_record(out)
+    assert record["sweep"]["chosen"]["folder"] == SECOND
+    assert record["metrics"] == read_run_record(out / SECOND)["metrics"]
+    copied = load_classifier(out, device="cpu").model.state_dict()
+    winner = load_classifier(out / SECOND, device="cpu").model.state_dict()
+    loser = load_classifier(out / FIRST, device="cpu").model.state_dict()
+    assert copied.keys() == winner.keys()
+    assert all(torch.equal(copied[key], winner[key]) for key in copied)
+    assert not all(torch.equal(copied[key], loser[key]) for key in copied)
+    assert not any(path.name.startswith("checkpoint-") for path in out.iterdir())  # those stay in the run
+
+
+# --sweep value -> words of the one error line; every case runs against the finished sweep, which must not change
+BAD = {
+    "learnig_rate=0.001,0.003": "did you mean 'learning_rate'",  # unknown argument
+    "learning_rate=": "gives no values",  # empty list
+    "learning_rate=0.001,fast": "learning_rate=fast",  # a value that does not convert
+    "learning_rate=0.003,0": "learning_rate=0.0 must be positive",  # a value that fails validation
+}
+
+
+def test_bad_sweeps_and_a_finished_sweep_are_one_error_line_and_change_nothing(finished_sweep):
+    before = snapshot(finished_sweep)
+    recipe = str(finished_sweep.parent / "tiny.yaml")
+    commands = {
+        **{words: ["--sweep", sweep, "--overwrite_output_dir"] for sweep, words in BAD.items()},
+        "holds a finished sweep": ["--sweep", SWEEP],  # a good sweep into a finished one, without overwrite
+    }
+    with ThreadPoolExecutor(max_workers=3) as pool:  # each case fails before any data or model loads
+        results = dict(
+            zip(
+                commands,
+                pool.map(
+                    lambda args: run_finetune_script("--recipe", recipe, *args, cwd=finished_sweep.parent),
+                    commands.values(),
+                ),
+                strict=True,
+            )
+        )
+    for words, result in results.items():
+        lines = error_lines(result)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert len(lines) == 1 and words in lines[0], result.stderr[-3000:]
+    assert "--overwrite_output_dir" in error_lines(results["holds a finished sweep"])[0]
+    assert snapshot(finished_sweep) == before
+
+
+def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, finished_sweep):
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe), "--sweep", SWEEP],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and process.poll() is None and not is_finished(out / FIRST):
+            time.sleep(0.05)
+        assert process.poll() is None, "the sweep ended before it could be interrupted"
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert is_finished(out / FIRST) and not (out / "sweep.json").exists()
+    first = snapshot(out / FIRST)
+
+    # without --resume the finished run is not silently redone
+    again = run_finetune_script("--recipe", str(recipe), "--sweep", SWEEP, cwd=tmp_path)
+    assert again.returncode == 1 and "--resume" in error_lines(again)[0], again.stderr[-3000:]
+
+    resumed = run_finetune_script("--recipe", str(recipe), "--sweep", SWEEP, "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert f"sweep run 1/2: learning_rate=1e-9 in {out / FIRST} finished before; kept" in resumed.stdout
+    assert snapshot(out / FIRST) == first  # not repeated: every file as the interrupted sweep left it
+    summary = json.loads((out / "sweep.json").read_text())
+    reference = json.loads((finished_sweep / "sweep.json").read_text())
+    assert summary["chosen"] == reference["chosen"]
+    for row, expected in zip(summary["runs"], reference["runs"], strict=True):
+        assert row["eval_loss"] == pytest.approx(expected["eval_loss"], abs=1e-5)
+    assert is_finished(out) and (out / RUN_RECORD_FILE).is_file()
+
+
+def test_sweep_under_two_processes(tmp_path):
+    """Every process takes part in every run; process 0 alone chooses, copies and writes, once."""
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(REPO / "recipes" / "accelerate_configs" / "cpu_2proc.yaml"),
+        str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe), "--use_cpu", "true", "--sweep", SWEEP,
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    out = tmp_path / "out"
+    assert log.count("INFO vit_ft: Sweep finished") == 1
+    for folder in (FIRST, SECOND):
+        assert read_run_record(out / folder)["world_size"] == 2
+    summary = json.loads((out / "sweep.json").read_text())
+    losses = [row["eval_loss"] for row in summary["runs"]]
+    assert summary["chosen"]["folder"] == summary["runs"][losses.index(min(losses))]["folder"]
+    assert read_run_record(out)["sweep"]["chosen"] == summary["chosen"] and is_finished(out)

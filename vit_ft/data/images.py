@@ -1,0 +1,396 @@
+"""Image decoding and pixel transforms: any file -> 8-bit RGB PIL image -> normalised (channels, height, width).
+
+Pure PIL / numpy / torch, no torchvision. `vit_ft.data.datasets` builds the dataset-level transforms on top of these.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from typing import IO, Any
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+__all__ = [
+    "CROP_RATIO",
+    "CROP_SCALE",
+    "DEFAULT_MAX_PIXELS",
+    "RESCALE_FACTOR",
+    "VIT_MEAN",
+    "VIT_STD",
+    "ImageSource",
+    "center_crop_box",
+    "describe_source",
+    "image_extensions",
+    "load_image",
+    "random_resized_crop",
+    "random_resized_crop_box",
+    "resize_and_center_crop",
+    "to_normalized_tensor",
+    "to_rgb",
+]
+
+# Pillow's own default (PIL.Image.MAX_IMAGE_PIXELS): ~ a 9459 x 9459 image, 256 MiB as 8-bit RGBA.
+DEFAULT_MAX_PIXELS = 89_478_485
+# ViTImageProcessor's normalisation (google/vit-* checkpoints), for a model that comes without a processor
+VIT_MEAN = (0.5, 0.5, 0.5)
+VIT_STD = (0.5, 0.5, 0.5)
+RESCALE_FACTOR = 1 / 255  # 8-bit pixels to [0, 1], as image processors rescale
+# Inception-style random-resized-crop: area fraction and aspect-ratio ranges (torchvision's defaults)
+CROP_SCALE = (0.08, 1.0)
+CROP_RATIO = (3 / 4, 4 / 3)
+
+# A path, raw encoded bytes, a binary file object, a `datasets.Image(decode=False)` value {"bytes", "path"},
+# or an already decoded PIL image.
+ImageSource = str | os.PathLike | bytes | IO[bytes] | dict | Image.Image
+
+_WHITE = (255, 255, 255)
+# Modes Pillow converts to RGB exactly (palette lookup, channel copy, CMYK/YCbCr/HSV formulas).
+_DIRECT_TO_RGB = {"1", "L", "P", "CMYK", "YCbCr", "HSV", "RGBX"}
+# Modes with an alpha channel, composited on white after a conversion to RGBA.
+_WITH_ALPHA = {"RGBA", "RGBa", "LA", "La", "PA"}
+
+
+def image_extensions() -> set[str]:
+    """Lower-case file suffixes read as images: those of datasets' imagefolder builder (the training loader)."""
+    from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
+
+    return {ext.lower() for ext in ImageFolder.EXTENSIONS}
+
+
+def describe_source(source: Any) -> str:
+    """A short name for an image source, for error messages: the path when there is one."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    if isinstance(source, dict):
+        if source.get("path"):
+            return str(source["path"])
+        data = source.get("bytes")
+        return f"<{len(data)} bytes>" if data is not None else "<empty image value>"
+    if isinstance(source, (bytes, bytearray)):
+        return f"<{len(source)} bytes>"
+    if isinstance(source, Image.Image):
+        return f"<PIL image {source.mode} {source.width}x{source.height}>"
+    return getattr(source, "name", None) or f"<{type(source).__name__}>"
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Convert any PIL image to 8-bit RGB; an RGB image without transparency is returned as is.
+
+    - Transparency (RGBA, LA, PA, P or L/RGB with a transparent colour) is composited on white rather than
+      dropped: dropping alpha exposes whatever colour sits under transparent pixels (often black), which
+      turns e.g. a black logo on a transparent background into a black square.
+    - High bit depth is scaled, never clipped: I;16* (16-bit) maps 0..65535 to 0..255. The modes I (int32)
+      and F (float32) carry no nominal depth, so the range is read from each image: values in [0, 1]
+      (F only) are fractions, in [0, 255] 8-bit, in [0, 65535] 16-bit, anything else is min-max scaled.
+    """
+    mode = img.mode
+    if mode == "RGB" and "transparency" not in img.info:
+        return img
+    if mode in _WITH_ALPHA or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        background = Image.new("RGB", img.size, _WHITE)
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        return Image.fromarray(_high_depth_to_uint8(np.asarray(img), mode)).convert("RGB")
+    if mode in _DIRECT_TO_RGB:
+        return img.convert("RGB")
+    try:
+        return img.convert("RGB")
+    except ValueError as error:
+        raise ValueError(
+            f"Cannot convert a {mode!r} image to RGB ({error}); supported modes are 1, L, LA, P, PA, RGB, RGBA, "
+            "CMYK, YCbCr, HSV, I;16, I and F. Re-save the file as PNG or JPEG."
+        ) from error
+
+
+def _high_depth_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
+    """Scale a 16-bit, int32 or float32 (height, width) array to uint8 (see `to_rgb` for the rules)."""
+    values = np.nan_to_num(array.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if mode.startswith("I;16"):
+        scaled = values / 257.0  # 65535 / 257 == 255 exactly
+    elif low >= 0 and high <= 1 and mode == "F":
+        scaled = values * 255.0
+    elif low >= 0 and high <= 255:
+        scaled = values
+    elif low >= 0 and high <= 65535:
+        scaled = values / 257.0
+    else:
+        scaled = (values - low) * (255.0 / (high - low))
+    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
+
+
+def _check_pixels(size: tuple[int, int], max_pixels: int | None, name: str) -> None:
+    if max_pixels is not None and size[0] * size[1] > max_pixels:
+        raise ValueError(
+            f"{name}: {size[0]}x{size[1]} = {size[0] * size[1]:,} pixels is over max_pixels={max_pixels:,} "
+            "(decompression-bomb guard). If the file is trusted, pass a larger max_pixels; otherwise remove it "
+            "(vit_ft.data.bad_images.drop_bad_images lists and drops such files)."
+        )
+
+
+def _apply_exif_orientation(img: Image.Image, owned: bool) -> Image.Image:
+    """Rotate/flip per the EXIF Orientation tag; in place when the image is ours, else on a copy."""
+    if img.getexif().get(Image.ExifTags.Base.Orientation, 1) in (1, None):
+        return img
+    if owned:
+        ImageOps.exif_transpose(img, in_place=True)
+        return img
+    return ImageOps.exif_transpose(img)
+
+
+def _open_target(source: ImageSource) -> str | IO[bytes]:
+    """What to hand to `PIL.Image.open`; a remote URL (hf://, https://) comes back as the string."""
+    if isinstance(source, dict):
+        if source.get("bytes") is not None:
+            return io.BytesIO(source["bytes"])
+        if not source.get("path"):
+            raise ValueError(
+                f"Image value {source!r} has neither 'bytes' nor 'path'; the row holds no image."
+            )
+        source = source["path"]
+    if isinstance(source, (bytes, bytearray)):
+        return io.BytesIO(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not os.path.isfile(path) and not _is_remote(path):
+            raise FileNotFoundError(f"Image file {path!r} does not exist (or is not a file).")
+        return path
+    if hasattr(source, "read"):
+        return source
+    raise TypeError(
+        f"Cannot load an image from a {type(source).__name__}; pass a path, bytes, a binary file object, "
+        "a {'bytes', 'path'} dict (a datasets.Image(decode=False) value) or a PIL image."
+    )
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path and not os.path.exists(path)
+
+
+def _open_local(target: str | IO[bytes], max_pixels: int | None, name: str) -> Image.Image:
+    """`Image.open` (header only, no pixels decoded yet) with the decompression-bomb check."""
+    with warnings.catch_warnings():
+        # Pillow warns above its own limit; the check below replaces the warning with a clear error.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            img = Image.open(target)
+        except Image.DecompressionBombError as error:
+            raise ValueError(
+                f"{name}: {error} If the file is trusted, raise PIL.Image.MAX_IMAGE_PIXELS and max_pixels; "
+                "otherwise remove it (vit_ft.data.bad_images.drop_bad_images lists and drops such files)."
+            ) from error
+    try:
+        _check_pixels(img.size, max_pixels, name)
+    except ValueError:
+        img.close()
+        raise
+    return img
+
+
+def load_image(
+    source: ImageSource,
+    min_size: int | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> Image.Image:
+    """Decode an image to 8-bit RGB with its EXIF orientation applied.
+
+    Args:
+        source: a path, raw bytes, a binary file object, a `datasets.Image(decode=False)` value
+            {"bytes", "path"} (bytes win when both are set), or an already decoded PIL image.
+        min_size: the smallest side length the caller needs. A JPEG at least twice that size on both sides
+            is decoded at 1/2, 1/4 or 1/8 scale (Pillow draft mode, DCT-domain scaling: several times
+            faster) with both sides kept >= min_size. None decodes at full size.
+        max_pixels: decompression-bomb guard, checked on the header before any pixel is decoded;
+            None disables it.
+
+    Raises:
+        ValueError: the image is over max_pixels or has an unsupported mode.
+        OSError: the file is missing, unreadable or truncated (`PIL.UnidentifiedImageError` is one).
+    """
+    name = describe_source(source)
+    if isinstance(source, Image.Image):
+        _check_pixels(source.size, max_pixels, name)
+        return to_rgb(_apply_exif_orientation(source, owned=False))
+    target = _open_target(source)
+    if isinstance(target, str) and _is_remote(target):
+        import datasets  # fetches hf:// and http(s) paths with the user's Hub token; full-size decode
+
+        img = datasets.Image().decode_example({"path": target, "bytes": None})
+        _check_pixels(img.size, max_pixels, name)
+        return to_rgb(img)
+    with _open_local(target, max_pixels, name) as img:
+        if min_size is not None:
+            img.draft("RGB", (min_size, min_size))  # JPEG only; a no-op for other formats
+        img.load()
+    return to_rgb(_apply_exif_orientation(img, owned=True))
+
+
+# The Pillow transpose that `ImageOps.exif_transpose` applies for each EXIF orientation (1: none), and the
+# inverse map of a point (x, y) of the displayed image back to the stored one of size (width, height).
+_EXIF_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_SHOWN_TO_STORED = {
+    1: lambda x, y, width, height: (x, y),
+    2: lambda x, y, width, height: (width - x, y),
+    3: lambda x, y, width, height: (width - x, height - y),
+    4: lambda x, y, width, height: (x, height - y),
+    5: lambda x, y, width, height: (y, x),
+    6: lambda x, y, width, height: (y, height - x),
+    7: lambda x, y, width, height: (width - y, height - x),
+    8: lambda x, y, width, height: (width - y, x),
+}
+
+
+def random_resized_crop(
+    source: ImageSource,
+    size: tuple[int, int],
+    scale: tuple[float, float] = CROP_SCALE,
+    ratio: tuple[float, float] = CROP_RATIO,
+    resample: int = Image.Resampling.BICUBIC,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    draft: bool = True,
+    generator: torch.Generator | None = None,
+) -> Image.Image:
+    """Decode `source` and return a random-resized crop of it as an 8-bit RGB image of `size` (height, width).
+
+    The same crop as `load_image` followed by `random_resized_crop_box` on the displayed (EXIF-rotated) image
+    and `resize(size, box=...)`, but decoded for that crop: the box is drawn on the header's size first, then
+    a JPEG is decoded at the largest 1/2, 1/4 or 1/8 scale that keeps the crop at least `size` (Pillow draft
+    mode). A large photo whose crop is a fraction of it is no longer decoded in full for a 224-pixel output.
+    The crop is resized in the stored orientation and only the small result is rotated, which commutes with
+    resampling. With draft=False the decode is full-size and the result matches the two-step path.
+    The box is drawn from `generator` (torch's global RNG when None), see `random_resized_crop_box`.
+    """
+    height, width = size
+    target = None if isinstance(source, Image.Image) else _open_target(source)
+    if target is None or (isinstance(target, str) and _is_remote(target)):
+        img = load_image(source, max_pixels=max_pixels)  # decoded already, or fetched whole: no draft to gain
+        box = random_resized_crop_box(img.width, img.height, scale, ratio, generator)
+        return img.resize((width, height), resample=resample, box=box)
+    with _open_local(target, max_pixels, describe_source(source)) as img:
+        orientation = img.getexif().get(Image.ExifTags.Base.Orientation, 1)
+        orientation = orientation if orientation in _SHOWN_TO_STORED else 1
+        stored_width, stored_height = img.size
+        swapped = orientation >= 5  # the displayed image is the stored one turned by 90 degrees
+        shown_width, shown_height = img.size[::-1] if swapped else img.size
+        left, top, right, bottom = random_resized_crop_box(shown_width, shown_height, scale, ratio, generator)
+        to_stored = _SHOWN_TO_STORED[orientation]
+        x0, y0 = to_stored(left, top, stored_width, stored_height)
+        x1, y1 = to_stored(right, bottom, stored_width, stored_height)
+        box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))  # in the stored image
+        out_width, out_height = (height, width) if swapped else (width, height)
+        if draft:
+            reduction = min((box[2] - box[0]) / out_width, (box[3] - box[1]) / out_height)
+            factor = next((f for f in (8, 4, 2) if reduction >= f), 1)
+            if factor > 1:
+                # Pillow picks the largest factor with size // request >= factor; floor division makes
+                # that exactly `factor` (a ceil request can lose one step, e.g. 1500 // 188 = 7 -> 4).
+                request = (max(1, stored_width // factor), max(1, stored_height // factor))
+                drafted = img.draft("RGB", request)  # JPEG only; None for other formats
+                if drafted is not None:
+                    # 1, 2, 4 or 8: decoded pixel = stored pixel / factor
+                    factor = stored_width / drafted[1][2]
+                    box = tuple(coordinate / factor for coordinate in box)
+        img.load()
+        rgb = to_rgb(img)
+    out = rgb.resize((out_width, out_height), resample=resample, box=box)
+    return out.transpose(_EXIF_TRANSPOSE[orientation]) if orientation != 1 else out
+
+
+def random_resized_crop_box(
+    width: int,
+    height: int,
+    scale: tuple[float, float] = CROP_SCALE,
+    ratio: tuple[float, float] = CROP_RATIO,
+    generator: torch.Generator | None = None,
+) -> tuple[float, float, float, float]:
+    """Crop box (left, top, right, bottom) drawn like torchvision's `RandomResizedCrop.get_params`.
+
+    Area fraction uniform in `scale`, aspect ratio (width / height) log-uniform in `ratio`, 10 tries, then
+    a centre crop clamped to `ratio`. Unlike torchvision the box is not rounded to whole pixels: Pillow's
+    `resize(box=...)` samples sub-pixel boxes exactly, which keeps crops of small images (8x8 digits, 32x32
+    CIFAR) as varied as crops of photos, where rounding makes no difference. Draws from `generator`, or from
+    torch's global RNG when None (`torch.manual_seed` / `transformers.set_seed` make that reproducible). The
+    fine-tune passes a generator seeded per (seed, epoch, sample) so that a resumed run replays the crops
+    (see `vit_ft.data.transforms.ImageClassificationTransform`).
+    """
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
+        aspect_ratio = math.exp(
+            torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=generator).item()
+        )
+        w = math.sqrt(target_area * aspect_ratio)
+        h = math.sqrt(target_area / aspect_ratio)
+        if 0 < w <= width and 0 < h <= height:
+            top = torch.empty(1).uniform_(0, height - h, generator=generator).item()
+            left = torch.empty(1).uniform_(0, width - w, generator=generator).item()
+            return left, top, left + w, top + h
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, width / min(ratio)
+    elif in_ratio > max(ratio):
+        w, h = height * max(ratio), height
+    else:
+        w, h = width, height
+    top, left = (height - h) / 2, (width - w) / 2
+    return left, top, left + w, top + h
+
+
+def center_crop_box(width: int, height: int, crop_height: int, crop_width: int) -> tuple[int, int, int, int]:
+    """Centred (left, top, right, bottom) box of size (crop_height, crop_width), rounded like torchvision."""
+    top = int(round((height - crop_height) / 2.0))
+    left = int(round((width - crop_width) / 2.0))
+    return left, top, left + crop_width, top + crop_height
+
+
+def resize_and_center_crop(
+    img: Image.Image,
+    size: tuple[int, int],
+    crop_pct: float = 1.0,
+    resample: int = Image.Resampling.BICUBIC,
+) -> Image.Image:
+    """Evaluation geometry: resize so the image covers (height / crop_pct, width / crop_pct), keeping its
+    aspect ratio, then centre-crop (height, width).
+
+    For a square target this is torchvision's Resize(shorter side) + CenterCrop; for a non-square one the
+    scale is the larger of the two side ratios, so the crop never needs padding.
+    """
+    height, width = size
+    scale = max(height / img.height, width / img.width) / crop_pct
+    new_width = max(width, int(round(img.width * scale)))
+    new_height = max(height, int(round(img.height * scale)))
+    if (new_width, new_height) != img.size:
+        img = img.resize((new_width, new_height), resample=resample)
+    return img.crop(center_crop_box(new_width, new_height, height, width))
+
+
+def to_normalized_tensor(
+    img: Image.Image,
+    mean: Sequence[float],
+    std: Sequence[float],
+    rescale_factor: float = RESCALE_FACTOR,
+) -> torch.Tensor:
+    """8-bit RGB PIL image -> float32 (channels, height, width) tensor: (pixel * rescale_factor - mean) / std."""
+    array = np.array(img, dtype=np.uint8)  # (height, width, channels), a writable copy for torch
+    pixels = torch.from_numpy(array).permute(2, 0, 1)  # (channels, height, width)
+    pixels = pixels.to(torch.float32, memory_format=torch.contiguous_format)
+    mean_t = torch.as_tensor(mean, dtype=torch.float32).view(-1, 1, 1)
+    std_t = torch.as_tensor(std, dtype=torch.float32).view(-1, 1, 1)
+    return pixels.mul_(rescale_factor).sub_(mean_t).div_(std_t)

@@ -1,0 +1,299 @@
+"""Per-image transforms and the batch collator for image-classification fine-tuning.
+
+`build_transforms` gives the batch transform for `datasets.Dataset.with_transform` (train: random resized crop
+and flip; eval: resize and centre crop; then normalise) and `collate_fn` stacks its output for the Trainer.
+
+Decoding happens in the transform, so the image column should be cast to `datasets.Image(decode=False)`:
+then JPEGs are decoded at reduced size (draft mode) and a bad file cannot crash a worker.
+
+Augmentation randomness is a function of (seed, epoch, sample index) when the train transform has a seed and
+the split an `INDEX_COLUMN`: a run resumed mid-epoch, whose Trainer skips the consumed batches without loading
+them, then draws exactly the crops and flips of an uninterrupted run, whatever the workers or processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from PIL import Image
+
+from .images import (
+    CROP_RATIO,
+    CROP_SCALE,
+    DEFAULT_MAX_PIXELS,
+    RESCALE_FACTOR,
+    describe_source,
+    load_image,
+    random_resized_crop,
+    resize_and_center_crop,
+    to_normalized_tensor,
+)
+
+__all__ = [
+    "INDEX_COLUMN",
+    "ImageClassificationTransform",
+    "augmentation_seed",
+    "build_transforms",
+    "collate_fn",
+]
+
+# The train split's column of row positions (vit_ft.training.stages.attach_transforms adds it): a seeded train transform
+# draws each image's crop and flip from a generator seeded by (seed, epoch, this index).
+INDEX_COLUMN = "vit_ft_index"
+
+# The data layer's logger, whichever of its modules logs: a bad image is reported under one name.
+logger = logging.getLogger("vit_ft.data.datasets")
+
+
+class ImageClassificationTransform:
+    """Batch transform for `datasets.Dataset.set_transform` / `with_transform`; see `build_transforms`.
+
+    A class rather than a closure so that it pickles (DataLoader workers with spawn, `datasets` hashing).
+    """
+
+    def __init__(
+        self,
+        image_size: tuple[int, int],
+        mean: Sequence[float],
+        std: Sequence[float],
+        train: bool,
+        crop_scale: tuple[float, float],
+        crop_ratio: tuple[float, float],
+        horizontal_flip: bool,
+        crop_pct: float,
+        rescale_factor: float,
+        resample: int,
+        image_column: str,
+        label_column: str,
+        max_pixels: int | None,
+        draft: bool,
+        seed: int | None = None,
+    ) -> None:
+        self.image_size = image_size
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.train = train
+        self.crop_scale = crop_scale
+        self.crop_ratio = crop_ratio
+        self.horizontal_flip = horizontal_flip
+        self.crop_pct = crop_pct
+        self.rescale_factor = rescale_factor
+        self.resample = resample
+        self.image_column = image_column
+        self.label_column = label_column
+        self.max_pixels = max_pixels
+        self.draft = draft
+        self.seed = seed
+        # In shared memory: DataLoader workers (persistent ones too) read the epoch the main process sets.
+        self._epoch = (
+            torch.zeros((), dtype=torch.int64).share_memory_() if train and seed is not None else None
+        )
+        # Eval decodes for the resize, which covers (height, width) / crop_pct; train decodes for each drawn
+        # crop instead (see vit_ft.data.images.random_resized_crop).
+        self.min_decode_size = math.ceil(max(image_size) / crop_pct) if draft and not train else None
+
+    def __repr__(self) -> str:
+        mode = "train" if self.train else "eval"
+        return (
+            f"{type(self).__name__}({mode}, image_size={self.image_size}, mean={self.mean}, std={self.std}, "
+            f"crop_scale={self.crop_scale}, horizontal_flip={self.horizontal_flip}, crop_pct={self.crop_pct}, "
+            f"resample={Image.Resampling(self.resample).name}, draft={self.draft}, seed={self.seed})"
+        )
+
+    @property
+    def epoch(self) -> int:
+        """The epoch whose augmentations a seeded train transform draws (0 until `set_epoch`)."""
+        return int(self._epoch) if self._epoch is not None else 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the augmentations of `epoch` from now on, in this process and in its DataLoader workers."""
+        if self._epoch is None:
+            raise ValueError(
+                "set_epoch needs a train transform with a seed: build_transforms(train=True, seed=...)."
+            )
+        self._epoch.fill_(int(epoch))
+
+    def sample_generator(self, index: int) -> torch.Generator:
+        """The generator of sample `index`'s crop and flip in the current epoch (see `augmentation_seed`)."""
+        return torch.Generator().manual_seed(augmentation_seed(self.seed, self.epoch, index))
+
+    def transform_image(self, image: Any, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width).
+
+        Train draws the crop and flip from `generator`, or from torch's global RNG when None.
+        """
+        if self.train:
+            img = random_resized_crop(
+                image,
+                self.image_size,
+                self.crop_scale,
+                self.crop_ratio,
+                self.resample,
+                self.max_pixels,
+                self.draft,
+                generator,
+            )
+            if self.horizontal_flip and torch.rand(1, generator=generator).item() < 0.5:
+                img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        else:
+            img = load_image(image, min_size=self.min_decode_size, max_pixels=self.max_pixels)
+            img = resize_and_center_crop(img, self.image_size, self.crop_pct, self.resample)
+        return to_normalized_tensor(img, self.mean, self.std, self.rescale_factor)
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        if self.image_column not in batch:
+            raise KeyError(
+                f"The batch has no image column {self.image_column!r} (columns: {sorted(batch)}). Pass "
+                "image_column= to build_transforms, and with the HF Trainer set remove_unused_columns=False "
+                "(otherwise it drops the image column before the transform sees it)."
+            )
+        images = batch[self.image_column]
+        # per-sample generators when seeded and indexed; else the global RNG (the draws then depend on the order)
+        indices = batch.get(INDEX_COLUMN) if self._epoch is not None else None
+        generators = (
+            [self.sample_generator(int(i)) for i in indices] if indices is not None else [None] * len(images)
+        )
+        pixel_values = []
+        for image, generator in zip(images, generators, strict=True):
+            try:
+                pixel_values.append(self.transform_image(image, generator))
+            except Exception as error:  # any failure: one bad file must not kill an epoch
+                logger.warning(
+                    "Could not decode image %s (%s: %s); using a blank (mean-colour) image instead. "
+                    "Run vit_ft.data.bad_images.drop_bad_images on the split before training to remove it.",
+                    describe_source(image),
+                    type(error).__name__,
+                    error,
+                )
+                pixel_values.append(torch.zeros(3, *self.image_size))
+        output: dict[str, list] = {"pixel_values": pixel_values}
+        if self.label_column in batch:
+            output["labels"] = [int(label) for label in batch[self.label_column]]
+        return output
+
+
+def build_transforms(
+    image_size: int | tuple[int, int],
+    mean: Sequence[float],
+    std: Sequence[float],
+    train: bool,
+    crop_scale: tuple[float, float] = CROP_SCALE,
+    crop_ratio: tuple[float, float] = CROP_RATIO,
+    horizontal_flip: bool = True,
+    crop_pct: float = 1.0,
+    rescale_factor: float = RESCALE_FACTOR,
+    resample: int = Image.Resampling.BICUBIC,
+    image_column: str = "image",
+    label_column: str = "label",
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    draft: bool = True,
+    seed: int | None = None,
+) -> ImageClassificationTransform:
+    """Batch transform {image_column: [...], label_column: [...]} -> {"pixel_values": [(3, height, width)
+    float32 tensor, ...], "labels": [int, ...]} for `Dataset.with_transform` / `set_transform`.
+
+    Images may be `datasets.Image(decode=False)` values {"bytes", "path"} (the main path: decoding happens
+    here, JPEGs at reduced size via draft mode, and a file that fails to decode becomes a blank image with a
+    warning instead of an exception), PIL images (a decoded column: datasets decodes before this runs, so a
+    bad file raises there), paths or bytes. Every image becomes 8-bit RGB first (see `vit_ft.data.images.to_rgb`).
+
+    Train: torchvision's RandomResizedCrop(image_size, crop_scale, crop_ratio) then a horizontal flip with
+    p=0.5. With `seed`, an image whose batch carries its row position in `INDEX_COLUMN` draws both from a
+    generator seeded by (seed, epoch, index), the epoch set with `set_epoch` (the fine-tune's callback does it
+    at each epoch's start): the augmentation of a sample then depends on nothing else, not on the order of
+    loading, the batches a resumed run skips, the DataLoader workers or the process. Otherwise they are drawn
+    from torch's global RNG (seed with `transformers.set_seed`). Eval: resize to cover
+    image_size / crop_pct, then centre-crop image_size. Then (pixel * rescale_factor - mean) / std.
+
+    Args:
+        image_size: (height, width), or one int for a square.
+        mean, std: per-channel statistics, the checkpoint image processor's `image_mean` / `image_std`.
+        crop_pct: eval crop fraction; 1.0 (default) crops the whole shorter side, timm-style 0.875/0.9
+            resize 224 / 0.875 = 256 first.
+        rescale_factor: the image processor's `rescale_factor`, 1/255.
+        resample: PIL resampling filter. Bicubic by default: Pillow's bicubic is antialiased when
+            downscaling and sharper than bilinear, and it is what timm/big_vision ViT recipes evaluate with.
+            Pass the checkpoint processor's `resample` (e.g. 2 = bilinear for google/vit-base-patch16-224)
+            to match its preprocessing exactly.
+        max_pixels: decompression-bomb limit per image; None disables it.
+        draft: decode JPEGs at the largest 1/2, 1/4, 1/8 reduction that still keeps the output a
+            downscale: of the resize in eval, of each drawn crop in train (the crop is drawn on the header's
+            size before decoding).
+        seed: train only; makes the augmentation a function of (seed, epoch, sample index), see above.
+    """
+    size = _height_width(image_size)
+    _check_statistics_and_crops(mean, std, crop_scale, crop_ratio, crop_pct)
+    return ImageClassificationTransform(
+        image_size=size,
+        mean=mean,
+        std=std,
+        train=train,
+        crop_scale=tuple(crop_scale),
+        crop_ratio=tuple(crop_ratio),
+        horizontal_flip=horizontal_flip,
+        crop_pct=crop_pct,
+        rescale_factor=rescale_factor,
+        resample=int(resample),
+        image_column=image_column,
+        label_column=label_column,
+        max_pixels=max_pixels,
+        draft=draft,
+        seed=seed,
+    )
+
+
+def augmentation_seed(seed: int, epoch: int, index: int) -> int:
+    """The generator seed of sample `index`'s augmentation in `epoch` of a run seeded with `seed`.
+
+    A hash rather than arithmetic (seed + epoch * n + index) so that neighbouring triples give unrelated
+    streams. 32 bits, as torch's CPU generator keeps only the low 32 bits of a seed.
+    """
+    digest = hashlib.blake2b(f"{seed}/{epoch}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0xFFFF_FFFF
+
+
+def _height_width(image_size: int | tuple[int, int]) -> tuple[int, int]:
+    """`image_size` as an int (height, width) pair; an int is a square."""
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    if len(size) != 2 or min(size) < 1:
+        raise ValueError(f"image_size={image_size!r} must be a positive int or a (height, width) pair.")
+    return int(size[0]), int(size[1])
+
+
+def _check_statistics_and_crops(
+    mean: Sequence[float],
+    std: Sequence[float],
+    crop_scale: tuple[float, float],
+    crop_ratio: tuple[float, float],
+    crop_pct: float,
+) -> None:
+    """Raise a ValueError that names the fix for normalisation statistics or crop settings that cannot work."""
+    if len(mean) != 3 or len(std) != 3:
+        raise ValueError(
+            f"mean={list(mean)} and std={list(std)} need 3 values each (images are converted to RGB); "
+            "pass the checkpoint image processor's image_mean and image_std."
+        )
+    if min(std) <= 0:
+        raise ValueError(f"std={list(std)} must be positive.")
+    if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
+        raise ValueError(f"crop_scale={crop_scale} must satisfy 0 < low <= high <= 1, e.g. (0.08, 1.0).")
+    if not 0 < crop_ratio[0] <= crop_ratio[1]:
+        raise ValueError(f"crop_ratio={crop_ratio} must satisfy 0 < low <= high, e.g. (3/4, 4/3).")
+    if not 0 < crop_pct <= 1:
+        raise ValueError(f"crop_pct={crop_pct} must be in (0, 1]; 1.0 keeps the whole shorter side.")
+
+
+def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Transformed examples -> {"pixel_values": (batch, channels, height, width), "labels": (batch,) long}.
+
+    `labels` is left out when the examples have none (prediction on unlabelled images).
+    """
+    batch = {"pixel_values": torch.stack([example["pixel_values"] for example in examples])}
+    if "labels" in examples[0]:
+        batch["labels"] = torch.tensor([int(example["labels"]) for example in examples], dtype=torch.long)
+    return batch

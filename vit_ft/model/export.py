@@ -1,0 +1,149 @@
+"""Export a vit_ft model to the standard transformers ViT format (no remote code needed to load it) or to
+timm's Hub layout."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from transformers import ViTConfig, ViTImageProcessorPil
+
+from .checkpoint_formats import TIMM_LAYER_NORM_EPS, timm_config_dict, to_timm_state_dict
+from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
+from .conversion import to_hf_vit_state_dict
+from .modeling_vit_ft import ViTFTForImageClassification, ViTFTModel
+
+logger = logging.getLogger(__name__)
+
+
+def export_to_transformers(
+    model: ViTFTForImageClassification,
+    output_dir: str | Path,
+    image_processor: ViTImageProcessorPil | None = None,
+    with_head: bool = True,
+) -> Path:
+    """Write `model` as a transformers `ViTForImageClassification` folder with a `ViTImageProcessor`.
+
+    The position embeddings stay at the model's (fine-tuned) resolution and the config's `image_size` says
+    so; the processor resizes to that size. `with_head=False` writes a backbone `ViTModel` checkpoint (no
+    classifier, no label names), the layout of google/vit-base-patch16-224-in21k. The folder is written to a temporary sibling and renamed into
+    place, so a failed export never leaves a half-written folder.
+    """
+    config = model.config
+    if config.pooling != "cls":
+        raise ValueError(
+            f"transformers' ViTForImageClassification classifies the CLS token; this model uses pooling="
+            f"{config.pooling!r}, which it cannot express. Share it in the vit_ft format instead."
+        )
+    if with_head and config.num_labels < 1:
+        raise ValueError(
+            "The model has no classification head (num_labels=0); nothing to export as a classifier."
+        )
+    height, width = config.image_hw
+    hf_config = _vit_config(config, with_head)
+    if image_processor is None:
+        image_processor = ViTImageProcessorPil()
+    image_processor = ViTImageProcessorPil(
+        **{**image_processor.to_dict(), "size": {"height": height, "width": width}}
+    )
+    state_dict = to_hf_vit_state_dict(
+        {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()},
+        config.num_hidden_layers,
+    )
+    if not with_head:  # ViTModel keys carry no `vit.` prefix
+        state_dict = {
+            k.removeprefix("vit."): v for k, v in state_dict.items() if not k.startswith("classifier.")
+        }
+
+    return _write_atomically(Path(output_dir), hf_config, image_processor, state_dict)
+
+
+def export_to_timm(
+    model: ViTFTForImageClassification | ViTFTModel,
+    output_dir: str | Path,
+    image_mean: list[float] | None = None,
+    image_std: list[float] | None = None,
+) -> Path:
+    """Write `model` in timm's Hub layout: `config.json` (`architecture`, `model_args` stating every size,
+    `pretrained_cfg` with mean/std) and `model.safetensors` with timm's keys (`checkpoint_formats.TIMM_KEYS`).
+
+    `timm.create_model("hf-hub:...")` builds the same ViT from it (mean pooling becomes global_pool='avg'
+    with fc_norm=False), and `from_pretrained` reads it back. timm's LayerNorms use eps 1e-6: a model with
+    another eps (1e-12, from transformers' checkpoints) records it for vit_ft, and gives outputs within
+    about 1e-5 under timm. Written to a temporary sibling and renamed into place.
+    """
+    config = model.config
+    mean = list(image_mean) if image_mean is not None else [0.5] * config.num_channels
+    std = list(image_std) if image_std is not None else [0.5] * config.num_channels
+    timm_config = timm_config_dict(config, mean, std)
+    state_dict = to_timm_state_dict(
+        {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}, config
+    )
+    if config.layer_norm_eps != TIMM_LAYER_NORM_EPS:
+        logger.warning(
+            "timm's ViT uses LayerNorm eps %s; this model uses %s (kept for vit_ft in config.json).",
+            TIMM_LAYER_NORM_EPS,
+            config.layer_norm_eps,
+        )
+    return _write_folder_atomically(
+        Path(output_dir),
+        lambda staging: (
+            (staging / "config.json").write_text(json.dumps(timm_config, indent=2) + "\n", encoding="utf-8"),
+            save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"}),
+        ),
+    )
+
+
+def _vit_config(config: ViTFTConfig, with_head: bool) -> ViTConfig:
+    """transformers' ViTConfig of the same architecture at the model's resolution (labels only with a head)."""
+    height, width = config.image_hw
+    fields = {name: getattr(config, name) for name in VIT_CONFIG_FIELDS if name != "image_size"}
+    head = {
+        "id2label": dict(config.id2label),
+        "label2id": dict(config.label2id),
+        "problem_type": config.problem_type,
+    }
+    return ViTConfig(
+        **fields,
+        image_size=height if height == width else [height, width],
+        **(head if with_head else {}),
+        architectures=["ViTForImageClassification" if with_head else "ViTModel"],
+    )
+
+
+def _write_atomically(
+    output_dir: Path, config: ViTConfig, processor: ViTImageProcessorPil, state_dict: dict[str, torch.Tensor]
+) -> Path:
+    """Config, processor and weights written to a temporary sibling folder, then renamed into place."""
+
+    def write(staging: Path) -> None:
+        config.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"})
+
+    return _write_folder_atomically(output_dir, write)
+
+
+def _write_folder_atomically(output_dir: Path, write: Callable[[Path], Any]) -> Path:
+    """`write(staging)` fills a temporary sibling folder, which then replaces `output_dir`."""
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        write(staging)
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return output_dir
+
+
+__all__ = ["export_to_timm", "export_to_transformers"]

@@ -1,0 +1,1 @@
+"""vit_ft.tools."""

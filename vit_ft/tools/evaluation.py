@@ -1,0 +1,309 @@
+"""Evaluation of a fine-tuned classifier: metrics, a per-class table, a confusion matrix, the most confident
+mistakes, and a `report.md` that shows them (with the fine-tune's training curves).
+
+Each job has its module: which images (`eval_data`), loading and the batched loop (`inference`), the numbers
+(here), the figures (`figures`) and the report (`reporting`); `run_evaluation` puts them together.
+
+    run_evaluation("outputs/digits", "reports/digits")                       # the recorded test split
+    run_evaluation("outputs/digits", "reports/digits-48", image_size=48)     # another test-time resolution
+    run_evaluation("outputs/digits", "reports/mine", data_dir="my_digits/")  # labels matched by class name
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data.images import describe_source
+from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
+from ..reports.figures import plot_confusion_matrix, plot_mistakes
+from ..reports.reporting import (
+    PER_CLASS_COLUMNS,
+    copy_training_curves,
+    markdown_table,
+    write_confusion_csv,
+    write_csv,
+    write_report,
+)
+from .eval_data import EvalData, resolve_eval_data
+from .inference import Classifier, describe_error, iter_batches, load_classifier
+
+logger = logging.getLogger("vit_ft")
+
+
+@dataclass
+class EvalOutputs:
+    """Model outputs on the images that decoded; `rows` indexes them in the EvalData."""
+
+    logits: np.ndarray  # (num_evaluated, num_labels) float32
+    labels: np.ndarray  # (num_evaluated,) true model label ids
+    rows: np.ndarray  # (num_evaluated,) row index in EvalData.dataset
+    sources: list[str]  # (num_evaluated,) file path (or a description) of each image
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # {"row", "source", "reason"}
+
+    @property
+    def probabilities(self) -> np.ndarray:
+        """Softmax of the logits, `(num_evaluated, num_labels)`."""
+        return torch.from_numpy(self.logits).softmax(dim=-1).numpy()
+
+    @property
+    def predictions(self) -> np.ndarray:
+        return self.logits.argmax(axis=-1)
+
+
+def predict_dataset(
+    classifier: Classifier,
+    data: EvalData,
+    batch_size: int = 64,
+    num_workers: int = 0,
+    progress: bool | None = None,
+) -> EvalOutputs:
+    """Logits for every image of `data`, `batch_size` at a time; images that do not decode are skipped
+    (listed in `skipped`), as the fine-tune's `drop_bad_images` dropped them."""
+    logits, rows, sources, skipped = [], [], [], []
+    values = data.dataset["image"]
+    for batch in iter_batches(classifier, values, batch_size, num_workers, "Evaluating", progress):
+        for offset, error in batch.errors.items():
+            value, row = batch.sources[offset], batch.start + offset
+            source = describe_source(value) if value else f"row {row}"
+            skipped.append({"row": row, "source": source, "reason": describe_error(error)})
+        if batch.decoded:
+            logits.append(batch.outputs.numpy())
+            rows.extend(batch.start + i for i in batch.decoded)
+            sources.extend(describe_source(batch.sources[i]) for i in batch.decoded)
+    if skipped:
+        logger.warning(
+            "Skipped %d of %d images that do not decode, e.g. %s (%s).",
+            len(skipped),
+            len(data),
+            skipped[0]["source"],
+            skipped[0]["reason"],
+        )
+    if not rows:
+        raise ValueError(
+            f"None of the {len(data)} images of {data.description} decodes; nothing to evaluate."
+        )
+    row_index = np.asarray(rows, dtype=np.int64)
+    return EvalOutputs(np.concatenate(logits), data.labels[row_index], row_index, sources, skipped)
+
+
+def confusion_counts(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> np.ndarray:
+    """`(num_classes, num_classes)` int64 counts, rows = true class, columns = predicted class."""
+    counts = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(counts, (labels, predictions), 1)
+    return counts
+
+
+def per_class_table(counts: np.ndarray, id2label: dict[int, str]) -> list[dict[str, Any]]:
+    """One row per class from the confusion counts: support, predicted, precision, recall (the class's
+    accuracy) and F1; precision/F1 are 0 where undefined (nothing predicted or no support)."""
+    true_positives = np.diag(counts)
+    support = counts.sum(axis=1)
+    predicted = counts.sum(axis=0)
+    rows = []
+    for i in range(len(counts)):
+        precision = true_positives[i] / predicted[i] if predicted[i] else 0.0
+        recall = true_positives[i] / support[i] if support[i] else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        rows.append(
+            {
+                "id": i,
+                "class": id2label[i],
+                "support": int(support[i]),
+                "predicted": int(predicted[i]),
+                "precision": float(precision),
+                "recall": float(recall),
+                "f1": float(f1),
+            }
+        )
+    return rows
+
+
+def compute_metrics(outputs: EvalOutputs, top_k: int = 5) -> dict[str, float]:
+    """accuracy, top-k accuracy and macro-F1 with the metric modules the fine-tune used (so the numbers agree
+    with its eval/test results); macro-F1 averages over the classes present in the labels or predictions."""
+    from ..metrics import build_compute_metrics
+
+    values = build_compute_metrics(top_k)((outputs.logits, outputs.labels))
+    return {
+        "accuracy": float(values["accuracy"]),
+        f"top{top_k}_accuracy": float(values[f"top{top_k}_accuracy"]),
+        "f1": float(values["f1"]),  # macro-averaged, as the fine-tune's eval_f1
+    }
+
+
+@dataclass
+class Mistake:
+    rank: int
+    row: int  # in EvalData.dataset
+    source: str
+    true_label: str
+    predicted_label: str
+    probability: float  # of the predicted label
+    true_probability: float
+
+
+def most_confident_mistakes(
+    outputs: EvalOutputs, data: EvalData, id2label: dict[int, str], limit: int = 25
+) -> list[Mistake]:
+    """The `limit` wrong predictions with the highest predicted probability, most confident first."""
+    probabilities = outputs.probabilities
+    predictions = outputs.predictions
+    wrong = np.flatnonzero(predictions != outputs.labels)
+    confidence = probabilities[wrong, predictions[wrong]]
+    order = wrong[np.argsort(-confidence, kind="stable")][:limit]
+    mistakes = []
+    for rank, i in enumerate(order, start=1):
+        row = int(outputs.rows[i])
+        mistakes.append(
+            Mistake(
+                rank=rank,
+                row=row,
+                source=outputs.sources[i],
+                true_label=id2label[int(outputs.labels[i])],
+                predicted_label=id2label[int(predictions[i])],
+                probability=float(probabilities[i, predictions[i]]),
+                true_probability=float(probabilities[i, outputs.labels[i]]),
+            )
+        )
+    return mistakes
+
+
+def _metrics_record(
+    model: str, classifier: Classifier, data: EvalData, outputs: EvalOutputs, top_k: int, elapsed: float
+) -> dict[str, Any]:
+    """What metrics.json holds: the numbers, what was evaluated at which resolution, and how fast."""
+    info = classifier.run_record or {}
+    return {
+        **compute_metrics(outputs, top_k),
+        "num_images": int(len(outputs.labels)),
+        "num_skipped": len(outputs.skipped),
+        "num_classes": classifier.num_labels,
+        "model": model,
+        "data": data.description,
+        "image_size": list(classifier.preprocessing.image_size),
+        "trained_image_size": info.get("image_size"),
+        "images_per_second": round(len(outputs.labels) / max(elapsed, 1e-9), 2),
+        "device": str(classifier.device),
+        "bf16": classifier.bf16,
+        "skipped": outputs.skipped,
+        "notes": data.notes,
+    }
+
+
+def _write_tables(
+    output_dir: Path,
+    outputs: EvalOutputs,
+    counts: np.ndarray,
+    table: list[dict[str, Any]],
+    id2label: dict[int, str],
+) -> None:
+    """per_class.csv/.md, confusion_matrix.npy/.csv and predictions.csv (one row per evaluated image)."""
+    write_csv(output_dir / "per_class.csv", table)
+    (output_dir / "per_class.md").write_text(markdown_table(table, PER_CLASS_COLUMNS), encoding="utf-8")
+    np.save(output_dir / "confusion_matrix.npy", counts)
+    write_confusion_csv(counts, id2label, output_dir / "confusion_matrix.csv")
+    probabilities, predictions = outputs.probabilities, outputs.predictions
+    rows = [
+        {
+            "row": int(row),
+            "source": outputs.sources[i],
+            "true_label": id2label[int(label)],
+            "predicted_label": id2label[int(pred)],
+            "probability": float(probabilities[i, pred]),
+            "correct": bool(label == pred),
+        }
+        for i, (row, label, pred) in enumerate(zip(outputs.rows, outputs.labels, predictions, strict=True))
+    ]
+    write_csv(output_dir / "predictions.csv", rows)
+
+
+def run_evaluation(
+    model: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    recipe: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    split: str | None = None,
+    image_size: int | Sequence[int] | None = None,
+    batch_size: int = 64,
+    max_samples: int | None = None,
+    max_mistakes: int = 25,
+    top_k: int = 5,
+    seed: int | None = None,
+    device: str | None = None,
+    num_workers: int = 0,
+    progress: bool | None = None,
+    max_tokens: int | None = MAX_IMAGE_TOKENS,
+    bf16: str | bool = False,
+) -> dict[str, Any]:
+    """Evaluate `model` and write metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
+    mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has one) and
+    report.md to `output_dir`. Returns the contents of metrics.json."""
+    model = str(model)
+    output_dir = Path(output_dir)
+    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
+    # under bf16 autocast ("auto": where the hardware has native bf16); nothing is written before the model loads
+    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    id2label = classifier.id2label
+    data = resolve_eval_data(model, id2label, recipe, data_dir, split, seed, max_samples)
+    logger.info("Evaluating %s on %s: %d images.", model, data.description, len(data))
+
+    started = time.perf_counter()
+    outputs = predict_dataset(classifier, data, batch_size, num_workers, progress)
+    elapsed = time.perf_counter() - started
+    predictions = outputs.predictions
+    counts = confusion_counts(outputs.labels, predictions, classifier.num_labels)
+    table = per_class_table(counts, id2label)
+    metrics = _metrics_record(model, classifier, data, outputs, top_k, elapsed)
+    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+
+    _write_tables(output_dir, outputs, counts, table, id2label)
+    mistakes = most_confident_mistakes(outputs, data, id2label, max_mistakes)
+    write_csv(output_dir / "mistakes.csv", [vars(m) for m in mistakes])
+    figures = {
+        "confusion_matrix": plot_confusion_matrix(
+            counts,
+            id2label,
+            output_dir / "confusion_matrix.png",
+            title=f"Confusion matrix, accuracy {metrics['accuracy']:.3f} on {metrics['num_images']} images",
+        ).name,
+        "mistakes": plot_mistakes(
+            mistakes, data, classifier.preprocessing.image_size, output_dir / "mistakes.png"
+        ).name,
+    }
+    curves = copy_training_curves(model, output_dir)
+    if curves:
+        figures["training_curves"] = curves
+    write_report(output_dir, model, metrics, table, figures, data.notes)
+    logger.info(
+        "accuracy %.4f, top-%d %.4f, macro-F1 %.4f on %d images; report in %s",
+        metrics["accuracy"],
+        top_k,
+        metrics[f"top{top_k}_accuracy"],
+        metrics["f1"],
+        metrics["num_images"],
+        output_dir / "report.md",
+    )
+    return metrics
+
+
+__all__ = [
+    "EvalOutputs",
+    "Mistake",
+    "compute_metrics",
+    "confusion_counts",
+    "most_confident_mistakes",
+    "per_class_table",
+    "predict_dataset",
+    "run_evaluation",
+]

@@ -1,0 +1,316 @@
+"""Share a fine-tune on the Hugging Face Hub: stage the output folder with a model card, then upload it.
+
+Two formats. "vit_ft" (default): our weights and config with the model's code beside them and `auto_map`, so
+`AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True)` loads it anywhere. "transformers":
+the standard transformers ViT export (`vit_ft.model.export`), which loads with no remote code. Either way the
+repository gets the image processor at the fine-tuned resolution, the label maps, the run record and a model
+card; checkpoints, TensorBoard runs and pickles (training_args.bin) stay local.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import HfApi
+
+from ..data.images import image_extensions
+from ..utils.run_record import (
+    ADAPTER_DIR,
+    EXAMPLES_DIR,
+    PROCESSOR_FILE,
+    RUN_RECORD_FILE,
+    is_adapter_folder,
+    read_run_record,
+)
+from .inference import HUB_ID
+
+logger = logging.getLogger("vit_ft")
+
+FORMATS = ("vit_ft", "transformers")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
+# what the fine-tune recorded, shared in both formats
+RECORD_FILES = ("labels.json", "training_curves.png", RUN_RECORD_FILE, "*_results.json", "trainer_state.json")
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", "*.py", PROCESSOR_FILE)
+
+
+def stage_for_hub(
+    output_dir: str | Path,
+    staging_dir: str | Path,
+    repo_id: str,
+    format: str = "vit_ft",
+) -> Path:
+    """Write into `staging_dir` (created; must not exist) exactly what the Hub repository `repo_id` gets.
+
+    `output_dir` is a fine-tune output folder (merged or full model at its root, and/or a LoRA adapter in
+    `adapter/`) or a bare adapter folder. A LoRA adapter that was not merged is merged here, so the repository
+    always holds a complete model; the adapter itself is shared too (vit_ft format, in `adapter/`). The staged
+    folder is verified (`verify_staged`); on any failure it is removed.
+    """
+    from ..reports.reporting import model_card  # deferred: reporting imports matplotlib
+
+    check_repo_id(repo_id)
+    if format not in FORMATS:
+        raise ValueError(f"format={format!r} is not one of {FORMATS}: 'vit_ft' (our code, trust_remote_code) "
+                         "or 'transformers' (plain transformers ViT, no remote code).")  # fmt: skip
+    output_dir, staging = Path(output_dir), Path(staging_dir)
+    if not output_dir.is_dir():
+        raise FileNotFoundError(
+            f"{output_dir} is not a folder; pass a fine-tune output folder (--output_dir)."
+        )
+    if staging.exists():
+        raise FileExistsError(f"{staging} exists; stage into a new folder.")
+    try:  # a folder that cannot be staged and verified is removed: nothing half-written is left to upload
+        adapter_dir = _adapter_dir(output_dir)
+        run_info = _read_run_info(output_dir, adapter_dir)
+
+        if format == "transformers":
+            from ..model.export import export_to_transformers
+
+            model = _load_merged(output_dir)
+            export_to_transformers(model, staging, image_processor=_load_processor(output_dir, adapter_dir))
+        else:
+            staging.mkdir(parents=True)
+            if _has_complete_model(output_dir):
+                _copy_matching(output_dir, staging, (*WEIGHT_FILES, "config.json"))
+                for code_file in _code_files(output_dir):
+                    shutil.copy2(output_dir / code_file, staging / code_file)
+            else:  # an adapter only, or a folder saved without its code: write the model with its code
+                _load_merged(output_dir).save_pretrained(staging)
+            _write_processor(output_dir, adapter_dir, staging)
+            if adapter_dir is not None:
+                _copy_matching(adapter_dir, staging / ADAPTER_DIR, ADAPTER_FILES)
+
+        _copy_matching(output_dir, staging, RECORD_FILES)
+        examples = output_dir / EXAMPLES_DIR
+        if examples.is_dir():
+            _copy_matching(
+                examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions()))
+            )
+        model_card(run_info, repo_id, staging, format, repo_id=repo_id).save(staging / "README.md")
+        verify_staged(staging, format, source=output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Raise ValueError unless `repo_id` is a Hub repository id: `name` or `namespace/name`."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        valid = bool(repo_id) and HUB_ID.fullmatch(repo_id) is not None and validate_repo_id(repo_id) is None
+    except HFValidationError:
+        valid = False
+    if not valid:
+        raise ValueError(
+            f"--hub_model_id {repo_id!r} is not a repo id; a repo id is 'namespace/name' or 'name' (letters, "
+            "digits, '-', '_', '.'; no '--' or '..'), e.g. me/vit-dogs."
+        )
+
+
+def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = None) -> None:
+    """Open every weight file in `staging`, then load the model as its users will (transformers' key mapping
+    included) and check that every parameter is there with the shape its config says and nothing is left
+    over. A truncated or mismatched folder is an OSError or ValueError naming the file (in `source`, the folder
+    it was copied from, when it is there) or the keys, raised before anything is uploaded."""
+    from safetensors import safe_open
+
+    if format == "transformers":
+        from transformers import ViTForImageClassification as model_class
+    else:
+        from ..model.modeling_vit_ft import ViTFTForImageClassification as model_class
+
+    files = sorted(staging.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{staging} holds no .safetensors weights; the folder cannot be shared.")
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as weights:
+                for key in weights.keys():  # noqa: SIM118 - safe_open is not iterable
+                    weights.get_slice(key).get_shape()
+        except Exception as error:  # safetensors raises its own error type, naming no file
+            named = source / file.name if source is not None and (source / file.name).is_file() else file
+            raise OSError(
+                f"{named} cannot be read ({' '.join(str(error).split())}): the file is truncated or corrupt; "
+                "save the model again (or re-run the fine-tune's final save) before sharing it."
+            ) from error
+    try:
+        _, info = model_class.from_pretrained(staging, output_loading_info=True)
+    except RuntimeError as error:  # a size mismatch between the weights and config.json
+        raise ValueError(
+            f"the weights in {staging} do not load into the model its config.json describes "
+            f"({' '.join(str(error).split())[:300]}); share the folder the fine-tune saved, unedited."
+        ) from error
+    problems = {k: sorted(info.get(k) or []) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    if any(problems.values()):
+        details = "; ".join(
+            f"{k.replace('_', ' ')} {[str(v) for v in keys[:3]]}" for k, keys in problems.items() if keys
+        )
+        raise ValueError(
+            f"the weights in {staging} do not match its config.json ({details}); share the folder the fine-tune "
+            "saved, unedited."
+        )
+
+
+def _check_online() -> None:
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise ConnectionError(
+            "HF_HUB_OFFLINE is set: the push needs the network; unset HF_HUB_OFFLINE and connect, or stage the "
+            "folder without the network with --local_dir FOLDER."
+        )
+
+
+def _is_transport_error(error: BaseException) -> bool:
+    """A connection that failed (httpx's TransportError family, or the stdlib's ConnectionError)."""
+    return isinstance(error, ConnectionError) or any(
+        c.__name__ == "TransportError" for c in type(error).__mro__
+    )
+
+
+def push_output_dir(
+    output_dir: str | Path,
+    hub_model_id: str,
+    format: str = "vit_ft",
+    token: str | None = None,
+    private: bool | None = None,
+    commit_message: str = "Upload fine-tuned ViT with vit-ft",
+    revision: str | None = None,
+) -> str:
+    """Push a fine-tune output folder to the Hub repository `hub_model_id` (created if missing); returns the commit URL.
+
+    The repo id is checked and the folder staged and verified first (see `stage_for_hub`), then the network
+    setting, so a folder that cannot be shared fails before the repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
+    """
+    check_repo_id(hub_model_id)
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="vit_ft_push_") as tmp:
+        staging = stage_for_hub(output_dir, Path(tmp) / hub_model_id.split("/")[-1], hub_model_id, format)
+        _check_online()  # after the folder's own problems, which the user fixes first
+        try:  # the first network call: the staged folder is verified by now
+            repo_url = api.create_repo(hub_model_id, private=private, exist_ok=True)
+            info = api.upload_folder(
+                repo_id=repo_url.repo_id,
+                folder_path=staging,
+                commit_message=commit_message,
+                revision=revision,
+            )
+        except Exception as error:
+            if not _is_transport_error(error):
+                raise
+            raise ConnectionError(
+                f"cannot reach the Hub ({' '.join(str(error).split())}): the push needs the network; connect and "
+                "run it again, or stage the folder without the network with --local_dir FOLDER."
+            ) from error
+    logger.info("Pushed %s (%s format) to %s", output_dir, format, info.commit_url)
+    return info.commit_url
+
+
+def _adapter_dir(output_dir: Path) -> Path | None:
+    if is_adapter_folder(output_dir):
+        return output_dir
+    return output_dir / ADAPTER_DIR if is_adapter_folder(output_dir / ADAPTER_DIR) else None
+
+
+def _read_run_info(output_dir: Path, adapter_dir: Path | None) -> dict[str, Any]:
+    """`vit_ft_run.json`, or what the folder itself says when the run record is missing."""
+    record = read_run_record(output_dir)
+    if record is not None:
+        return record
+    logger.warning(
+        "No %s in %s: the model card will not name the recipe or dataset.", RUN_RECORD_FILE, output_dir
+    )
+    config_dir = output_dir if (output_dir / "config.json").is_file() else adapter_dir or output_dir
+    config = (
+        json.loads((config_dir / "config.json").read_text()) if (config_dir / "config.json").is_file() else {}
+    )
+    size = config.get("image_size")
+    metrics_path = output_dir / "all_results.json"
+    return {
+        "recipe": None,
+        "base_model": None,
+        "image_size": [size, size] if isinstance(size, int) else size,
+        "lora": adapter_dir is not None,
+        "data": {},
+        "metrics": json.loads(metrics_path.read_text()) if metrics_path.is_file() else {},
+    }
+
+
+def _has_complete_model(folder: Path) -> bool:
+    """Weights, a vit_ft config with auto_map, and every code file that auto_map needs."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return False
+    config = json.loads(config_path.read_text())
+    has_weights = any(fnmatch.filter((p.name for p in folder.iterdir()), w) for w in WEIGHT_FILES)
+    try:
+        code = _code_files(folder)
+    except FileNotFoundError:
+        return False
+    return config.get("model_type") == "vit_ft" and "auto_map" in config and has_weights and bool(code)
+
+
+def _code_files(folder: Path) -> list[str]:
+    """The .py files that `auto_map` loads, with their relative imports (transformers' own resolution)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    auto_map = json.loads((folder / "config.json").read_text()).get("auto_map", {})
+    modules = {ref.split(".")[0] for ref in auto_map.values() if isinstance(ref, str) and "--" not in ref}
+    files: set[str] = set()
+    for module in modules:
+        path = folder / f"{module}.py"
+        if not path.is_file():
+            raise FileNotFoundError(f"auto_map names {module}.py, which is not in {folder}.")
+        files.add(path.name)
+        files.update(Path(p).name for p in get_relative_import_files(str(path)))
+    return sorted(files)
+
+
+def _load_merged(output_dir: Path):
+    """The classifier to share: the folder's model, or base + LoRA adapter with the adapter merged in."""
+    from .inference import load_classifier
+
+    return load_classifier(output_dir, device="cpu", merge_lora=True).model
+
+
+def _load_processor(output_dir: Path, adapter_dir: Path | None):
+    """The fine-tune's image processor (at its resolution), or None when the folder has none."""
+    from transformers import AutoImageProcessor
+
+    for folder in (output_dir, adapter_dir):
+        if folder is not None and (folder / PROCESSOR_FILE).is_file():
+            return AutoImageProcessor.from_pretrained(folder)
+    logger.warning("No %s in %s: sharing ViT's default image processor.", PROCESSOR_FILE, output_dir)
+    return None
+
+
+def _write_processor(output_dir: Path, adapter_dir: Path | None, staging: Path) -> None:
+    """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
+    from transformers import ViTImageProcessorPil
+
+    from ..model.configuration_vit_ft import ViTFTConfig
+
+    height, width = ViTFTConfig.from_pretrained(staging).image_hw
+    processor = _load_processor(output_dir, adapter_dir)
+    settings = processor.to_dict() if processor is not None else {}
+    ViTImageProcessorPil(**{**settings, "size": {"height": height, "width": width}}).save_pretrained(staging)
+
+
+def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:
+    """Copy the files directly in `source` whose names match `patterns` (no subfolders)."""
+    for path in sorted(source.iterdir()):
+        if path.is_file() and any(fnmatch.fnmatch(path.name, p) for p in patterns):
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / path.name)
+
+
+__all__ = ["FORMATS", "check_repo_id", "push_output_dir", "stage_for_hub", "verify_staged"]

@@ -1,0 +1,256 @@
+"""Static checks of the parsed arguments: everything that needs no network, no model and no data.
+
+The image size against the checkpoint's patch size (read from a local folder or the HF cache only), mixed
+precision against the hardware, and the evaluation setup; `validate` runs them all. `vit_ft.training.recipes.parse_args`
+runs them before it returns, so a bad combination fails before anything is downloaded or loaded.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainingArguments
+
+from vit_ft.metrics import METRIC_NAMES
+from vit_ft.model.configuration_vit_ft import MAX_IMAGE_TOKENS
+from vit_ft.training.arguments import DataArguments, ModelArguments
+from vit_ft.training.recipe_fields import RecipeError, suggest
+
+
+def read_checkpoint_config(model_name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:
+    """The checkpoint's config.json as a dict when it is readable locally (a folder or the HF cache), else None."""
+    folder = Path(model_name_or_path).expanduser()
+    if folder.is_dir():
+        config_file = folder / "config.json"
+    else:
+        try:
+            from transformers.utils import cached_file
+
+            resolved = cached_file(
+                model_name_or_path,
+                "config.json",
+                cache_dir=cache_dir,
+                local_files_only=True,
+                _raise_exceptions_for_missing_entries=False,
+                _raise_exceptions_for_connection_errors=False,
+            )
+        except Exception:  # not cached, or not even a valid repo id: the model loader reports it later
+            return None
+        if resolved is None:
+            return None
+        config_file = Path(resolved)
+    if not config_file.is_file():
+        return None
+    try:
+        return json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _patch_size(config: dict[str, Any]) -> int | None:
+    """The square patch size of a checkpoint config (or its vision_config), None when unknown or not square."""
+    patch = config.get("patch_size", config.get("vision_config", {}).get("patch_size"))
+    if isinstance(patch, (list, tuple)):
+        if len(set(patch)) != 1:
+            return None  # non-square patches: leave the check to the model loader
+        patch = patch[0]
+    return patch if isinstance(patch, int) and patch > 0 else None
+
+
+def check_image_size(model_args: ModelArguments) -> None:
+    """Fail early when image_size is not a positive multiple of the checkpoint's patch size (if its config is local)."""
+    if model_args.image_size is None:
+        return
+    config = read_checkpoint_config(model_args.model_name_or_path, model_args.cache_dir)
+    patch = _patch_size(config) if config else None
+    if patch is None:
+        return
+    size = model_args.image_size
+    if size % patch == 0:
+        return
+    lower, upper = (size // patch) * patch, (size // patch + 1) * patch
+    options = f"{lower} or {upper}" if lower > 0 else str(upper)
+    raise RecipeError(
+        f"image_size={size} is not a multiple of the patch size {patch} of {model_args.model_name_or_path!r}: "
+        f"the image must split into whole {patch}x{patch} patches. Use --image_size {options}."
+    )
+
+
+MAX_IMAGE_TOKENS_ENV_VAR = "VIT_FT_MAX_IMAGE_TOKENS"
+_ASSUMED_PATCH = 16  # ViT's usual patch size, for checkpoints whose config is not readable locally
+
+
+def max_image_tokens() -> int:
+    """The bound on patch tokens per image: $VIT_FT_MAX_IMAGE_TOKENS if set, else configuration_vit_ft.MAX_IMAGE_TOKENS."""
+    value = os.environ.get(MAX_IMAGE_TOKENS_ENV_VAR, "")
+    try:
+        return int(value) if value.strip() else MAX_IMAGE_TOKENS
+    except ValueError:
+        raise RecipeError(
+            f"{MAX_IMAGE_TOKENS_ENV_VAR}={value!r} is not a whole number; set it to a token count such as 4096."
+        ) from None
+
+
+def check_image_tokens(model_args: ModelArguments) -> None:
+    """Fail early when image_size is not positive or makes more patch tokens than `max_image_tokens()`."""
+    size = model_args.image_size
+    if size is None:
+        return
+    if size <= 0:
+        raise RecipeError(
+            f"image_size={size} must be a positive number of pixels (e.g. 224 or 384); "
+            "leave it unset to keep the checkpoint's resolution."
+        )
+    config = read_checkpoint_config(model_args.model_name_or_path, model_args.cache_dir)
+    patch = (_patch_size(config) if config else None) or _ASSUMED_PATCH
+    tokens, bound = (size // patch) ** 2, max_image_tokens()
+    if tokens > bound:
+        raise RecipeError(
+            f"image_size={size} makes {tokens} patch tokens of {patch}x{patch} per image, above the bound of "
+            f"{bound} (attention cost grows with its square). Use a smaller --image_size, or raise the bound "
+            f"with {MAX_IMAGE_TOKENS_ENV_VAR}={tokens}."
+        )
+
+
+def check_schedule(training_args: Any) -> None:
+    """Fail early on a run that cannot train: no epochs or steps, or a learning rate that is not positive."""
+    max_steps = getattr(training_args, "max_steps", -1)
+    if max_steps == 0 or (max_steps < 0 and training_args.num_train_epochs <= 0):
+        raise RecipeError(
+            f"num_train_epochs={training_args.num_train_epochs} and max_steps={max_steps} train nothing "
+            "(the model would be saved untrained); set --num_train_epochs to 1 or more, or --max_steps > 0."
+        )
+    if not training_args.learning_rate > 0:
+        raise RecipeError(
+            f"learning_rate={training_args.learning_rate} must be positive (e.g. 0.001 for AdamW, 0.01 for SGD); "
+            "set --learning_rate."
+        )
+
+
+def check_world_size(training_args: TrainingArguments, environ: dict[str, str] | None = None) -> None:
+    """Fail when a launcher started several processes that Trainer does not join into one job.
+
+    `accelerate launch --multi_gpu --num_processes 2` without a GPU and without `--use_cpu true` sets
+    WORLD_SIZE=2 but Trainer sees one process each: two independent runs would write the same output folder.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        launched = int(environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return
+    if launched > 1 and training_args.world_size == 1:
+        raise RecipeError(
+            f"{launched} processes were launched (WORLD_SIZE={launched}) but Trainer sees each as a separate "
+            "one-process job, so they would all write the same output folder. On CPU add --use_cpu true, or "
+            "launch with --config_file recipes/accelerate_configs/cpu_2proc.yaml; otherwise launch one process."
+        )
+
+
+def check_push(training_args: Any) -> None:
+    """Fail early when --push_to_hub is set but the Hub is switched off (HF_HUB_OFFLINE)."""
+    if not getattr(training_args, "push_to_hub", False):
+        return
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise RecipeError(
+            "--push_to_hub is set but the Hub is offline (HF_HUB_OFFLINE=1), so the push would fail after "
+            "training; drop --push_to_hub and push the finished folder later with scripts/push_to_hub.py."
+        )
+
+
+def accelerator_type() -> str:
+    """The type of the accelerator torch finds ("cuda", "mps", ...), or "cpu" when there is none."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return accelerator.current_accelerator().type if accelerator.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_precision(training_args: Any, device_type: str | None = None) -> None:
+    """Fail early on a mixed precision the hardware cannot run: fp16 without a GPU, bf16 on CPU without use_cpu.
+
+    `training_args` is a TrainingArguments or anything with its fp16/bf16/use_cpu attributes; `device_type`
+    ("cuda", "cpu", ...) defaults to the accelerator torch finds.
+    """
+    use_cpu = bool(getattr(training_args, "use_cpu", False))
+    device = "cpu" if use_cpu else (device_type or accelerator_type())
+    fp16 = bool(getattr(training_args, "fp16", False) or getattr(training_args, "fp16_full_eval", False))
+    bf16 = bool(getattr(training_args, "bf16", False) or getattr(training_args, "bf16_full_eval", False))
+    if fp16 and device == "cpu":
+        where = "use_cpu is set" if use_cpu else "no GPU was found"
+        raise RecipeError(
+            f"fp16 mixed precision needs a CUDA GPU, but {where}. Use bf16 instead (--fp16 false --bf16 true, "
+            "adding --use_cpu true on CPU) or drop fp16 (--fp16 false) to train in fp32."
+        )
+    if bf16 and device == "cpu" and not use_cpu:
+        raise RecipeError(
+            "bf16 is set but no GPU was found. Drop it (--bf16 false) to train in fp32 on CPU, or pass "
+            "--use_cpu true to train with CPU bf16 autocast."
+        )
+    if bf16 and device == "cuda" and device_type is None and not torch.cuda.is_bf16_supported():
+        raise RecipeError(
+            "bf16 needs an Ampere or newer GPU; this one has none. Use --bf16 false --fp16 true."
+        )
+
+
+def check_evaluation(data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """Fail early when evaluation is on but has no data, or best-model selection watches a metric we never compute."""
+    metric = training_args.metric_for_best_model
+    if metric is not None:
+        name = metric.removeprefix("eval_")
+        if name not in (*METRIC_NAMES, "loss"):
+            allowed = ", ".join((*METRIC_NAMES, "loss"))
+            raise RecipeError(
+                f"metric_for_best_model={metric!r} is not computed here; use one of {allowed}"
+                f"{suggest(name, (*METRIC_NAMES, 'loss')) or '.'}"
+            )
+    if str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy)) == "no":
+        return
+    if data_args.validation_split_percentage > 0:
+        return
+    if data_args.train_dir and not data_args.validation_dir:
+        raise RecipeError(
+            "Evaluation is on but there is no validation data: set validation_dir, or validation_split_percentage "
+            "> 0 to hold out part of train_dir, or --eval_strategy no."
+        )
+    if data_args.dataset_name and not data_args.validation_split:
+        raise RecipeError(
+            "Evaluation is on but there is no validation data: set validation_split to the dataset's validation "
+            "split, or validation_split_percentage > 0 to hold out part of train, or --eval_strategy no."
+        )
+
+
+def validate(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """All static checks, cheapest first-to-fail order: image size (tokens, patch), schedule, precision,
+    launch, push, evaluation setup.
+
+    Needs no network: the checkpoint's patch size is read only from a local folder or the HF cache
+    (otherwise that check is left to the model loader). Data folders are not required to exist yet:
+    `vit_ft.data.datasets.load_image_datasets` checks them, naming the argument, when it loads them.
+    """
+    check_image_tokens(model_args)
+    check_image_size(model_args)
+    check_schedule(training_args)
+    check_precision(training_args)
+    check_world_size(training_args)
+    check_push(training_args)
+    check_evaluation(data_args, training_args)
+
+
+__all__ = [
+    "MAX_IMAGE_TOKENS_ENV_VAR",
+    "check_evaluation",
+    "check_image_size",
+    "check_image_tokens",
+    "check_precision",
+    "check_push",
+    "check_schedule",
+    "check_world_size",
+    "max_image_tokens",
+    "accelerator_type",
+    "read_checkpoint_config",
+    "validate",
+]

@@ -1,0 +1,267 @@
+"""Argument dataclasses for `transformers.HfArgumentParser`, used next to `transformers.TrainingArguments`.
+
+Recipes (`recipes/*.yaml`) are flat mappings whose keys are exactly the field names below or those of
+`TrainingArguments`; `vit_ft.training.recipes.parse_args` merges a recipe with command-line flags. Each
+`__post_init__` checks only what a single dataclass can know; cross-checks (image size against the
+checkpoint's patch size, precision against the hardware, ...) live in `vit_ft.training.recipes.validate`.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+from ..model.configuration_vit_ft import POOLING_CHOICES
+
+LORA_TARGET_PRESETS = ("attention", "attention+mlp")
+BUILTIN_PRETRAININGS = ("digits",)
+BUILTIN_DATASETS = ("digits",)
+
+# A module name as peft matches it: dotted path segments of letters, digits and underscores.
+_MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(
+            f"{name}={value!r} is not a probability in [0, 1); set --{name} to e.g. 0.1 (or 0 to disable)."
+        )
+
+
+def _check_choice(name: str, value: str | None, choices: tuple[str, ...], allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value not in choices:
+        allowed = ", ".join(choices) + (" (or leave unset)" if allow_none else "")
+        raise ValueError(f"{name}={value!r} is not supported; use one of: {allowed}.")
+
+
+def parse_lora_target_modules(value: str) -> str | list[str]:
+    """Return a preset name ("attention", "attention+mlp") unchanged, or a custom list split into module names."""
+    if value in LORA_TARGET_PRESETS:
+        return value
+    return [name.strip() for name in value.split(",")]
+
+
+@dataclass
+class ModelArguments:
+    """What to fine-tune: the checkpoint, its fine-tuning resolution and head, and the optional LoRA setup."""
+
+    model_name_or_path: str = field(
+        default="google/vit-base-patch16-224-in21k",
+        metadata={"help": "Hub id or local folder of the pre-trained ViT checkpoint."},
+    )
+    image_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Fine-tuning resolution in pixels (a multiple of the patch size); position embeddings are "
+            "resampled to it. None keeps the checkpoint's resolution."
+        },
+    )
+    pooling: str = field(
+        default="cls",
+        metadata={"help": f"How the head pools the tokens: one of {', '.join(POOLING_CHOICES)}."},
+    )
+    hidden_dropout_prob: float = field(
+        default=0.0,
+        metadata={
+            "help": "Dropout on embeddings and MLP/attention outputs (the ViT paper fine-tunes with 0)."
+        },
+    )
+    attention_probs_dropout_prob: float = field(
+        default=0.0,
+        metadata={"help": "Dropout on the attention weights."},
+    )
+    use_lora: bool = field(
+        default=False,
+        metadata={"help": "Train LoRA adapters (plus the classification head) instead of all weights."},
+    )
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(
+        default=16, metadata={"help": "LoRA scaling numerator (scale = lora_alpha / lora_r)."}
+    )
+    lora_dropout: float = field(default=0.1, metadata={"help": "Dropout on the LoRA branch input."})
+    lora_target_modules: str = field(
+        default="attention",
+        metadata={
+            "help": "Where LoRA goes: 'attention' (attention projections), 'attention+mlp', or a comma-separated "
+            "list of module names (e.g. 'query,value')."
+        },
+    )
+    merge_lora: bool = field(
+        default=True,
+        metadata={
+            "help": "Merge the LoRA weights into the base model before saving, so the output loads without peft."
+        },
+    )
+    pretrain_if_missing: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of a built-in pre-training (only 'digits'): build the checkpoint at model_name_or_path "
+            "when that local path does not exist."
+        },
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where to cache checkpoints and datasets downloaded from the Hub."},
+    )
+
+    def __post_init__(self):
+        if not self.model_name_or_path:
+            raise ValueError("model_name_or_path is empty; set it to a Hub id or a local checkpoint folder.")
+        if self.image_size is not None and self.image_size <= 0:
+            raise ValueError(
+                f"image_size={self.image_size} must be a positive number of pixels (e.g. 224 or 384), "
+                "or unset to keep the checkpoint's resolution."
+            )
+        _check_choice("pooling", self.pooling, POOLING_CHOICES)
+        _check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
+        _check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
+        _check_probability("lora_dropout", self.lora_dropout)
+        if self.lora_r < 1:
+            raise ValueError(f"lora_r={self.lora_r} must be a positive rank (e.g. 8 or 16).")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha={self.lora_alpha} must be positive (e.g. equal to lora_r).")
+        self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
+        _check_choice("pretrain_if_missing", self.pretrain_if_missing, BUILTIN_PRETRAININGS, allow_none=True)
+
+    @staticmethod
+    def _normalise_lora_targets(value: str) -> str:
+        targets = parse_lora_target_modules(value.strip())
+        if isinstance(targets, str):
+            return targets
+        bad = [name for name in targets if not _MODULE_NAME.match(name)]
+        if bad:
+            raise ValueError(
+                f"lora_target_modules={value!r} has invalid module name(s) {bad}; use one of "
+                f"{', '.join(LORA_TARGET_PRESETS)}, or a comma-separated list of module names such as 'query,value'."
+            )
+        return ",".join(targets)
+
+
+@dataclass
+class DataArguments:
+    """Where the images come from (a Hub dataset or local class folders) and how they are augmented."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub dataset id (e.g. uoft-cs/cifar10). Exactly one of dataset_name / train_dir is set."
+        },
+    )
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "Hub dataset configuration name, if any."}
+    )
+    train_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local training image folder with one sub-folder per class (instead of dataset_name)."
+        },
+    )
+    validation_dir: str | None = field(
+        default=None,
+        metadata={"help": "Local validation image folder (same class sub-folders as train_dir)."},
+    )
+    test_dir: str | None = field(
+        default=None,
+        metadata={"help": "Local test image folder (same class sub-folders as train_dir)."},
+    )
+    train_split: str = field(default="train", metadata={"help": "Name of the Hub dataset's training split."})
+    validation_split: str | None = field(
+        default="validation",
+        metadata={
+            "help": "Name of the Hub dataset's validation split; when the dataset has none, "
+            "validation_split_percentage of train is held out."
+        },
+    )
+    test_split: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of the Hub dataset's test split, evaluated once after training (None: skip)."
+        },
+    )
+    image_column: str = field(default="image", metadata={"help": "Column holding the images."})
+    label_column: str = field(default="label", metadata={"help": "Column holding the integer class labels."})
+    validation_split_percentage: float = field(
+        default=0.1,
+        metadata={
+            "help": "Fraction of train held out for validation (seeded, stratified) when there is no validation "
+            "split or folder (0.1 holds out a tenth)."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Truncate the training set to this many examples (quick runs and debugging)."},
+    )
+    max_eval_samples: int | None = field(
+        default=None,
+        metadata={"help": "Truncate the validation and test sets to this many examples."},
+    )
+    crop_scale_min: float = field(
+        default=0.08,
+        metadata={
+            "help": "Lower bound of the random-resized-crop area scale (Inception-style crops use 0.08)."
+        },
+    )
+    horizontal_flip: bool = field(
+        default=True,
+        metadata={
+            "help": "Random horizontal flips in training (turn off for data that is not mirror symmetric)."
+        },
+    )
+    builtin_dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of a built-in dataset (only 'digits': scikit-learn's handwritten digits) written as image "
+            "folders to train_dir/test_dir when they are missing."
+        },
+    )
+    check_images: bool = field(
+        default=True,
+        metadata={
+            "help": "Scan the images for undecodable files before training, and report them all at once."
+        },
+    )
+
+    def __post_init__(self):
+        if self.dataset_name and self.train_dir:
+            raise ValueError(
+                f"Both dataset_name={self.dataset_name!r} and train_dir={self.train_dir!r} are set; choose one data "
+                "source (pass --dataset_name none to use the folders, or --train_dir none to use the Hub dataset)."
+            )
+        _check_choice("builtin_dataset", self.builtin_dataset, BUILTIN_DATASETS, allow_none=True)
+        if self.builtin_dataset and not self.train_dir:
+            raise ValueError(
+                f"builtin_dataset={self.builtin_dataset!r} writes image folders to train_dir/test_dir; "
+                f"set train_dir (e.g. data/{self.builtin_dataset}/train) and test_dir."
+            )
+        if not self.dataset_name and not self.train_dir:
+            raise ValueError(
+                "No training data: set dataset_name (a Hub dataset id, e.g. uoft-cs/cifar10) or train_dir (a folder "
+                "with one sub-folder per class), or pick a recipe with --recipe (see --list-recipes)."
+            )
+        if self.dataset_name and (self.validation_dir or self.test_dir):
+            raise ValueError(
+                "validation_dir/test_dir are local folders that go with train_dir, but dataset_name is set; "
+                "use validation_split/test_split to name the Hub dataset's splits instead."
+            )
+        if not self.train_split:
+            raise ValueError("train_split is empty; set it to the training split's name (usually 'train').")
+        if not self.image_column or not self.label_column:
+            raise ValueError(
+                "image_column and label_column must name dataset columns (e.g. 'image' and 'label')."
+            )
+        if not 0.0 <= self.validation_split_percentage < 1.0:
+            raise ValueError(
+                f"validation_split_percentage={self.validation_split_percentage!r} is a fraction in [0, 1): "
+                "use 0.1 to hold out 10% of train, or 0 to hold out nothing."
+            )
+        for name in ("max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(
+                    f"{name}={value} must be a positive number of examples, or unset for all of them."
+                )
+        if not 0.0 < self.crop_scale_min <= 1.0:
+            raise ValueError(
+                f"crop_scale_min={self.crop_scale_min!r} must be in (0, 1]: the smallest crop area as a fraction of "
+                "the image (0.08 for Inception-style crops, 1.0 for no zoom)."
+            )

@@ -1,0 +1,180 @@
+"""What the command-line tools (scripts/predict.py, evaluate_model.py, inspect_model.py, push_to_hub.py,
+bench.py, demo/app.py) share: their logging, the arguments that name a model and its data, and `run_tool`,
+the one place that turns a user's mistake into one line on stderr and exit code 1."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "VIT_FT_DEBUG"
+DEBUG_HELP = f"{DEBUG_FLAG} (or {DEBUG_ENV}=1) shows the traceback of an error instead of its one line."
+
+
+class ToolArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes (an unknown flag, a missing or malformed value) raise ValueError, so
+    that `run_tool` reports them as one `error:` line with exit 1 like every other mistake (argparse itself
+    prints its usage and exits 2). Flags are never abbreviated: a misspelt `--privat` is an error, not
+    `--private`."""
+
+    def __init__(self, description: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("epilog", DEBUG_HELP)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(description=description, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(f"{message} (run {self.prog} --help for the usage)")
+
+
+def tool_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A parser whose help is the script's docstring, with `--model` (folder, adapter folder or Hub id)."""
+    parser = ToolArgumentParser(doc)
+    parser.add_argument("--model", required=True, help="vit_ft model folder, LoRA adapter folder, or Hub id.")
+    return parser
+
+
+def optional_int(text: str) -> int | None:
+    """An int flag whose 'none' (or 'null') means no value."""
+    return None if text.lower() in ("none", "null") else int(text)
+
+
+def add_inference_arguments(parser: argparse.ArgumentParser, batch_size: int) -> None:
+    """`--image_size`, `--batch_size`, `--device`, `--max_tokens` and `--bf16`, as every tool that runs the model
+    takes them."""
+    from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
+
+    parser.add_argument("--image_size", type=int, help="Test-time resolution (a multiple of the patch size).")
+    parser.add_argument("--batch_size", type=int, default=batch_size)
+    parser.add_argument("--device", help="cuda, cpu, ... (default: cuda when available).")
+    parser.add_argument("--max_tokens", type=optional_int, default=MAX_IMAGE_TOKENS,
+                        help=f"Refuse an --image_size with more patch tokens per image (default {MAX_IMAGE_TOKENS}: "
+                        "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
+    parser.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
+                        help="bf16 autocast (default auto: where it was measured faster, CUDA GPUs with bf16 and "
+                        "AMD CPUs with native bf16; numbers may then differ from float32 in the last digits). "
+                        "false keeps float32, e.g. to reproduce the fine-tune's own evaluation exactly.")  # fmt: skip
+
+
+def add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--recipe` or `--data_dir` (one of them), and `--seed`: which images `what` runs on."""
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument("--recipe", help=f"{what} on this recipe's data (name in recipes/ or a .yaml path).")
+    data.add_argument(
+        "--data_dir", help=f"{what} on an image folder laid out as <folder>/<class name>/<image>."
+    )
+    parser.add_argument(
+        "--seed", type=int, help="Data seed (default: the fine-tune's, read from its run record)."
+    )
+
+
+def setup_logging(timestamps: bool = True) -> None:
+    """vit_ft's messages at INFO on stdout (the libraries keep their own levels)."""
+    fmt = (
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        if timestamps
+        else "%(levelname)s %(name)s: %(message)s"
+    )
+    logging.basicConfig(format=fmt, datefmt="%H:%M:%S", handlers=[logging.StreamHandler(sys.stdout)])
+    logging.getLogger("vit_ft").setLevel(logging.INFO)
+
+
+# What a user can cause: a bad path or value, a missing or corrupt model, no network. Anything else (a
+# TypeError, an AttributeError, ...) is a bug in vit_ft and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, KeyboardInterrupt)
+
+
+def _is_offline_error(error: BaseException) -> bool:
+    """huggingface_hub's offline mode, or a connection that could not be made."""
+    try:
+        from huggingface_hub.errors import OfflineModeIsEnabled
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        return isinstance(error, ConnectionError)
+    return isinstance(error, (OfflineModeIsEnabled, ConnectionError)) or "offline mode" in str(error).lower()
+
+
+def error_line(error: BaseException) -> str:
+    """The one line that `run_tool` prints for `error`: `error: <what is wrong>. <what to do>`."""
+    if isinstance(error, KeyboardInterrupt):
+        return "error: interrupted. Run the command again to finish (predict keeps an existing --output as it was)."
+    if isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)) and (
+        error.filename is not None
+    ):
+        what = {
+            FileNotFoundError: "no such file or folder",
+            NotADirectoryError: "not a folder",
+            IsADirectoryError: "is a folder, not a file",
+            PermissionError: "permission denied",
+        }[type(error)]
+        text = f"{error.filename}: {what}. Check the path"
+    elif _is_offline_error(error) and "network" not in str(error):
+        text = f"{_message(error)} This needs the network: connect, or pass a local model folder."
+    else:
+        text = _message(error)
+    text = text.rstrip()
+    return f"error: {text}" if text.endswith((".", "?", "!", ")")) else f"error: {text}."
+
+
+def _message(error: BaseException) -> str:
+    """The error's text on one line (tracebacks of chained errors and multi-line messages folded)."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else error  # str(KeyError) adds quotes
+    return " ".join(str(text).split()) or type(error).__name__
+
+
+def _close_progress_bars() -> None:
+    """Close tqdm's open bars, so that none redraws itself after the interrupted line at exit."""
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)  # only bars that exist: never import tqdm here
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def run_tool(
+    main: Callable[..., Any],
+    argv: list[str] | None = None,
+    interrupted: Callable[[], str] | None = None,
+    **kwargs: Any,
+) -> NoReturn:
+    """Run a tool's `main(argv, **kwargs)` as a command: exit 0 when it returns; on an error the user caused
+    (USER_ERRORS) print `error: <what is wrong>. <what to do>` to stderr and exit 1, with no traceback
+    unless `--debug` is among the arguments or VIT_FT_DEBUG=1. Other exceptions are bugs: they propagate
+    with their traceback. `--debug` is removed from the arguments before `main` parses them. Ctrl-C exits 130,
+    with `interrupted()` as its line when given (e.g. where the last checkpoint is)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = _debug_requested(argv)
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    try:
+        main(argv, **kwargs)
+    except USER_ERRORS as error:
+        if debug:
+            traceback.print_exc()
+        sys.stdout.flush()
+        interrupt = isinstance(error, KeyboardInterrupt)
+        if interrupt:
+            _close_progress_bars()
+        line = f"error: {interrupted()}" if interrupt and interrupted is not None else error_line(error)
+        print(line, file=sys.stderr)
+        sys.exit(130 if interrupt else 1)
+    sys.exit(0)
+
+
+__all__ = [
+    "USER_ERRORS",
+    "ToolArgumentParser",
+    "add_data_arguments",
+    "add_inference_arguments",
+    "error_line",
+    "optional_int",
+    "run_tool",
+    "setup_logging",
+    "tool_parser",
+]

@@ -1,0 +1,122 @@
+"""The layout of a fine-tune's output folder and its run record, `vit_ft_run.json`, in one place.
+
+The fine-tune writes the record (what it used: recipe, base model, resolution, data arguments, seeds,
+metrics); evaluate, inspect, push and the demo read it back through `read_run_record`. The record is the
+folder's completion marker: the fine-tune writes it last, with `"finished": true`, after the model, processor
+and labels, and marks it `"finished": false` when a new run starts in the folder; `is_finished` checks it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+RUN_RECORD_FILE = "vit_ft_run.json"
+ADAPTER_DIR = "adapter"  # a LoRA fine-tune's adapter (with its trained head), beside the merged model
+PROCESSOR_FILE = "preprocessor_config.json"
+LABELS_FILE = "labels.json"
+EXAMPLES_DIR = "examples"  # a few validation images, which the demo offers and push uploads
+
+
+def is_adapter_folder(path: str | os.PathLike) -> bool:
+    """A peft adapter folder (adapter_config.json), not a complete model."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def run_folder(model: str | os.PathLike) -> Path | None:
+    """The fine-tune's output folder for a local model path (the parent of an `adapter/` folder), else None."""
+    path = Path(model)
+    if not path.is_dir():
+        return None
+    if path.name == ADAPTER_DIR and is_adapter_folder(path) and (path.parent / RUN_RECORD_FILE).is_file():
+        return path.parent
+    return path
+
+
+def read_run_record(model: str | os.PathLike) -> dict[str, Any] | None:
+    """The run record a fine-tune wrote next to the model, or None (a Hub id, a converted checkpoint)."""
+    folder = run_folder(model)
+    if folder is None or not (folder / RUN_RECORD_FILE).is_file():
+        return None
+    return json.loads((folder / RUN_RECORD_FILE).read_text(encoding="utf-8"))
+
+
+def recorded_seed(record: dict[str, Any] | None) -> int | None:
+    """The seed the fine-tune drew its data with (TrainingArguments' data_seed, else seed), if recorded."""
+    for key in ("data_seed", "seed"):
+        if record and record.get(key) is not None:
+            return int(record[key])
+    return None
+
+
+def write_run_record(output_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
+    """Write `record` as the folder's run record (values JSON cannot hold are written as strings).
+
+    Written to a temporary name and renamed, so that a death while writing never leaves half a record.
+    """
+    return write_text_atomically(
+        Path(output_dir) / RUN_RECORD_FILE, json.dumps(record, indent=2, default=str)
+    )
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to a hidden temporary sibling of `path` and rename it into place: a death while writing
+    leaves the previous file (or none), never half of one."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+    return path
+
+
+def move_into_place(temporary: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Rename a finished temporary file (from `tempfile.mkstemp`, mode 0600) to `path`, with the mode `open()`
+    would have given it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
+    os.replace(temporary, path)
+    return Path(path)
+
+
+def is_finished(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a fine-tune that finished: its run record exists and says `"finished": true`.
+
+    Records written before the field existed count as finished (they were written after the model). A folder
+    whose record says false, or has none (a run killed before its final save), did not finish: resume it with
+    `scripts/finetune.py ... --resume`.
+    """
+    try:
+        record = read_run_record(folder)
+    except (OSError, ValueError):
+        return False
+    return bool(record is not None and record.get("finished", True))
+
+
+def mark_unfinished(folder: str | os.PathLike) -> None:
+    """Set an existing run record's `finished` to false (a new run is starting to overwrite the folder)."""
+    try:
+        record = read_run_record(folder)
+    except (OSError, ValueError):
+        return
+    if record is not None and record.get("finished", True):
+        write_run_record(folder, {**record, "finished": False})
+
+
+__all__ = [
+    "move_into_place",
+    "write_text_atomically",
+    "ADAPTER_DIR",
+    "LABELS_FILE",
+    "PROCESSOR_FILE",
+    "RUN_RECORD_FILE",
+    "is_adapter_folder",
+    "is_finished",
+    "mark_unfinished",
+    "read_run_record",
+    "recorded_seed",
+    "run_folder",
+    "write_run_record",
+]
