@@ -14,8 +14,8 @@ import torch
 import transformers
 from PIL import Image
 
-from vit_ft.kernels import cpuinfo
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
+from vit_ft.utils.hardware import cpuinfo
 
 SECTIONS = ("model", "ceiling", "profile", "compile", "lora", "data", "pipeline", "gpu")
 # autocast dtype per precision name; None runs without autocast

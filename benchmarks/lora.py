@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
+from vit_ft.kernels import kernelize
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 from vit_ft.training.arguments import ModelArguments
 from vit_ft.training.lora import apply_lora, count_parameters
@@ -62,7 +63,7 @@ def training_memory_probe(settings: BenchmarkSettings, variant: str, dtype_name:
     before = _rss_mib("VmRSS")
     config = settings.model_config()
     torch.manual_seed(settings.seed)
-    model: torch.nn.Module = ViTFTForImageClassification(config)
+    model: torch.nn.Module = kernelize(ViTFTForImageClassification(config))
     if variant == "lora":
         model = apply_lora(model, _lora_arguments())
     model.train()
@@ -84,8 +85,8 @@ def bench_lora(settings: BenchmarkSettings, folder: str | os.PathLike) -> list[R
     """LoRA (rank 16 on qkv, head in full) against full fine-tuning of the same model, both with fused AdamW:
     training-step images/s interleaved, trainable parameters, and peak memory from fresh processes."""
     rows: list[Row] = []
-    full = ViTFTForImageClassification.from_pretrained(folder)
-    lora = apply_lora(ViTFTForImageClassification.from_pretrained(folder), _lora_arguments())
+    full = kernelize(ViTFTForImageClassification.from_pretrained(folder))
+    lora = apply_lora(kernelize(ViTFTForImageClassification.from_pretrained(folder)), _lora_arguments())
     trainable_lora, total = count_parameters(lora)
     trainable_full, _ = count_parameters(full)
     config = full.config

@@ -13,7 +13,7 @@ import torch
 
 from vit_ft.tools.eval_data import resolve_eval_data
 from vit_ft.tools.evaluation import predict_dataset
-from vit_ft.tools.inference import load_classifier
+from vit_ft.tools.trained import load_trained
 
 from .common import TARGETS, BenchmarkSettings, Row, interleave, throughput_row
 from .data import synthetic_photo
@@ -31,8 +31,8 @@ def bench_pipeline(settings: BenchmarkSettings, folder: str | os.PathLike) -> li
         path = data_dir / f"class{index % 2}" / f"{index}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(synthetic_photo(width, height, seed=index))
-    classifier = load_classifier(folder, device="cpu")
-    data = resolve_eval_data(folder, {0: "class0", 1: "class1"}, data_dir=data_dir)
+    classifier = load_trained(folder, device="cpu")
+    data = resolve_eval_data(classifier.origin, {0: "class0", 1: "class1"}, data_dir=data_dir)
     batch, workers = settings.infer_batch_size, settings.pipeline_workers
     height_px, width_px = classifier.preprocessing.image_size
     pixels = torch.randn(batch, 3, height_px, width_px)

@@ -9,6 +9,7 @@ import os
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
+from vit_ft.kernels import kernelize
 from vit_ft.model.configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 
@@ -27,7 +28,7 @@ def build_contenders(
     torch.manual_seed(settings.seed)
     ViTForImageClassification(hf_config).save_pretrained(folder)
     theirs = ViTForImageClassification.from_pretrained(folder, attn_implementation="sdpa").eval()
-    ours = ViTFTForImageClassification.from_pretrained(folder).eval()
+    ours = kernelize(ViTFTForImageClassification.from_pretrained(folder)).eval()
     return ours, theirs
 
 

@@ -33,8 +33,8 @@ from vit_ft.data.images import (  # noqa: E402
     resize_and_center_crop,
     to_normalized_tensor,
 )
-from vit_ft.tools.inference import check_model_path, load_classifier  # noqa: E402
 from vit_ft.tools.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
 from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
 
@@ -66,10 +66,10 @@ class Classifier:
         # a Hub id as given; a local folder by its name only (the page needs no server paths)
         self.name = Path(model).resolve().name if Path(model).exists() else str(model)
         # a LoRA adapter merged: one set of weights is faster, and rollout sees the plain model
-        loaded = load_classifier(self.folder, device="cpu", max_pixels=max_pixels, merge_lora=True)
-        self.model = loaded.model.float().eval()
-        self.labels = loaded.id2label
-        pre = loaded.preprocessing
+        trained = load_trained(self.folder, device="cpu", max_pixels=max_pixels, merge_lora=True)
+        self.model = trained.model.float().eval()
+        self.labels = trained.id2label
+        pre = trained.preprocessing
         self.size: tuple[int, int] = pre.image_size
         self.mean, self.std, self.rescale_factor, self.resample = (
             pre.mean,
@@ -78,10 +78,12 @@ class Classifier:
             pre.resample,
         )
         self.max_pixels = max_pixels
-        examples = self.folder / EXAMPLES_DIR
+        examples = trained.origin.examples_dir
         suffixes = image_extensions()
         self.examples = sorted(
-            str(p) for p in (examples.iterdir() if examples.is_dir() else []) if p.suffix.lower() in suffixes
+            str(p)
+            for p in (examples.iterdir() if examples is not None else [])
+            if p.suffix.lower() in suffixes
         )
         scale = DISPLAY_SIDE / max(self.size)
         self.display_size = (round(self.size[0] * scale), round(self.size[1] * scale))

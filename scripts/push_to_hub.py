@@ -1,60 +1,13 @@
 #!/usr/bin/env python
-"""Push a fine-tune output folder to the Hugging Face Hub: weights, config, processor, code and model card.
+"""Push a fine-tune output folder to the Hugging Face Hub: `vit-ft push`
+(vit_ft/commands/push.py), kept as a script path.
 
 python scripts/push_to_hub.py OUTPUT_DIR --hub_model_id me/vit-dogs                # vit_ft format (remote code)
 python scripts/push_to_hub.py OUTPUT_DIR --hub_model_id me/vit-dogs --format transformers   # plain ViT
 python scripts/push_to_hub.py OUTPUT_DIR --hub_model_id me/vit-dogs --local_dir staged      # look, don't push
-
-Log in first (`hf auth login`) or set HF_TOKEN. Checkpoints, runs and pickles are never uploaded.
 """
 
-from __future__ import annotations
-
-import argparse
-
-from vit_ft.tools.hub import FORMATS, push_output_dir, stage_for_hub
-from vit_ft.utils.cli import ToolArgumentParser, run_tool, setup_logging
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = ToolArgumentParser(__doc__)
-    parser.add_argument("output_dir", help="a fine-tune output folder (or a LoRA adapter folder)")
-    parser.add_argument("--hub_model_id", required=True, help="the repository, e.g. me/vit-dogs")
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="vit_ft",
-        help="vit_ft: our code with auto_map (trust_remote_code=True); transformers: a standard ViT (no remote code)",
-    )
-    parser.add_argument("--private", action="store_true", help="create the repository as private")
-    parser.add_argument("--token", default=None, help="a Hub write token (default: the logged-in one)")
-    parser.add_argument("--revision", default=None, help="the branch to push to (default: main)")
-    parser.add_argument("--commit_message", default="Upload fine-tuned ViT with vit-ft")
-    parser.add_argument(
-        "--local_dir", default=None, help="write the folder that would be pushed here; push nothing"
-    )
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> str:
-    args = parse_args(argv)
-    setup_logging(timestamps=False)
-    if args.local_dir:
-        staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format)
-        print(f"Staged {args.output_dir} for {args.hub_model_id} ({args.format} format) in {staged}")
-        return str(staged)
-    url = push_output_dir(
-        args.output_dir,
-        args.hub_model_id,
-        format=args.format,
-        token=args.token,
-        private=True if args.private else None,
-        commit_message=args.commit_message,
-        revision=args.revision,
-    )
-    print(f"Pushed {args.output_dir} ({args.format} format): {url}")
-    return url
-
+from vit_ft.commands.push import main
 
 if __name__ == "__main__":
-    run_tool(main)
+    main()

@@ -211,7 +211,7 @@ def test_examples_are_the_fine_tunes_validation_images(app, model_dir, tmp_path)
 def test_write_examples_is_bounded_and_spread_over_the_classes(tmp_path, classes, per_class):
     import datasets
 
-    from vit_ft.training.stages import MAX_EXAMPLES, write_examples
+    from vit_ft.reports.examples import MAX_EXAMPLES, write_examples
 
     labels = [i % classes for i in range(40)]
     images = [Image.fromarray(np.full((20, 30, 3), 5 * i, dtype=np.uint8)) for i in range(40)]

@@ -2,10 +2,12 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
 
-from .model.configuration_vit_ft import VIT_SIZES, ViTFTConfig
-from .model.conversion import LoadingReport, convert_hf_vit_state_dict, to_hf_vit_state_dict
+from .model.configuration_vit_ft import ViTFTConfig
+from .model.conversion import to_hf_vit_state_dict
+from .model.loading_report import LoadingReport
 from .model.modeling_vit_ft import ViTFTForImageClassification, ViTFTModel, ViTFTPreTrainedModel
 from .model.pos_embed import resample_position_embeddings
+from .model.sizes import VIT_SIZES
 
 __version__ = "0.1.0"
 
@@ -24,7 +26,6 @@ __all__ = [
     "ViTFTForImageClassification",
     "ViTFTModel",
     "ViTFTPreTrainedModel",
-    "convert_hf_vit_state_dict",
     "resample_position_embeddings",
     "to_hf_vit_state_dict",
 ]

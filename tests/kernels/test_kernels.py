@@ -10,6 +10,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import ViTForImageClassification
 
 from vit_ft import ViTFTForImageClassification, kernels
+from vit_ft.kernels import onednn_attention, onednn_linear
+from vit_ft.utils import hardware
 
 from ..conftest import randomize, tiny_ft_config, tiny_hf_config
 
@@ -27,8 +29,8 @@ def kernels_on(monkeypatch):
     """Force the kernels on (wherever oneDNN exists) and count the oneDNN products that ran."""
     monkeypatch.setenv(kernels.KERNELS_ENV, "1")
     calls = []
-    real = kernels._onednn_matmul
-    monkeypatch.setattr(kernels, "_onednn_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = onednn_linear._onednn_matmul
+    monkeypatch.setattr(onednn_linear, "_onednn_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 
@@ -36,7 +38,9 @@ def set_kernels(monkeypatch, on: bool) -> None:
     monkeypatch.setenv(kernels.KERNELS_ENV, "1" if on else "0")
 
 
-needs_onednn = pytest.mark.skipif(kernels._onednn_linear is None, reason="this torch build has no oneDNN")
+needs_onednn = pytest.mark.skipif(
+    onednn_linear._onednn_linear is None, reason="this torch build has no oneDNN"
+)
 
 
 def linear_run(requires: tuple[bool, bool, bool], bf16: bool, activation: str | None = None):
@@ -87,7 +91,7 @@ def test_fused_gelu_inference_matches_plain_path(monkeypatch, kernels_on, bf16):
 def lora_bias_gradients(monkeypatch, on: bool, bf16: bool) -> dict[str, torch.Tensor]:
     set_kernels(monkeypatch, on)
     torch.manual_seed(0)
-    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
+    model = kernels.kernelize(randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3))))
     config = LoraConfig(r=4, lora_alpha=4, target_modules=["qkv", "fc1"], bias="lora_only", lora_dropout=0.0)
     peft_model = get_peft_model(model, config).train()
     with torch.no_grad():
@@ -121,7 +125,7 @@ def test_model_with_kernels_off_matches_transformers(monkeypatch, tmp_path):
     set_kernels(monkeypatch, False)
     randomize(ViTForImageClassification(tiny_hf_config(num_labels=3))).save_pretrained(tmp_path)
     reference = ViTForImageClassification.from_pretrained(tmp_path, attn_implementation="eager").eval()
-    ours = ViTFTForImageClassification.from_pretrained(tmp_path)
+    ours = kernels.kernelize(ViTFTForImageClassification.from_pretrained(tmp_path))
     pixels = torch.randn(3, 3, 16, 16)
     with torch.no_grad():
         assert (ours(pixels).logits - reference(pixels).logits).abs().max() <= 1e-5
@@ -134,7 +138,7 @@ def test_switch_and_where_the_kernels_run(monkeypatch):
     assert kernels.kernels_enabled() == torch.backends.mkldnn.enabled
     monkeypatch.setenv(kernels.KERNELS_ENV, "auto")
     assert kernels.kernels_enabled() == (
-        torch.backends.mkldnn.enabled and kernels._cpu_vendor() == "AuthenticAMD"
+        torch.backends.mkldnn.enabled and hardware.cpu_vendor() == "AuthenticAMD"
     )
     with warnings.catch_warnings():  # flags() also sets oneDNN's TF32 switch, which warns on CPU builds
         warnings.simplefilter("ignore")
@@ -145,14 +149,14 @@ def test_switch_and_where_the_kernels_run(monkeypatch):
 def test_fp32_precision_flag_is_put_back_and_never_flipped_beside_another_thread():
     flags = torch.backends.mkldnn.matmul
     previous = flags.fp32_precision
-    with pytest.raises(RuntimeError), kernels._bf16_products_of_fp32():
+    with pytest.raises(RuntimeError), onednn_attention._bf16_products_of_fp32():
         raise RuntimeError("inside")
     assert flags.fp32_precision == previous
     seen, release = [], threading.Event()
     other = threading.Thread(target=release.wait)
     other.start()
     try:
-        with kernels._bf16_products_of_fp32():
+        with onednn_attention._bf16_products_of_fp32():
             seen.append(flags.fp32_precision)
     finally:
         release.set()
@@ -163,7 +167,7 @@ def test_fp32_precision_flag_is_put_back_and_never_flipped_beside_another_thread
 # ---- bf16 on CPU: oneDNN attention ----------------------------------------------------------------------
 
 needs_onednn_bf16 = pytest.mark.skipif(
-    not kernels._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products"
+    not onednn_attention._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products"
 )
 
 
@@ -188,7 +192,7 @@ def test_onednn_bf16_attention_is_as_accurate_as_torch_flash_attention(
     monkeypatch, batch, heads, seq_len, head_dim
 ):
     # two heads per chunk, so the chunk loop runs several times
-    monkeypatch.setattr(kernels, "_ATTENTION_CHUNK_BYTES", 2 * 4 * seq_len * seq_len)
+    monkeypatch.setattr(onednn_attention, "_ATTENTION_CHUNK_BYTES", 2 * 4 * seq_len * seq_len)
     generator = torch.Generator().manual_seed(0)
     qkv = (1.5 * torch.randn(batch, seq_len, 3, heads, head_dim, generator=generator)).bfloat16()
     grad_out = torch.randn(batch, heads, seq_len, head_dim, generator=generator).bfloat16()
@@ -201,7 +205,7 @@ def test_onednn_bf16_attention_is_as_accurate_as_torch_flash_attention(
 
     previous = torch.backends.mkldnn.matmul.fp32_precision
     ours = attention_errors(
-        lambda q, k, v: kernels._OneDNNBF16Attention.apply(q, k, v, scale), qkv, grad_out, reference
+        lambda q, k, v: onednn_attention._OneDNNBF16Attention.apply(q, k, v, scale), qkv, grad_out, reference
     )
     assert torch.backends.mkldnn.matmul.fp32_precision == previous  # the switch is put back
     flash = attention_errors(
@@ -219,13 +223,13 @@ def test_bf16_autocast_matches_transformers_to_its_own_rounding(monkeypatch, tmp
     hf_config = tiny_hf_config(num_labels=5, num_attention_heads=2)  # head_dim 16
     randomize(ViTForImageClassification(hf_config)).save_pretrained(tmp_path)
     theirs = ViTForImageClassification.from_pretrained(tmp_path, attn_implementation="sdpa")
-    ours = ViTFTForImageClassification.from_pretrained(tmp_path)
+    ours = kernels.kernelize(ViTFTForImageClassification.from_pretrained(tmp_path))
     pixels = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([0, 1, 2, 3])
     calls = []
-    real_apply = kernels._OneDNNBF16Attention.apply
+    real_apply = onednn_attention._OneDNNBF16Attention.apply
     monkeypatch.setattr(
-        kernels._OneDNNBF16Attention, "apply", lambda *args: calls.append(1) or real_apply(*args)
+        onednn_attention._OneDNNBF16Attention, "apply", lambda *args: calls.append(1) or real_apply(*args)
     )
 
     def run(model, bf16: bool) -> list[torch.Tensor]:
@@ -249,7 +253,7 @@ def test_bf16_autocast_matches_transformers_to_its_own_rounding(monkeypatch, tmp
 
 
 @pytest.mark.skipif(
-    not kernels._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products"
+    not onednn_attention._onednn_bf16_hardware(), reason="this CPU or torch build has no oneDNN bf16 products"
 )
 def test_progress_bar_monitor_thread_does_not_count_as_computing():
     """tqdm's monitor (alive after any progress bar, e.g. from_pretrained's) runs no torch code."""
@@ -257,14 +261,14 @@ def test_progress_bar_monitor_thread_does_not_count_as_computing():
     class TMonitor(threading.Thread):  # the class name tqdm's monitor thread has
         pass
 
-    if kernels._another_thread_may_compute():
+    if onednn_attention._another_thread_may_compute():
         pytest.skip("another thread runs in this test process")
     flags = torch.backends.mkldnn.matmul
     previous, release = flags.fp32_precision, threading.Event()
     monitor = TMonitor(target=release.wait, daemon=True)
     monitor.start()
     try:
-        with kernels._bf16_products_of_fp32():
+        with onednn_attention._bf16_products_of_fp32():
             seen = flags.fp32_precision
     finally:
         release.set()
@@ -278,7 +282,7 @@ def test_torch_compile_traces_the_whole_forward_in_one_graph(monkeypatch, settin
     (a break would split the compiled model and lose its fusions; reading /proc/cpuinfo while tracing did)."""
     monkeypatch.setenv(kernels.KERNELS_ENV, setting)
     torch._dynamo.reset()
-    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3))).eval()
+    model = kernels.kernelize(randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))).eval()
     pixels = torch.randn(2, 3, 32, 32)
     for autocast in (False, True):
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -287,3 +291,28 @@ def test_torch_compile_traces_the_whole_forward_in_one_graph(monkeypatch, settin
     model.train()
     explained = torch._dynamo.explain(model)(pixel_values=pixels, labels=torch.tensor([0, 2]))
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def test_kernelize_swaps_classes_in_place_and_keeps_every_parameter():
+    """One call swaps the kernels in: the same parameter tensors (nothing copied), the same state-dict keys, still
+    nn.Linear for peft; twice changes nothing more; transformers' own ViT keeps its "sdpa"."""
+    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
+    before = {name: param.data_ptr() for name, param in model.named_parameters()}
+    keys = list(model.state_dict())
+    pixels = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(pixels).logits
+    assert kernels.kernelize(model) is model
+    assert {name: param.data_ptr() for name, param in model.named_parameters()} == before
+    assert list(model.state_dict()) == keys
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 9 and all(
+        type(m) is kernels.Linear for m in linears
+    )  # qkv, proj, fc1, fc2 x2, head
+    assert model.config._attn_implementation == kernels.ATTENTION_IMPLEMENTATION
+    mlp_class = type(model.vit.layers[0].mlp)
+    kernels.kernelize(model)
+    assert type(model.vit.layers[0].mlp) is mlp_class
+    with torch.no_grad():
+        torch.testing.assert_close(model(pixels).logits, expected, rtol=1e-5, atol=1e-5)
+    assert ViTForImageClassification(tiny_hf_config()).config._attn_implementation == "sdpa"

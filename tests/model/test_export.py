@@ -1,5 +1,6 @@
 """Sharing formats: our folder with its code (trust_remote_code) and the plain transformers ViT export."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from PIL import Image
 from transformers import ViTForImageClassification, ViTImageProcessorPil, pipeline
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.kernels import kernelize
 from vit_ft.model.export import export_to_transformers
 
 from ..conftest import WITHOUT_VIT_FT
@@ -49,20 +51,20 @@ def finetuned(hf_classifier_dir):
 
 @pytest.mark.parametrize("kernels", ["1", "0"], ids=["kernels-on", "kernels-off"])
 def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_path, kernels):
-    """The folder's code (kernels.py included) runs without vit_ft, with the CPU kernels on and off."""
+    """The folder's code is the model alone (no kernels, no loading code) and runs without vit_ft; a model saved
+    with the CPU kernels swapped in (and the switch on or off) saves the same folder."""
     folder = tmp_path / "model"
-    finetuned.save_pretrained(folder)
+    (kernelize(copy.deepcopy(finetuned)) if kernels == "1" else finetuned).save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
     assert (
         config["auto_map"]["AutoModelForImageClassification"] == "modeling_vit_ft.ViTFTForImageClassification"
     )
-    assert {
+    assert {p.name for p in folder.glob("*.py")} == {
         "modeling_vit_ft.py",
         "configuration_vit_ft.py",
-        "conversion.py",
         "pos_embed.py",
-        "kernels.py",
-    } <= {p.name for p in folder.iterdir()}
+        "sizes.py",
+    }
     pixels = torch.randn(2, 3, 24, 32)
     torch.save(pixels, tmp_path / "pixels.pt")
     env_cache = {

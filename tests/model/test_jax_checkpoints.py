@@ -11,12 +11,8 @@ import torch
 from transformers import ViTForImageClassification
 
 from vit_ft import ViTFTConfig, ViTFTForImageClassification, ViTFTModel
-from vit_ft.model.checkpoint_formats import (
-    checkpoint_normalization,
-    convert_jax_state_dict,
-    jax_config_fields,
-    read_npz_shapes,
-)
+from vit_ft.model.formats import checkpoint_normalization
+from vit_ft.model.jax_format import convert_jax_state_dict, jax_config_fields, read_npz_shapes
 
 from ..conftest import TINY, randomize, tiny_hf_config
 

@@ -17,13 +17,9 @@ from safetensors.torch import load_file, save_file
 from transformers import ViTForImageClassification
 
 from vit_ft import ViTFTForImageClassification, ViTFTModel
-from vit_ft.model.checkpoint_formats import (
-    checkpoint_normalization,
-    convert_timm_state_dict,
-    timm_config_fields,
-    to_timm_state_dict,
-)
 from vit_ft.model.export import export_to_timm
+from vit_ft.model.formats import checkpoint_normalization
+from vit_ft.model.timm_format import timm_config_fields, to_timm_state_dict
 
 from ..conftest import REPO, TINY, randomize, tiny_hf_config
 from ..fake_hub import FakeHub
@@ -167,14 +163,14 @@ def test_missing_weights_file_is_named(tmp_path):
         ViTFTForImageClassification.from_pretrained(tmp_path)
 
 
-def test_pure_conversion_equals_loaded_model(timm_dir):
+def test_loaded_model_holds_every_timm_tensor_unchanged(timm_dir):
+    """The renaming that loads a timm checkpoint is the exact inverse of the export's: every key, every tensor."""
     timm_sd = load_file(timm_dir / "model.safetensors")
     model = ViTFTForImageClassification.from_pretrained(timm_dir)
-    converted = convert_timm_state_dict(timm_sd, model.config)
-    loaded = {k.removeprefix("vit."): v for k, v in model.state_dict().items()}
-    assert converted.keys() == loaded.keys()
-    assert all(torch.equal(converted[k], loaded[k]) for k in loaded)
-    assert to_timm_state_dict(converted, model.config).keys() == timm_sd.keys()
+    assert model.loading_report.newly_initialized == [] and model.loading_report.discarded == {}
+    back = to_timm_state_dict(model.state_dict(), model.config)
+    assert back.keys() == timm_sd.keys()
+    assert all(torch.equal(back[k], timm_sd[k]) for k in timm_sd)
 
 
 def test_mean_pooling_without_fc_norm(reference, tmp_path):
@@ -284,7 +280,7 @@ def test_what_a_plain_vit_cannot_hold_is_refused(reference, tmp_path, case):
     ],
 )
 def test_architecture_names_give_size_and_patch(architecture, size, patch):
-    from vit_ft.model.configuration_vit_ft import VIT_SIZES
+    from vit_ft.model.sizes import VIT_SIZES
 
     dims = VIT_SIZES[size]
     side = int(architecture.rsplit("_", 1)[1]) // patch
@@ -321,7 +317,7 @@ def test_fine_tune_takes_mean_and_std_from_pretrained_cfg(timm_dir):
 
 def test_export_names_a_registered_timm_architecture():
     from vit_ft import ViTFTConfig
-    from vit_ft.model.checkpoint_formats import timm_config_dict
+    from vit_ft.model.timm_format import timm_config_dict
 
     small = timm_config_dict(ViTFTConfig.from_variant("small", image_size=384), MEAN, STD)
     assert small["architecture"] == "vit_small_patch16_384" and small["model_args"]["embed_dim"] == 384
@@ -382,10 +378,10 @@ def test_the_tools_normalise_a_timm_checkpoint_as_its_pretrained_cfg_says(refere
     """predict / evaluate / the demo load a timm folder with its mean and std (no preprocessor_config.json)."""
     from PIL import Image
 
-    from vit_ft.tools.inference import load_classifier
     from vit_ft.tools.prediction import predict_files
+    from vit_ft.tools.trained import load_trained
 
-    classifier = load_classifier(timm_dir, device="cpu")
+    classifier = load_trained(timm_dir, device="cpu")
     assert (classifier.preprocessing.mean, classifier.preprocessing.std) == (tuple(MEAN), tuple(STD))
     image = tmp_path / "x.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(image)

@@ -2,7 +2,6 @@
 
 import itertools
 
-import datasets
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ from PIL import Image
 
 from vit_ft.reports import figures
 from vit_ft.reports.figures import (
+    Mistake,
     normalize_rows,
     plot_confusion_matrix,
     plot_image_grid,
@@ -17,8 +17,7 @@ from vit_ft.reports.figures import (
     short,
     wrap_title,
 )
-from vit_ft.tools.eval_data import EvalData
-from vit_ft.tools.evaluation import Mistake, confusion_counts
+from vit_ft.tools.evaluation import confusion_counts
 
 # Stanford Dogs' folder names: WordNet id, then the breed, no spaces; among them the longest
 DOGS = ["n02109047-Great_Dane", "n02107574-Greater_Swiss_Mountain_dog", "n02089078-black-and-tan_coonhound",
@@ -71,7 +70,7 @@ def test_image_grid_leaves_a_missing_image_empty_and_short_cuts_long_names(tmp_p
 
 
 def test_no_mistakes_is_said_in_the_figure(tmp_path):
-    path = plot_mistakes([], data=None, image_size=(16, 16), path=tmp_path / "none.png")
+    path = plot_mistakes([], images=[], image_size=(16, 16), path=tmp_path / "none.png")
     with Image.open(path) as image:
         pixels = np.asarray(image.convert("L"))
     assert pixels.min() < 128  # the "No mistakes" text is drawn, not an empty canvas
@@ -89,9 +88,8 @@ def test_wrap_title_breaks_names_without_spaces_and_keeps_every_character():
 def test_mistakes_grid_titles_with_real_class_names_do_not_overlap(saved_figures, tmp_path):
     pairs = list(itertools.permutations(DOGS, 2))[:9]
     rows = [Image.new("RGB", (40, 30), (40 * i, 90, 200 - 20 * i)) for i in range(len(pairs))]
-    data = EvalData(datasets.Dataset.from_dict({"image": rows}), np.zeros(len(rows), dtype=np.int64), "test")
     mistakes = [Mistake(i, i, f"{i}.png", true, pred, 0.93, 0.01) for i, (true, pred) in enumerate(pairs)]
-    plot_mistakes(mistakes, data, (32, 32), tmp_path / "mistakes.png")
+    plot_mistakes(mistakes, rows, (32, 32), tmp_path / "mistakes.png")
     (fig,) = saved_figures
     renderer = fig.canvas.get_renderer()
     axes = [ax for ax in fig.axes if ax.get_title()]

@@ -21,7 +21,8 @@ from vit_ft.tools.hub import push_output_dir, stage_for_hub
 from ..conftest import REPO, WITHOUT_VIT_FT
 from ..fake_hub import FakeHub, git_blob_id
 
-CODE_FILES = {"modeling_vit_ft.py", "configuration_vit_ft.py", "conversion.py", "pos_embed.py"}
+# the code a saved model folder carries: the model file and what it imports (no loading or conversion code)
+CODE_FILES = {"modeling_vit_ft.py", "configuration_vit_ft.py", "pos_embed.py", "sizes.py"}
 RECORD_FILES = {
     "labels.json",
     "training_curves.png",

@@ -1,82 +1,25 @@
-"""vit_ft.tools.inference: the one loader (full, merged and LoRA folders, preprocessing, run record) that predict,
-evaluate, inspect, push and the demo all use, and the one batched loop."""
+"""vit_ft.tools.inference: the one batched inference loop, and the bf16 setting."""
 
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.tools import inference
-from vit_ft.tools.evaluation import run_evaluation
-from vit_ft.tools.hub import stage_for_hub
-from vit_ft.tools.inspection import run_inspection
-from vit_ft.tools.prediction import run_prediction
+from vit_ft.tools import inference, trained
+from vit_ft.utils import hardware
 
-from ..conftest import REPO, randomize, tiny_ft_config
-
-
-@pytest.fixture
-def loads(monkeypatch):
-    """Records every model that goes through `inference.load_model`, the one place models are loaded."""
-    calls = []
-    real = inference.load_model
-    monkeypatch.setattr(
-        inference, "load_model", lambda model, **kw: calls.append(str(model)) or real(model, **kw)
-    )
-    return calls
-
-
-def test_every_tool_loads_through_the_one_loader(tiny_finetuned_dir, tmp_path, loads):
-    test_dir = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["data"]["test_dir"]
-    image = next(p for p in sorted(Path(test_dir).glob("*/*.png")))
-    model = str(tiny_finetuned_dir)
-    run_prediction(model, [image], tmp_path / "preds.csv", progress=False)
-    assert loads == [model]
-    run_evaluation(model, tmp_path / "eval", max_samples=8, progress=False)
-    assert loads == [model] * 2
-    run_inspection(model, tmp_path / "inspect", num_images=2, progress=False)
-    assert loads == [model] * 3
-    stage_for_hub(tiny_finetuned_dir, tmp_path / "staged", "me/digits", format="transformers")
-    assert loads == [model] * 4
-    sys.path.insert(0, str(REPO / "demo"))
-    try:
-        from app import Classifier as DemoClassifier
-    finally:
-        sys.path.remove(str(REPO / "demo"))
-    DemoClassifier(tiny_finetuned_dir)
-    assert loads == [model] * 5
-
-
-def test_loaded_classifier_brings_preprocessing_labels_and_record(tiny_finetuned_dir):
-    classifier = inference.load_classifier(tiny_finetuned_dir, device="cpu")
-    processor = json.loads((tiny_finetuned_dir / "preprocessor_config.json").read_text())
-    assert classifier.preprocessing.image_size == (processor["size"]["height"], processor["size"]["width"])
-    assert list(classifier.preprocessing.mean) == processor["image_mean"]
-    assert classifier.id2label == {int(k): v for k, v in classifier.model.config.id2label.items()}
-    assert classifier.run_record == json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())
-
-
-def test_a_plain_folder_loads_without_importing_peft(tmp_path):
-    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
-    model.save_pretrained(tmp_path)
-    script = (
-        "import sys\nfrom vit_ft.tools.inference import load_classifier\n"
-        f"load_classifier({str(tmp_path)!r}, device='cpu')\nprint('peft' in sys.modules)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "False"
+from ..conftest import randomize, tiny_ft_config
 
 
 def test_iter_batches_reports_bad_images_and_keeps_order(tmp_path):
     model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
-    classifier = inference.Classifier(
-        model, inference.Preprocessing((16, 16)), {0: "a", 1: "b", 2: "c"}, "tiny", torch.device("cpu")
+    classifier = trained.Trained(
+        model,
+        trained.Preprocessing((16, 16)),
+        {0: "a", 1: "b", 2: "c"},
+        trained.Origin("tiny"),
+        torch.device("cpu"),
     )
     from PIL import Image
 
@@ -99,8 +42,12 @@ def test_iter_batches_decodes_the_next_batch_while_the_model_runs(tmp_path):
     from PIL import Image
 
     model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
-    classifier = inference.Classifier(
-        model, inference.Preprocessing((16, 16)), {0: "a", 1: "b", 2: "c"}, "tiny", torch.device("cpu")
+    classifier = trained.Trained(
+        model,
+        trained.Preprocessing((16, 16)),
+        {0: "a", 1: "b", 2: "c"},
+        trained.Origin("tiny"),
+        torch.device("cpu"),
     )
     sources = []
     for i in range(7):
@@ -141,9 +88,9 @@ def test_bf16_auto_only_where_it_was_measured_faster(monkeypatch):
     """auto: bf16 on AMD CPUs with native bf16 (measured faster), float32 on Intel (measured slower)."""
     cpu = torch.device("cpu")
     native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    monkeypatch.setattr(inference, "cpuinfo", lambda field: "GenuineIntel")
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: "GenuineIntel")
     assert inference.bf16_helps(cpu) is False and inference.use_bf16("auto", cpu) is False
-    monkeypatch.setattr(inference, "cpuinfo", lambda field: "AuthenticAMD")
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: "AuthenticAMD")
     assert inference.bf16_helps(cpu) is native and inference.use_bf16("auto", cpu) is native
     assert inference.use_bf16("true", cpu) is True and inference.use_bf16("false", cpu) is False
     assert inference.use_bf16(True, cpu) is True

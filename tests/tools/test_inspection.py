@@ -13,14 +13,10 @@ from PIL import Image
 from sklearn.decomposition import PCA
 
 from vit_ft.tools.inspection import (
-    count_mosaic_panels,
     max_patch_distance,
     mean_attention_distance,
     patch_distances,
     patch_embedding_components,
-    plot_position_similarity,
-    position_similarity,
-    similarity_mosaic,
 )
 
 from ..conftest import REPO
@@ -82,23 +78,6 @@ def test_patch_filter_pca_matches_sklearn():
         np.abs((flat * reference.components_).sum(axis=1)), 1.0, atol=1e-3
     )  # up to sign
     assert patch_embedding_components(torch.randn(8, 3, 2, 2))[0].shape[0] == 8  # no more than the filters
-
-
-def test_position_similarity_has_one_panel_per_position(tmp_path):
-    grid = (3, 5)
-    torch.manual_seed(0)
-    table = torch.randn(1, 1 + 15, 32)
-    similarity = position_similarity(table, grid)
-    assert similarity.shape == (15, 3, 5)
-    mosaic = similarity_mosaic(similarity)
-    for position in range(15):
-        r, c = divmod(position, 5)
-        panel = mosaic[r * 4 : r * 4 + 3, c * 6 : c * 6 + 5]
-        assert np.unravel_index(np.argmax(panel), panel.shape) == (r, c)  # most similar to itself
-        assert panel[r, c] == pytest.approx(1.0)
-    assert count_mosaic_panels(mosaic, grid) == 15
-    path, panels = plot_position_similarity(similarity, tmp_path / "pos.png")
-    assert panels == 15 and path.is_file()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from PIL import Image
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.data.transforms import build_transforms
-from vit_ft.tools.inference import load_classifier
 from vit_ft.tools.prediction import (
     PREDICTION_COLUMNS,
     PredictionWriter,
@@ -21,6 +20,7 @@ from vit_ft.tools.prediction import (
     read_predictions,
     run_prediction,
 )
+from vit_ft.tools.trained import load_trained
 
 from ..conftest import REPO, randomize, tiny_ft_config
 
@@ -141,7 +141,7 @@ def test_top1_matches_running_the_model_directly(classifier_dir, photos, tmp_pat
 
 def test_batch_size_and_resolution(classifier_dir, photos):
     files = sorted(photos.glob("a/**/good*.png"))
-    classifier = load_classifier(classifier_dir)
+    classifier = load_trained(classifier_dir)
     one = list(predict_files(classifier, files, batch_size=1))
     four = list(predict_files(classifier, files, batch_size=4))
     threaded = list(predict_files(classifier, files, batch_size=3, num_workers=2))
@@ -149,11 +149,11 @@ def test_batch_size_and_resolution(classifier_dir, photos):
         assert a.path == b.path == c.path and a.labels == b.labels == c.labels
         np.testing.assert_allclose(a.scores, b.scores, rtol=1e-4)
         np.testing.assert_allclose(c.scores, b.scores, rtol=1e-4)
-    larger = load_classifier(classifier_dir, image_size=24)
+    larger = load_trained(classifier_dir, image_size=24)
     assert larger.preprocessing.image_size == (24, 24) and larger.preprocessing.mean == tuple(MEAN)
     assert all(p.error is None for p in predict_files(larger, files))
     with pytest.raises(ValueError, match="patch size 4x4"):
-        load_classifier(classifier_dir, image_size=18)
+        load_trained(classifier_dir, image_size=18)
 
 
 def test_lora_adapter_folder_predicts_like_the_merged_model(classifier_dir, photos, tmp_path):
@@ -172,8 +172,8 @@ def test_lora_adapter_folder_predicts_like_the_merged_model(classifier_dir, phot
             (classifier_dir / "preprocessor_config.json").read_text()
         )
     files = sorted(photos.glob("a/**/good*.png"))
-    from_adapter = list(predict_files(load_classifier(tmp_path / "adapter"), files))
-    from_merged = list(predict_files(load_classifier(tmp_path / "merged"), files))
+    from_adapter = list(predict_files(load_trained(tmp_path / "adapter"), files))
+    from_merged = list(predict_files(load_trained(tmp_path / "merged"), files))
     for a, b in zip(from_adapter, from_merged, strict=True):
         assert a.labels == b.labels
         np.testing.assert_allclose(a.scores, b.scores, rtol=1e-4, atol=1e-6)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_ft.training.stages import checkpoint_is_complete
+from vit_ft.training.checkpoints import checkpoint_is_complete
 from vit_ft.utils.run_record import is_finished
 
 from ..conftest import REPO, run_finetune_script, write_tiny_recipe

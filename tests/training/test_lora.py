@@ -7,7 +7,7 @@ import torch
 
 from vit_ft import ViTFTForImageClassification, kernels
 from vit_ft.kernels import PackedBitsDropout
-from vit_ft.tools.inference import load_model
+from vit_ft.tools.trained import load_model
 from vit_ft.training.arguments import ModelArguments
 from vit_ft.training.lora import apply_lora, count_parameters, merge_lora
 

@@ -454,14 +454,3 @@ def test_a_data_source_on_the_command_line_replaces_the_recipes_builtin_data():
 def test_meaningless_runs_fail_in_parse_args(flags, pattern):
     with pytest.raises(RecipeError, match=pattern):
         parse_args(["--recipe", "digits", *flags])
-
-
-def test_take_switch_reads_the_scripts_own_on_off_flags():
-    from vit_ft.training.recipes import take_switch
-
-    assert take_switch(["--recipe", "x", "--debug"], "debug") == (True, ["--recipe", "x"])
-    assert take_switch(["--debug", "false", "--seed", "1"], "debug") == (False, ["--seed", "1"])
-    assert take_switch(["--debug=true"], "debug") == (True, [])
-    assert take_switch(["--seed", "1"], "debug") == (False, ["--seed", "1"])
-    with pytest.raises(RecipeError, match="not true or false"):
-        take_switch(["--debug=maybe"], "debug")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_ft.training.stages import checkpoint_is_complete, last_complete_checkpoint
+from vit_ft.training.checkpoints import checkpoint_is_complete, last_complete_checkpoint
 
 from ..conftest import REPO, run_finetune_script, write_tiny_recipe
 
@@ -134,26 +134,3 @@ def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
     result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert_same_run(final_run(out), uninterrupted)
-
-
-def test_truncated_weights_and_the_interrupt_message(tmp_path):
-    import torch
-    from safetensors.torch import save_file
-
-    from vit_ft.training.stages import checkpoint_problem, interrupted_message, newest_complete_checkpoint
-
-    assert "before any checkpoint was saved" in interrupted_message(tmp_path)
-    for step in (6, 12):
-        folder = tmp_path / f"checkpoint-{step}"
-        folder.mkdir()
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-        save_file({"w": torch.zeros(64)}, str(folder / "model.safetensors"))
-    assert newest_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-12")
-    weights = tmp_path / "checkpoint-12" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-10])
-    assert "cannot be loaded" in checkpoint_problem(tmp_path / "checkpoint-12")
-    assert newest_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")  # moves nothing
-    assert (tmp_path / "checkpoint-12").is_dir()
-    assert "checkpoint-6" in interrupted_message(tmp_path) and "--resume" in interrupted_message(tmp_path)
-    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
-    assert (tmp_path / "incomplete-checkpoint-12").is_dir()

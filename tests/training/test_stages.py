@@ -106,8 +106,8 @@ def test_bad_files_are_skipped_and_accumulation_and_checkpointing_work(tmp_path)
 def test_push_to_hub_sends_the_finished_folder_once(tmp_path):
     """`--push_to_hub`: after training, one complete push of the output folder (to a local fake Hub)."""
 
-    from .fake_hub import FakeHub
-    from .test_hub import push_env
+    from ..fake_hub import FakeHub
+    from ..tools.test_hub import push_env
 
     recipe = write_tiny_recipe(tmp_path, num_train_epochs=1, max_train_samples=32)
     with FakeHub() as hub:

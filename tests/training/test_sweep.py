@@ -1,9 +1,8 @@
-"""The --sweep of scripts/finetune.py: one fine-tune per value, the winner chosen on validation, resumable."""
+"""The fine-tune's --sweep (vit_ft.training.sweep): one fine-tune per value, the winner chosen on validation, resumable."""
 
 from __future__ import annotations
 
 import json
-import math
 import signal
 import subprocess
 import sys
@@ -14,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_ft.tools.inference import load_classifier
+from vit_ft.tools.trained import load_trained
 from vit_ft.training.recipe_fields import RecipeError
-from vit_ft.training.sweep import choose, parse_sweep, summarize, sweep_runs, take_sweep
-from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record, write_run_record
+from vit_ft.training.sweep import parse_sweep, sweep_runs
+from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record
 
 from ..conftest import REPO, run_finetune_script, write_tiny_recipe
 
@@ -55,19 +54,6 @@ def finished_sweep(tmp_path_factory) -> Path:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_take_sweep_removes_the_flag_in_both_spellings():
-    assert take_sweep(["--recipe", "r", "--sweep", "seed=1,2", "--x"]) == (
-        "seed=1,2",
-        ["--recipe", "r", "--x"],
-    )
-    assert take_sweep(["--sweep=seed=1,2"]) == ("seed=1,2", [])
-    assert take_sweep(["--recipe", "r"]) == (None, ["--recipe", "r"])
-    with pytest.raises(RecipeError, match="one --sweep"):
-        take_sweep(["--sweep", "seed=1", "--sweep", "learning_rate=1"])
-    with pytest.raises(RecipeError, match="needs a value"):
-        take_sweep(["--sweep"])
-
-
 def test_parse_sweep_names_and_values():
     assert parse_sweep("learning_rate=0.001, 0.003") == ("learning_rate", ["0.001", "0.003"])
     with pytest.raises(RecipeError, match="did you mean 'learning_rate'"):
@@ -80,33 +66,6 @@ def test_parse_sweep_names_and_values():
         parse_sweep("learning_rate")
     with pytest.raises(RecipeError, match="cannot vary output_dir"):
         parse_sweep("output_dir=a,b")
-
-
-def test_choose_takes_the_best_score_and_breaks_ties_on_validation_loss():
-    assert choose([0.5, 0.9, 0.7], greater_is_better=True) == 1
-    assert choose([0.5, 0.9, 0.7], greater_is_better=False) == 0
-    assert choose([0.9, 0.9], True, losses=[0.4, 0.3]) == 1  # same accuracy, lower loss
-    assert choose([0.9, 0.9], True, losses=[0.3, 0.3]) == 0  # a full tie goes to the earlier value
-    assert choose([math.nan, 0.1, None], True) == 1  # a run without a score never wins
-    with pytest.raises(ValueError, match="no run of the sweep has a validation score"):
-        choose([None, math.nan], True)
-
-
-def test_summary_chooses_on_validation_not_on_test(tmp_path):
-    recipe = write_tiny_recipe(tmp_path)  # parsed only: nothing trains here
-    runs = sweep_runs(["--recipe", str(recipe)], "learning_rate", ["0.001", "0.01", "0.1"], tmp_path / "out")
-    assert [run.args[2].learning_rate for run in runs] == [0.001, 0.01, 0.1]
-    validation, test = [0.50, 0.80, 0.70], [0.90, 0.60, 0.95]  # the test split would choose otherwise
-    for run, eval_accuracy, test_accuracy in zip(runs, validation, test, strict=True):
-        run.folder.mkdir(parents=True)
-        write_run_record(
-            run.folder, {"metrics": {"eval_accuracy": eval_accuracy, "test_accuracy": test_accuracy}}
-        )
-    summary = summarize("learning_rate", runs, runs[0].args[2])
-    assert summary["metric"] == "eval_accuracy" and summary["greater_is_better"] is True
-    assert summary["chosen"] == {"value": 0.01, "text": "0.01", "folder": "sweep-learning_rate-0.01"}
-    assert [row["test_accuracy"] for row in summary["runs"]] == test
-    assert [row["chosen"] for row in summary["runs"]] == [False, True, False]
 
 
 def test_a_value_given_twice_or_also_as_a_flag_is_refused(tmp_path):
@@ -149,9 +108,9 @@ def test_the_winner_is_copied_and_loads(finished_sweep):
     record = read_run_record(out)
     assert record["sweep"]["chosen"]["folder"] == SECOND
     assert record["metrics"] == read_run_record(out / SECOND)["metrics"]
-    copied = load_classifier(out, device="cpu").model.state_dict()
-    winner = load_classifier(out / SECOND, device="cpu").model.state_dict()
-    loser = load_classifier(out / FIRST, device="cpu").model.state_dict()
+    copied = load_trained(out, device="cpu").model.state_dict()
+    winner = load_trained(out / SECOND, device="cpu").model.state_dict()
+    loser = load_trained(out / FIRST, device="cpu").model.state_dict()
     assert copied.keys() == winner.keys()
     assert all(torch.equal(copied[key], winner[key]) for key in copied)
     assert not all(torch.equal(copied[key], loser[key]) for key in copied)

@@ -1,52 +1,8 @@
-"""vit_ft.utils.cli: the arguments and logging the command-line tools share."""
-
-import logging
+"""vit_ft.utils.cli: the error handling the command-line tools share."""
 
 import pytest
 
-from vit_ft.utils.cli import (
-    add_data_arguments,
-    add_inference_arguments,
-    error_line,
-    run_tool,
-    setup_logging,
-    tool_parser,
-)
-
-
-def test_tool_parser_takes_model_data_and_inference_arguments():
-    parser = tool_parser("doc")
-    add_data_arguments(parser, "Evaluate")
-    add_inference_arguments(parser, batch_size=7)
-    args = parser.parse_args(["--model", "m", "--data_dir", "d", "--image_size", "48", "--seed", "3"])
-    assert vars(args) == {
-        "model": "m", "recipe": None, "data_dir": "d", "seed": 3, "image_size": 48, "batch_size": 7, "device": None,
-        "max_tokens": 4096, "bf16": "auto",
-    }  # fmt: skip
-
-
-def test_recipe_and_data_dir_exclude_each_other_and_model_is_required():
-    """A parser mistake is a ValueError (one `error:` line through run_tool), not argparse's usage and exit 2."""
-    parser = tool_parser("doc")
-    add_data_arguments(parser, "Evaluate")
-    with pytest.raises(ValueError, match="argument --data_dir: not allowed with argument --recipe .*--help"):
-        parser.parse_args(["--model", "m", "--recipe", "r", "--data_dir", "d"])
-    with pytest.raises(ValueError, match="the following arguments are required: --model"):
-        parser.parse_args([])
-    with pytest.raises(ValueError, match="unrecognized arguments: --mod m"):  # no abbreviations
-        parser.parse_args(["--model", "m", "--mod", "m"])
-
-
-def test_setup_logging_shows_vit_ft_info_on_stdout(capsys):
-    root = logging.getLogger()
-    handlers = list(root.handlers)
-    root.handlers = []  # basicConfig only configures a root logger without handlers
-    try:
-        setup_logging(timestamps=False)
-        logging.getLogger("vit_ft.test").info("hello")
-        assert "INFO vit_ft.test: hello" in capsys.readouterr().out
-    finally:
-        root.handlers = handlers
+from vit_ft.utils.cli import error_line, run_tool
 
 
 def _raises(error: BaseException):

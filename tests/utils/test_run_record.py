@@ -54,4 +54,4 @@ def test_a_folder_is_finished_only_when_its_record_says_so(tmp_path):
     assert is_finished(tmp_path)
     (tmp_path / RUN_RECORD_FILE).write_text("{cut sh")
     assert not is_finished(tmp_path)
-    assert not list(tmp_path.glob("*.partial"))
+    assert [p.name for p in tmp_path.iterdir()] == [RUN_RECORD_FILE]  # no temporary left beside it

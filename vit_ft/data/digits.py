@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
+
+from ..utils.files import staged_folder
 
 __all__ = ["write_digits_imagefolder"]
 
@@ -54,25 +54,20 @@ def write_digits_imagefolder(root: str | os.PathLike, seed: int = 0, test_size: 
     train_idx, test_idx = train_test_split(
         indices, test_size=test_size, stratify=digits.target, random_state=seed
     )
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
-    try:
-        counts = {}
-        for split, split_idx in (("train", train_idx), ("test", test_idx)):
-            for digit in range(10):
-                (staging / split / str(digit)).mkdir(parents=True)
-            for i in split_idx:
-                Image.fromarray(pixels[i]).save(staging / split / str(digits.target[i]) / f"{i}.png")
-            counts[split] = len(split_idx)
-        marker = {**settings, "counts": counts}
-        (staging / _DIGITS_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        try:
-            os.rename(staging, root)  # atomic; fails if another process got there first
-        except OSError:
-            if not _digits_complete(root, settings):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    try:  # replace=False: the rename fails if another process got there first
+        with staged_folder(root, replace=False) as staging:
+            counts = {}
+            for split, split_idx in (("train", train_idx), ("test", test_idx)):
+                for digit in range(10):
+                    (staging / split / str(digit)).mkdir(parents=True)
+                for i in split_idx:
+                    Image.fromarray(pixels[i]).save(staging / split / str(digits.target[i]) / f"{i}.png")
+                counts[split] = len(split_idx)
+            marker = {**settings, "counts": counts}
+            (staging / _DIGITS_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    except OSError:
+        if not _digits_complete(root, settings):
+            raise
     return root
 
 

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,52 +51,43 @@ INDEX_COLUMN = "vit_ft_index"
 logger = logging.getLogger("vit_ft.data.datasets")
 
 
+@dataclass(eq=False, repr=False)  # eq=False: compared and hashed by identity, as before
 class ImageClassificationTransform:
-    """Batch transform for `datasets.Dataset.set_transform` / `with_transform`; see `build_transforms`.
+    """Batch transform for `datasets.Dataset.set_transform` / `with_transform`; see `build_transforms`, which
+    checks the settings and documents each field.
 
     A class rather than a closure so that it pickles (DataLoader workers with spawn, `datasets` hashing).
     """
 
-    def __init__(
-        self,
-        image_size: tuple[int, int],
-        mean: Sequence[float],
-        std: Sequence[float],
-        train: bool,
-        crop_scale: tuple[float, float],
-        crop_ratio: tuple[float, float],
-        horizontal_flip: bool,
-        crop_pct: float,
-        rescale_factor: float,
-        resample: int,
-        image_column: str,
-        label_column: str,
-        max_pixels: int | None,
-        draft: bool,
-        seed: int | None = None,
-    ) -> None:
-        self.image_size = image_size
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
-        self.train = train
-        self.crop_scale = crop_scale
-        self.crop_ratio = crop_ratio
-        self.horizontal_flip = horizontal_flip
-        self.crop_pct = crop_pct
-        self.rescale_factor = rescale_factor
-        self.resample = resample
-        self.image_column = image_column
-        self.label_column = label_column
-        self.max_pixels = max_pixels
-        self.draft = draft
-        self.seed = seed
+    image_size: tuple[int, int]
+    mean: Sequence[float]
+    std: Sequence[float]
+    train: bool
+    crop_scale: tuple[float, float]
+    crop_ratio: tuple[float, float]
+    horizontal_flip: bool
+    crop_pct: float
+    rescale_factor: float
+    resample: int
+    image_column: str
+    label_column: str
+    max_pixels: int | None
+    draft: bool
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        self.mean = tuple(float(m) for m in self.mean)
+        self.std = tuple(float(s) for s in self.std)
+        self.crop_scale, self.crop_ratio = tuple(self.crop_scale), tuple(self.crop_ratio)
+        self.resample = int(self.resample)
         # In shared memory: DataLoader workers (persistent ones too) read the epoch the main process sets.
-        self._epoch = (
-            torch.zeros((), dtype=torch.int64).share_memory_() if train and seed is not None else None
-        )
+        seeded_train = self.train and self.seed is not None
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_() if seeded_train else None
         # Eval decodes for the resize, which covers (height, width) / crop_pct; train decodes for each drawn
         # crop instead (see vit_ft.data.images.random_resized_crop).
-        self.min_decode_size = math.ceil(max(image_size) / crop_pct) if draft and not train else None
+        self.min_decode_size = (
+            math.ceil(max(self.image_size) / self.crop_pct) if self.draft and not self.train else None
+        )
 
     def __repr__(self) -> str:
         mode = "train" if self.train else "eval"
@@ -226,25 +218,10 @@ def build_transforms(
             size before decoding).
         seed: train only; makes the augmentation a function of (seed, epoch, sample index), see above.
     """
-    size = _height_width(image_size)
     _check_statistics_and_crops(mean, std, crop_scale, crop_ratio, crop_pct)
-    return ImageClassificationTransform(
-        image_size=size,
-        mean=mean,
-        std=std,
-        train=train,
-        crop_scale=tuple(crop_scale),
-        crop_ratio=tuple(crop_ratio),
-        horizontal_flip=horizontal_flip,
-        crop_pct=crop_pct,
-        rescale_factor=rescale_factor,
-        resample=int(resample),
-        image_column=image_column,
-        label_column=label_column,
-        max_pixels=max_pixels,
-        draft=draft,
-        seed=seed,
-    )
+    return ImageClassificationTransform(  # the fields in the signature's order
+        _height_width(image_size), mean, std, train, crop_scale, crop_ratio, horizontal_flip, crop_pct,
+        rescale_factor, resample, image_column, label_column, max_pixels, draft, seed)  # fmt: skip
 
 
 def augmentation_seed(seed: int, epoch: int, index: int) -> int:

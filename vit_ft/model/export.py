@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors.torch import save_file
 from transformers import ViTConfig, ViTImageProcessorPil
 
-from .checkpoint_formats import TIMM_LAYER_NORM_EPS, timm_config_dict, to_timm_state_dict
+from ..utils.files import staged_folder
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .conversion import to_hf_vit_state_dict
 from .modeling_vit_ft import ViTFTForImageClassification, ViTFTModel
+from .timm_format import TIMM_LAYER_NORM_EPS, timm_config_dict, to_timm_state_dict
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +69,7 @@ def export_to_timm(
     image_std: list[float] | None = None,
 ) -> Path:
     """Write `model` in timm's Hub layout: `config.json` (`architecture`, `model_args` stating every size,
-    `pretrained_cfg` with mean/std) and `model.safetensors` with timm's keys (`checkpoint_formats.TIMM_KEYS`).
+    `pretrained_cfg` with mean/std) and `model.safetensors` with timm's keys (`timm_format.TIMM_KEYS`).
 
     `timm.create_model("hf-hub:...")` builds the same ViT from it (mean pooling becomes global_pool='avg'
     with fc_norm=False), and `from_pretrained` reads it back. timm's LayerNorms use eps 1e-6: a model with
@@ -92,13 +89,10 @@ def export_to_timm(
             TIMM_LAYER_NORM_EPS,
             config.layer_norm_eps,
         )
-    return _write_folder_atomically(
-        Path(output_dir),
-        lambda staging: (
-            (staging / "config.json").write_text(json.dumps(timm_config, indent=2) + "\n", encoding="utf-8"),
-            save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"}),
-        ),
-    )
+    with staged_folder(output_dir) as staging:
+        (staging / "config.json").write_text(json.dumps(timm_config, indent=2) + "\n", encoding="utf-8")
+        save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"})
+    return Path(output_dir)
 
 
 def _vit_config(config: ViTFTConfig, with_head: bool) -> ViTConfig:
@@ -122,27 +116,10 @@ def _write_atomically(
     output_dir: Path, config: ViTConfig, processor: ViTImageProcessorPil, state_dict: dict[str, torch.Tensor]
 ) -> Path:
     """Config, processor and weights written to a temporary sibling folder, then renamed into place."""
-
-    def write(staging: Path) -> None:
+    with staged_folder(output_dir) as staging:
         config.save_pretrained(staging)
         processor.save_pretrained(staging)
         save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"})
-
-    return _write_folder_atomically(output_dir, write)
-
-
-def _write_folder_atomically(output_dir: Path, write: Callable[[Path], Any]) -> Path:
-    """`write(staging)` fills a temporary sibling folder, which then replaces `output_dir`."""
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
-        write(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return output_dir
 
 

@@ -1,10 +1,11 @@
 """The vit_ft Vision Transformer (arXiv 2010.11929) as a transformers PreTrainedModel.
 
-Reads top to bottom like transformers' `modeling_vit.py`: PatchEmbeddings -> Embeddings -> Attention -> MLP ->
-Layer -> PreTrainedModel -> Model -> ForImageClassification. Loading is transformers' own `from_pretrained`:
-`conversion.py` maps transformers ViT checkpoints to these modules (fused qkv, resampled position embeddings,
-a new zero head for new labels) through transformers' weight-conversion hooks. The products run through
-`kernels.py` (oneDNN on CPUs where it was measured to help, plain torch elsewhere).
+Reads top to bottom like transformers' `models/vit/modeling_vit.py`: PatchEmbeddings -> Embeddings -> Attention ->
+MLP -> Layer -> PreTrainedModel -> Model -> ForImageClassification. Plain PyTorch + transformers (`nn.Linear`, the
+attention registry, the output-recording decorators, `loss_function`), so a saved folder runs with only this file,
+`configuration_vit_ft.py`, `sizes.py` and `pos_embed.py` (`trust_remote_code=True`). Checkpoint formats and the
+loading report are loading code (`loading.py`, through the `checkpoint_loader` hook); the CPU kernels are applied
+from outside (`vit_ft.kernels.kernelize`).
 """
 
 from __future__ import annotations
@@ -13,30 +14,17 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
-from transformers.modeling_utils import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
 
-from .checkpoint_formats import (
-    convert_jax_state_dict,
-    find_jax_checkpoint,
-    jax_config_fields,
-    load_npz,
-    read_npz_shapes,
-)
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
-from .conversion import build_loading_report, checkpoint_conversion_mapping
 from .pos_embed import resample_position_embeddings
-
-# transformers' attention registry; the name is the one transformers looks for before it lets
-# set_attn_implementation switch a model
-ALL_ATTENTION_FUNCTIONS = AttentionInterface()
 
 
 class ViTFTPatchEmbeddings(nn.Module):
@@ -114,16 +102,16 @@ def eager_attention_forward(
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, heads, N, N)
     if attention_mask is not None:
         attn_weights = attn_weights + attention_mask
-    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
-    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
     attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()  # (B, N, heads, head_dim)
     return attn_output, attn_weights
 
 
 class ViTFTAttention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection. The attention function comes from
-    transformers' registry by `config._attn_implementation` ("sdpa" by default, "eager" as the reference);
-    `output_attentions=True` takes the eager path, which returns the maps."""
+    """Multi-head self-attention with one fused qkv projection. The attention function comes from transformers'
+    registry by `config._attn_implementation` ("sdpa" by default, "eager" as the reference, or any registered
+    one); `output_attentions=True` takes the eager path, which returns the maps."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
@@ -142,15 +130,13 @@ class ViTFTAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(
-        self, hidden_states: torch.Tensor, output_attentions: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, hidden = hidden_states.shape
         qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
         # unbind before moving the heads forward: backward then stacks the gradients in qkv's own layout
         query, key, value = (t.transpose(1, 2) for t in qkv.unbind(2))  # each (B, heads, N, head_dim)
         attention_interface: Callable = eager_attention_forward
-        if not output_attentions:
+        if not kwargs.get("output_attentions"):
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
@@ -162,6 +148,7 @@ class ViTFTAttention(nn.Module):
             None,
             dropout=self.attention_dropout if self.training else 0.0,
             scaling=self.scaling,
+            **kwargs,
         )
         attn_output = attn_output.reshape(batch_size, seq_len, hidden)  # (B, N, hidden)
         return self.proj(attn_output), attn_weights
@@ -170,13 +157,13 @@ class ViTFTAttention(nn.Module):
 class ViTFTMLP(nn.Module):
     def __init__(self, config: ViTFTConfig):
         super().__init__()
+        self.config = config
         self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.act = ACT2FN[config.hidden_act]
-        self.act_name = config.hidden_act
+        self.activation_fn = ACT2FN[config.hidden_act]
         self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(hidden_states)))
+        return self.fc2(self.activation_fn(self.fc1(hidden_states)))
 
 
 class ViTFTLayer(GradientCheckpointingLayer):
@@ -190,15 +177,10 @@ class ViTFTLayer(GradientCheckpointingLayer):
         self.mlp = ViTFTMLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(
-        self, hidden_states: torch.Tensor, output_attentions: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attn_output, attn_weights = self.attention(
-            self.norm1(hidden_states), output_attentions=output_attentions
-        )
+    def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        attn_output, _ = self.attention(self.norm1(hidden_states), **kwargs)
         hidden_states = hidden_states + self.dropout(attn_output)
-        hidden_states = hidden_states + self.dropout(self.mlp(self.norm2(hidden_states)))
-        return hidden_states, attn_weights
+        return hidden_states + self.dropout(self.mlp(self.norm2(hidden_states)))
 
 
 class ViTFTPreTrainedModel(PreTrainedModel):
@@ -209,9 +191,18 @@ class ViTFTPreTrainedModel(PreTrainedModel):
     input_modalities = ("image",)
     supports_gradient_checkpointing = True
     _no_split_modules = ["ViTFTEmbeddings", "ViTFTLayer"]
+    # as transformers' ViT declares them; each is exercised in tests/model/test_capabilities.py
     _supports_sdpa = True
-    # our forward takes no loss kwargs: Trainer must scale the loss itself under accumulation / several processes
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+    _can_record_outputs = {"hidden_states": ViTFTLayer, "attentions": ViTFTAttention}
+    # Trainer scales the loss itself under accumulation / several processes (the loss takes no num_items_in_batch)
     accepts_loss_kwargs = False
+    # Loading beyond transformers' own (other checkpoint formats, the loading report), installed by
+    # vit_ft.model.loading; None in a saved folder's copy of this file, which loads as any transformers model.
+    checkpoint_loader = None
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -231,42 +222,21 @@ class ViTFTPreTrainedModel(PreTrainedModel):
             init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
             init.trunc_normal_(module.cls_token, mean=0.0, std=std)
 
-    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
-        """transformers' post-loading hook: the keys it ignores, then our loading report (`self.loading_report`:
-        loaded, resampled, the head new or kept, newly initialised, discarded), logged once. A checkpoint key
-        the model has no place for and that is not a known discard (the pre-logits pooler, a head this model
-        lacks) is an error naming it.
-
-        The missing keys our report names are held back from transformers' own LOAD REPORT, which would list
-        the new head a second time as MISSING, and given back by `_finalize_model_loading`."""
-        super()._adjust_missing_and_unexpected_keys(loading_info)
-        self.loading_report = build_loading_report(self, loading_info)
-        self.__dict__["_reported_missing"] = loading_info.missing_keys
-        loading_info.missing_keys = set()
-
-    @staticmethod
-    def _finalize_model_loading(model, load_config, loading_info):
-        """transformers' last loading step (initialisation, tying, the hook above, its report); then the missing
-        keys are put back, so that `output_loading_info=True` lists them as for transformers' own ViT."""
-        loading_info = PreTrainedModel._finalize_model_loading(model, load_config, loading_info)
-        loading_info.missing_keys |= model.__dict__.pop("_reported_missing", set())
-        return loading_info
-
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any):
-        """transformers' `from_pretrained`. A JAX `.npz` of the ViT paper (the file, or a folder holding one and
-        no config.json) is converted first (`checkpoint_formats.py`) and loaded as a state dict, with its config
-        read from the file, so resampling, the head rule and the loading report are the same."""
-        npz = find_jax_checkpoint(pretrained_model_name_or_path)
-        if npz is None or kwargs.get("state_dict") is not None:
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        shapes_config = ViTFTConfig(**jax_config_fields(read_npz_shapes(npz), str(npz)))
-        state_dict, discarded = convert_jax_state_dict(load_npz(npz), shapes_config)
-        kwargs.setdefault("config", str(npz))
-        model = super().from_pretrained(None, *model_args, state_dict=state_dict, **kwargs)
-        model.config.name_or_path = str(npz)
-        model.loading_report.discarded.update(discarded)
-        return model
+        """transformers' `from_pretrained`, through `checkpoint_loader` where one is installed."""
+        load = super().from_pretrained
+        if cls.checkpoint_loader is None:
+            return load(pretrained_model_name_or_path, *model_args, **kwargs)
+        return cls.checkpoint_loader.from_pretrained(
+            load, pretrained_model_name_or_path, *model_args, **kwargs
+        )
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info: Any) -> None:
+        """transformers' hook after the weights are in (the keys it ignores), then `checkpoint_loader`'s."""
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        if self.checkpoint_loader is not None:
+            self.checkpoint_loader.adjust_loading_info(self, loading_info)
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that optimizers conventionally exclude from weight decay (timm's habit)."""
@@ -275,7 +245,8 @@ class ViTFTPreTrainedModel(PreTrainedModel):
 
 
 class ViTFTModel(ViTFTPreTrainedModel):
-    """The ViT encoder. `pooler_output` is the CLS token (or the patch-token mean) after the final LayerNorm."""
+    """The ViT encoder. `pooler_output` is the CLS token (or the patch-token mean) after the final LayerNorm;
+    `hidden_states` and `attentions` are recorded by transformers' `capture_outputs` when asked for."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__(config)
@@ -288,21 +259,13 @@ class ViTFTModel(ViTFTPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
 
-    def forward_features(
-        self, pixel_values: torch.Tensor, output_attentions: bool = False, output_hidden_states: bool = False
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
+    def forward_features(self, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """`(batch, channels, height, width)` -> normalised tokens `(batch, 1 + num_patches, hidden)`."""
         pixel_values = pixel_values.to(self.embeddings.patch_embeddings.projection.weight.dtype)
-        hidden_states = self.embeddings(pixel_values)
-        all_hidden = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+        hidden_states = self.embeddings(pixel_values)  # (B, 1 + N, hidden)
         for layer in self.layers:
-            hidden_states, attn_weights = layer(hidden_states, output_attentions=output_attentions)
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            if output_attentions:
-                all_attentions += (attn_weights,)
-        return self.layernorm(hidden_states), all_hidden, all_attentions
+            hidden_states = layer(hidden_states, **kwargs)
+        return self.layernorm(hidden_states)
 
     def forward_head(self, sequence_output: torch.Tensor) -> torch.Tensor:
         """Pool `(batch, 1 + num_patches, hidden)` tokens to `(batch, hidden)`."""
@@ -310,57 +273,20 @@ class ViTFTModel(ViTFTPreTrainedModel):
             return sequence_output[:, 1:].mean(dim=1)
         return sequence_output[:, 0]
 
+    # the hidden states are the layers' outputs before the final LayerNorm, as transformers' ViT returns them
+    @capture_outputs(tie_last_hidden_states=False)
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         interpolate_pos_encoding: bool | None = None,  # accepted for transformers compatibility; always on
         **kwargs: Any,
-    ) -> BaseModelOutputWithPooling | tuple:
+    ) -> BaseModelOutputWithPooling:
         if pixel_values is None:
             raise ValueError("pixel_values is required: a (batch, channels, height, width) float tensor.")
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        sequence_output, hidden_states, attentions = self.forward_features(
-            pixel_values, output_attentions, output_hidden_states
-        )
-        pooled_output = self.forward_head(sequence_output)
-        if not return_dict:
-            return tuple(
-                v for v in (sequence_output, pooled_output, hidden_states, attentions) if v is not None
-            )
+        sequence_output = self.forward_features(pixel_values, **kwargs)
         return BaseModelOutputWithPooling(
-            last_hidden_state=sequence_output,
-            pooler_output=pooled_output,
-            hidden_states=hidden_states,
-            attentions=attentions,
+            last_hidden_state=sequence_output, pooler_output=self.forward_head(sequence_output)
         )
-
-
-def classification_loss(logits: torch.Tensor, labels: torch.Tensor, config: ViTFTConfig) -> torch.Tensor:
-    """The loss of transformers' `problem_type` convention: MSE, cross-entropy or BCE-with-logits."""
-    problem_type = config.problem_type
-    if problem_type is None:
-        if config.num_labels == 1:
-            problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            problem_type = "single_label_classification"
-        else:
-            problem_type = "multi_label_classification"
-    if problem_type == "regression":
-        return (
-            F.mse_loss(logits.squeeze(-1).float(), labels.squeeze(-1).float())
-            if config.num_labels == 1
-            else F.mse_loss(logits.float(), labels.float())
-        )
-    if problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, config.num_labels).float(), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits.float(), labels.to(logits.dtype).float())
 
 
 class ViTFTForImageClassification(ViTFTPreTrainedModel):
@@ -375,36 +301,24 @@ class ViTFTForImageClassification(ViTFTPreTrainedModel):
         )
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         interpolate_pos_encoding: bool | None = None,  # accepted for transformers compatibility; always on
         **kwargs: Any,
-    ) -> ImageClassifierOutput | tuple:
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.vit(
-            pixel_values,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+    ) -> ImageClassifierOutput:
+        outputs: BaseModelOutputWithPooling = self.vit(pixel_values, **kwargs)
         logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
-        loss = classification_loss(logits, labels, self.config) if labels is not None else None
-        if not return_dict:
-            output = tuple(v for v in (logits, outputs.hidden_states, outputs.attentions) if v is not None)
-            return (loss, *output) if loss is not None else output
+        loss = None
+        if (
+            labels is not None
+        ):  # transformers' problem_type rule; in float32 also for a bf16 model, as Trainer logs it
+            loss = self.loss_function(labels, logits.float(), self.config, **kwargs)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
 
-# transformers ViT checkpoints load through transformers' own from_pretrained with this key/tensor conversion
-register_checkpoint_conversion_mapping(
-    ViTFTConfig.model_type, checkpoint_conversion_mapping(), overwrite=True
-)
-
-__all__ = ["ViTFTForImageClassification", "ViTFTModel", "ViTFTPreTrainedModel", "classification_loss"]
+__all__ = ["ViTFTForImageClassification", "ViTFTModel", "ViTFTPreTrainedModel"]

@@ -7,8 +7,9 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import matplotlib
 
@@ -18,10 +19,6 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from ..data.images import load_image, resize_and_center_crop  # noqa: E402
-
-if TYPE_CHECKING:
-    from ..tools.eval_data import EvalData
-    from ..tools.evaluation import Mistake
 
 CELL_NUMBERS_MAX_CLASSES = 30  # above this, numbers in the confusion-matrix cells are unreadable
 PANEL_INCHES = 2.3  # the width of one image in a grid
@@ -162,11 +159,25 @@ def plot_confusion_matrix(
     return path
 
 
+@dataclass
+class Mistake:
+    """One wrong prediction of an evaluation, as mistakes.csv and mistakes.png show it."""
+
+    rank: int
+    row: int  # in the evaluated data
+    source: str
+    true_label: str
+    predicted_label: str
+    probability: float  # of the predicted label
+    true_probability: float
+
+
 def plot_mistakes(
-    mistakes: Sequence[Mistake], data: EvalData, image_size: tuple[int, int], path: str | os.PathLike
+    mistakes: Sequence[Mistake], images: Sequence[Any], image_size: tuple[int, int], path: str | os.PathLike
 ) -> Path:
     """A grid of the most confident mistakes titled "true", then "→ predicted (p)", most confident first; the
-    class names are whole, wrapped to the panel's width."""
+    class names are whole, wrapped to the panel's width. `images` holds each mistake's image (a path, bytes,
+    {"bytes", "path"} or PIL image), shown as the model saw it at `image_size`."""
     if not mistakes:
         fig, ax = plt.subplots(figsize=(4, 2))
         ax.axis("off")
@@ -174,13 +185,13 @@ def plot_mistakes(
         fig.savefig(path, dpi=100)
         plt.close(fig)
         return Path(path)
-    images = [_shown(data.dataset[m.row]["image"], image_size) for m in mistakes]
+    shown = [_shown(image, image_size) for image in images]
     titles = [
         f"{wrap_title(m.true_label)}\n{wrap_title(f'→ {m.predicted_label} ({m.probability:.2f})')}"
         for m in mistakes
     ]
     return plot_image_grid(
-        images,
+        shown,
         titles,
         path,
         suptitle=f"{len(mistakes)} most confident mistakes: true class, → predicted (probability)",
@@ -188,6 +199,7 @@ def plot_mistakes(
 
 
 __all__ = [
+    "Mistake",
     "display_image",
     "normalize_rows",
     "plot_confusion_matrix",

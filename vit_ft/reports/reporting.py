@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from huggingface_hub import EvalResult, ModelCard, ModelCardData  # noqa: E402
 
-from ..utils.run_record import RUN_RECORD_FILE, run_folder  # noqa: E402
+from ..utils.hub_ids import is_hub_model  # noqa: E402
+from ..utils.run_record import RUN_RECORD_FILE  # noqa: E402
 
 EVAL_METRICS = ("eval_accuracy", "eval_top5_accuracy", "eval_f1", "eval_loss")
 
@@ -75,13 +75,6 @@ def _curves(
 
 
 # ---- a fine-tune's model card ----------------------------------------------------------------------------
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub repository id, not a local path
-
-
-def is_hub_id(name: Any) -> bool:
-    """Whether `name` reads as a Hub repository id ("owner/name" or "name") and is not a local path."""
-    return isinstance(name, str) and bool(HUB_ID.match(name)) and not Path(name).exists()
 
 
 def model_card(
@@ -151,7 +144,7 @@ def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardDat
             "custom_code" if format == "vit_ft" else "vit",
         ],
         datasets=[data["dataset_name"]] if data.get("dataset_name") else None,
-        base_model=base if is_hub_id(base) else None,  # the Hub rejects a local path as base_model
+        base_model=base if is_hub_model(base) else None,  # the Hub rejects a local path as base_model
         metrics=["accuracy", "f1"],
         model_name=name,
         eval_results=results or None,
@@ -167,7 +160,7 @@ def _card_body(run_info: dict[str, Any], name: str, format: str, folder: Path, r
     merged = "merged into the weights here" if (folder / "config.json").is_file() else "in `adapter/`"
     how = f"LoRA (low-rank adapters, {merged})" if lora else "full fine-tuning"
     base = run_info.get("base_model")
-    base_text = f"[`{base}`](https://huggingface.co/{base})" if is_hub_id(base) else "a local checkpoint"
+    base_text = f"[`{base}`](https://huggingface.co/{base})" if is_hub_model(base) else "a local checkpoint"
     lines = [
         "",
         f"# {name}",
@@ -286,10 +279,12 @@ def write_report(
     table: list[dict[str, Any]],
     figures: dict[str, str],
     notes: Sequence[str],
+    model_folder: Path | None = None,
 ) -> Path:
-    """report.md: the metrics, every figure, the per-class table (or its worst rows), and the notes."""
+    """report.md: the metrics, every figure, the per-class table (or its worst rows), and the notes; the
+    model's name links to `model_folder` (its local folder) when there is one."""
     lines = [
-        *_report_summary(output_dir, model, metrics),
+        *_report_summary(output_dir, model, metrics, model_folder),
         *_report_figures(figures),
         *_report_per_class(table),
     ]
@@ -300,11 +295,10 @@ def write_report(
     return path
 
 
-def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any]) -> list[str]:
+def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any], folder: Path | None) -> list[str]:
     """The report's title, what was evaluated on what, and the metrics table."""
     top_key = next(k for k in metrics if k.startswith("top") and k.endswith("_accuracy"))
     top_name = f"top-{top_key.removeprefix('top').removesuffix('_accuracy')} accuracy"
-    folder = run_folder(model)
     model_link = f"[`{model}`]({os.path.relpath(folder, output_dir)})" if folder else f"`{model}`"
     return [
         f"# Evaluation of `{model}`",
@@ -365,9 +359,9 @@ def _report_per_class(table: list[dict[str, Any]]) -> list[str]:
     return [*lines, "The 10 classes with the lowest F1:", "", markdown_table(worst, PER_CLASS_COLUMNS)]
 
 
-def copy_training_curves(model: str, output_dir: Path) -> str | None:
-    """The fine-tune's training_curves.png copied next to an evaluation report; its name, or None."""
-    folder = run_folder(model)
+def copy_training_curves(folder: Path | None, output_dir: Path) -> str | None:
+    """The fine-tune's training_curves.png (in its output `folder`) copied next to an evaluation report; its
+    name, or None."""
     source = folder / "training_curves.png" if folder else None
     if source is None or not source.is_file():
         return None
@@ -377,7 +371,6 @@ def copy_training_curves(model: str, output_dir: Path) -> str | None:
 
 __all__ = [
     "copy_training_curves",
-    "is_hub_id",
     "markdown_table",
     "model_card",
     "plot_training_curves",

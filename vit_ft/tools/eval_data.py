@@ -1,6 +1,7 @@
 """Which images an evaluation runs on: the split a fine-tune recorded in `vit_ft_run.json` (test if it had
-one, else validation), rebuilt with `vit_ft.data.datasets.load_image_datasets` from the same arguments and seed; or a
-recipe's split; or an image folder with one sub-folder per class. Labels are matched to the model's by name.
+one, else validation; taken from the loaded model's `Origin`, not read again), rebuilt with
+`vit_ft.data.datasets.load_image_datasets` from the same arguments and seed; or a recipe's split; or an image
+folder with one sub-folder per class. Labels are matched to the model's by name.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 
 from ..data.datasets import load_image_datasets
 from ..data.digits import write_digits_imagefolder
-from ..utils.run_record import RUN_RECORD_FILE, read_run_record, recorded_seed
+from ..utils.run_record import RUN_RECORD_FILE, recorded_seed
+from .trained import Origin
 
 DATA_FIELDS = (
     "dataset_name", "dataset_config", "train_dir", "validation_dir", "test_dir", "train_split",
@@ -106,14 +108,14 @@ def data_from_fields(
 
 
 def recorded_eval_data(
-    model: str | os.PathLike,
+    origin: Origin,
     id2label: dict[int, str],
     split: str | None = None,
     seed: int | None = None,
     max_samples: int | None = None,
 ) -> EvalData:
-    """The evaluation data recorded in the model folder's `vit_ft_run.json` (see `data_from_fields`)."""
-    info = read_run_record(model)
+    """The evaluation data recorded in the model's run record (`origin.record`, see `data_from_fields`)."""
+    info, model = origin.record, origin.name
     if info is None:
         raise FileNotFoundError(
             f"{model} has no {RUN_RECORD_FILE} (it is not a vit_ft fine-tune output folder), so there is no recorded "
@@ -162,7 +164,7 @@ def folder_eval_data(
 
 
 def resolve_eval_data(
-    model: str | os.PathLike,
+    origin: Origin,
     id2label: dict[int, str],
     recipe: str | None = None,
     data_dir: str | os.PathLike | None = None,
@@ -170,14 +172,14 @@ def resolve_eval_data(
     seed: int | None = None,
     max_samples: int | None = None,
 ) -> EvalData:
-    """`data_dir` if given, else `recipe`'s split, else the data recorded with the model."""
+    """`data_dir` if given, else `recipe`'s split, else the data recorded with the model at `origin`."""
     if recipe is not None and data_dir is not None:
         raise ValueError("Pass either --recipe or --data_dir, not both.")
     if data_dir is not None:
         return folder_eval_data(data_dir, id2label, max_samples, seed or 0)
     if recipe is not None:
         return recipe_eval_data(recipe, id2label, split, seed, max_samples)
-    return recorded_eval_data(model, id2label, split, seed, max_samples)
+    return recorded_eval_data(origin, id2label, split, seed, max_samples)
 
 
 __all__ = [

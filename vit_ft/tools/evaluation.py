@@ -1,8 +1,9 @@
 """Evaluation of a fine-tuned classifier: metrics, a per-class table, a confusion matrix, the most confident
 mistakes, and a `report.md` that shows them (with the fine-tune's training curves).
 
-Each job has its module: which images (`eval_data`), loading and the batched loop (`inference`), the numbers
-(here), the figures (`figures`) and the report (`reporting`); `run_evaluation` puts them together.
+Each job has its module: loading the model once (`trained`), which images (`eval_data`), the batched loop
+(`inference`), the numbers (here), the figures (`reports.figures`) and the report (`reports.reporting`);
+`run_evaluation` puts them together.
 
     run_evaluation("outputs/digits", "reports/digits")                       # the recorded test split
     run_evaluation("outputs/digits", "reports/digits-48", image_size=48)     # another test-time resolution
@@ -25,7 +26,7 @@ import torch
 
 from ..data.images import describe_source
 from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
-from ..reports.figures import plot_confusion_matrix, plot_mistakes
+from ..reports.figures import Mistake, plot_confusion_matrix, plot_mistakes
 from ..reports.reporting import (
     PER_CLASS_COLUMNS,
     copy_training_curves,
@@ -35,7 +36,8 @@ from ..reports.reporting import (
     write_report,
 )
 from .eval_data import EvalData, resolve_eval_data
-from .inference import Classifier, describe_error, iter_batches, load_classifier
+from .inference import describe_error, iter_batches
+from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 
@@ -61,7 +63,7 @@ class EvalOutputs:
 
 
 def predict_dataset(
-    classifier: Classifier,
+    trained: Trained,
     data: EvalData,
     batch_size: int = 64,
     num_workers: int = 0,
@@ -71,7 +73,7 @@ def predict_dataset(
     (listed in `skipped`), as the fine-tune's `drop_bad_images` dropped them."""
     logits, rows, sources, skipped = [], [], [], []
     values = data.dataset["image"]
-    for batch in iter_batches(classifier, values, batch_size, num_workers, "Evaluating", progress):
+    for batch in iter_batches(trained, values, batch_size, num_workers, "Evaluating", progress):
         for offset, error in batch.errors.items():
             value, row = batch.sources[offset], batch.start + offset
             source = describe_source(value) if value else f"row {row}"
@@ -141,17 +143,6 @@ def compute_metrics(outputs: EvalOutputs, top_k: int = 5) -> dict[str, float]:
     }
 
 
-@dataclass
-class Mistake:
-    rank: int
-    row: int  # in EvalData.dataset
-    source: str
-    true_label: str
-    predicted_label: str
-    probability: float  # of the predicted label
-    true_probability: float
-
-
 def most_confident_mistakes(
     outputs: EvalOutputs, data: EvalData, id2label: dict[int, str], limit: int = 25
 ) -> list[Mistake]:
@@ -179,22 +170,22 @@ def most_confident_mistakes(
 
 
 def _metrics_record(
-    model: str, classifier: Classifier, data: EvalData, outputs: EvalOutputs, top_k: int, elapsed: float
+    trained: Trained, data: EvalData, outputs: EvalOutputs, top_k: int, elapsed: float
 ) -> dict[str, Any]:
     """What metrics.json holds: the numbers, what was evaluated at which resolution, and how fast."""
-    info = classifier.run_record or {}
+    info = trained.run_record or {}
     return {
         **compute_metrics(outputs, top_k),
         "num_images": int(len(outputs.labels)),
         "num_skipped": len(outputs.skipped),
-        "num_classes": classifier.num_labels,
-        "model": model,
+        "num_classes": trained.num_labels,
+        "model": trained.source,
         "data": data.description,
-        "image_size": list(classifier.preprocessing.image_size),
+        "image_size": list(trained.preprocessing.image_size),
         "trained_image_size": info.get("image_size"),
         "images_per_second": round(len(outputs.labels) / max(elapsed, 1e-9), 2),
-        "device": str(classifier.device),
-        "bf16": classifier.bf16,
+        "device": str(trained.device),
+        "bf16": trained.bf16,
         "skipped": outputs.skipped,
         "notes": data.notes,
     }
@@ -227,6 +218,32 @@ def _write_tables(
     write_csv(output_dir / "predictions.csv", rows)
 
 
+def _write_figures(
+    output_dir: Path,
+    trained: Trained,
+    data: EvalData,
+    counts: np.ndarray,
+    mistakes: list[Mistake],
+    metrics: dict[str, Any],
+) -> dict[str, str]:
+    """confusion_matrix.png, mistakes.png and the fine-tune's training_curves.png (copied when its folder has
+    one); returns {figure key: file name} for the report."""
+    images = [data.dataset[m.row]["image"] for m in mistakes]
+    title = f"Confusion matrix, accuracy {metrics['accuracy']:.3f} on {metrics['num_images']} images"
+    figures = {
+        "confusion_matrix": plot_confusion_matrix(
+            counts, trained.id2label, output_dir / "confusion_matrix.png", title=title
+        ).name,
+        "mistakes": plot_mistakes(
+            mistakes, images, trained.preprocessing.image_size, output_dir / "mistakes.png"
+        ).name,
+    }
+    curves = copy_training_curves(trained.origin.run_folder, output_dir)
+    if curves:
+        figures["training_curves"] = curves
+    return figures
+
+
 def run_evaluation(
     model: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -247,44 +264,30 @@ def run_evaluation(
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
     mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has one) and
-    report.md to `output_dir`. Returns the contents of metrics.json."""
-    model = str(model)
+    report.md to `output_dir`. Returns the contents of metrics.json.
+
+    `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
+    under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads.
+    """
     output_dir = Path(output_dir)
-    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
-    # under bf16 autocast ("auto": where the hardware has native bf16); nothing is written before the model loads
-    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
+    trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     output_dir.mkdir(parents=True, exist_ok=True)
-    id2label = classifier.id2label
-    data = resolve_eval_data(model, id2label, recipe, data_dir, split, seed, max_samples)
-    logger.info("Evaluating %s on %s: %d images.", model, data.description, len(data))
+    id2label = trained.id2label
+    data = resolve_eval_data(trained.origin, id2label, recipe, data_dir, split, seed, max_samples)
+    logger.info("Evaluating %s on %s: %d images.", trained.source, data.description, len(data))
 
     started = time.perf_counter()
-    outputs = predict_dataset(classifier, data, batch_size, num_workers, progress)
-    elapsed = time.perf_counter() - started
-    predictions = outputs.predictions
-    counts = confusion_counts(outputs.labels, predictions, classifier.num_labels)
-    table = per_class_table(counts, id2label)
-    metrics = _metrics_record(model, classifier, data, outputs, top_k, elapsed)
+    outputs = predict_dataset(trained, data, batch_size, num_workers, progress)
+    metrics = _metrics_record(trained, data, outputs, top_k, time.perf_counter() - started)
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
+    counts = confusion_counts(outputs.labels, outputs.predictions, trained.num_labels)
+    table = per_class_table(counts, id2label)
     _write_tables(output_dir, outputs, counts, table, id2label)
     mistakes = most_confident_mistakes(outputs, data, id2label, max_mistakes)
     write_csv(output_dir / "mistakes.csv", [vars(m) for m in mistakes])
-    figures = {
-        "confusion_matrix": plot_confusion_matrix(
-            counts,
-            id2label,
-            output_dir / "confusion_matrix.png",
-            title=f"Confusion matrix, accuracy {metrics['accuracy']:.3f} on {metrics['num_images']} images",
-        ).name,
-        "mistakes": plot_mistakes(
-            mistakes, data, classifier.preprocessing.image_size, output_dir / "mistakes.png"
-        ).name,
-    }
-    curves = copy_training_curves(model, output_dir)
-    if curves:
-        figures["training_curves"] = curves
-    write_report(output_dir, model, metrics, table, figures, data.notes)
+    figures = _write_figures(output_dir, trained, data, counts, mistakes, metrics)
+    write_report(output_dir, trained.source, metrics, table, figures, data.notes, trained.origin.run_folder)
     logger.info(
         "accuracy %.4f, top-%d %.4f, macro-F1 %.4f on %d images; report in %s",
         metrics["accuracy"],
@@ -299,7 +302,6 @@ def run_evaluation(
 
 __all__ = [
     "EvalOutputs",
-    "Mistake",
     "compute_metrics",
     "confusion_counts",
     "most_confident_mistakes",

@@ -20,15 +20,10 @@ from typing import Any
 from huggingface_hub import HfApi
 
 from ..data.images import image_extensions
-from ..utils.run_record import (
-    ADAPTER_DIR,
-    EXAMPLES_DIR,
-    PROCESSOR_FILE,
-    RUN_RECORD_FILE,
-    is_adapter_folder,
-    read_run_record,
-)
-from .inference import HUB_ID
+from ..utils.hub_ids import check_hub_id
+from ..utils.output_dir import check_output_dir
+from ..utils.run_record import ADAPTER_DIR, EXAMPLES_DIR, PROCESSOR_FILE, RUN_RECORD_FILE
+from .trained import Origin, load_trained, locate
 
 logger = logging.getLogger("vit_ft")
 
@@ -54,7 +49,7 @@ def stage_for_hub(
     """
     from ..reports.reporting import model_card  # deferred: reporting imports matplotlib
 
-    check_repo_id(repo_id)
+    check_hub_id(repo_id)
     if format not in FORMATS:
         raise ValueError(f"format={format!r} is not one of {FORMATS}: 'vit_ft' (our code, trust_remote_code) "
                          "or 'transformers' (plain transformers ViT, no remote code).")  # fmt: skip
@@ -63,35 +58,17 @@ def stage_for_hub(
         raise FileNotFoundError(
             f"{output_dir} is not a folder; pass a fine-tune output folder (--output_dir)."
         )
-    if staging.exists():
-        raise FileExistsError(f"{staging} exists; stage into a new folder.")
+    check_output_dir(staging, flag="--local_dir", new="stage into a new folder")
+    origin = locate(output_dir)  # the folder's run record, adapter and processor, read once
     try:  # a folder that cannot be staged and verified is removed: nothing half-written is left to upload
-        adapter_dir = _adapter_dir(output_dir)
-        run_info = _read_run_info(output_dir, adapter_dir)
-
-        if format == "transformers":
-            from ..model.export import export_to_transformers
-
-            model = _load_merged(output_dir)
-            export_to_transformers(model, staging, image_processor=_load_processor(output_dir, adapter_dir))
-        else:
-            staging.mkdir(parents=True)
-            if _has_complete_model(output_dir):
-                _copy_matching(output_dir, staging, (*WEIGHT_FILES, "config.json"))
-                for code_file in _code_files(output_dir):
-                    shutil.copy2(output_dir / code_file, staging / code_file)
-            else:  # an adapter only, or a folder saved without its code: write the model with its code
-                _load_merged(output_dir).save_pretrained(staging)
-            _write_processor(output_dir, adapter_dir, staging)
-            if adapter_dir is not None:
-                _copy_matching(adapter_dir, staging / ADAPTER_DIR, ADAPTER_FILES)
-
+        _stage_model(origin, staging, format)
         _copy_matching(output_dir, staging, RECORD_FILES)
         examples = output_dir / EXAMPLES_DIR
         if examples.is_dir():
             _copy_matching(
                 examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions()))
             )
+        run_info = _run_info(origin)
         model_card(run_info, repo_id, staging, format, repo_id=repo_id).save(staging / "README.md")
         verify_staged(staging, format, source=output_dir)
     except BaseException:
@@ -100,20 +77,24 @@ def stage_for_hub(
     return staging
 
 
-def check_repo_id(repo_id: str) -> None:
-    """Raise ValueError unless `repo_id` is a Hub repository id: `name` or `namespace/name`."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
+def _stage_model(origin: Origin, staging: Path, format: str) -> None:
+    """The model in `format` with its image processor (and, vit_ft format, its code and LoRA adapter)."""
+    folder = origin.path
+    if format == "transformers":
+        from ..model.export import export_to_transformers
 
-    try:
-        valid = bool(repo_id) and HUB_ID.fullmatch(repo_id) is not None and validate_repo_id(repo_id) is None
-    except HFValidationError:
-        valid = False
-    if not valid:
-        raise ValueError(
-            f"--hub_model_id {repo_id!r} is not a repo id; a repo id is 'namespace/name' or 'name' (letters, "
-            "digits, '-', '_', '.'; no '--' or '..'), e.g. me/vit-dogs."
-        )
+        export_to_transformers(_load_merged(origin), staging, image_processor=_processor(origin))
+        return
+    staging.mkdir(parents=True)
+    if _has_complete_model(folder):
+        _copy_matching(folder, staging, (*WEIGHT_FILES, "config.json"))
+        for code_file in _code_files(folder):
+            shutil.copy2(folder / code_file, staging / code_file)
+    else:  # an adapter only, or a folder saved without its code: write the model with its code
+        _load_merged(origin).save_pretrained(staging)
+    _write_processor(origin, staging)
+    if origin.adapter is not None:
+        _copy_matching(origin.adapter, staging / ADAPTER_DIR, ADAPTER_FILES)
 
 
 def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = None) -> None:
@@ -191,7 +172,7 @@ def push_output_dir(
     The repo id is checked and the folder staged and verified first (see `stage_for_hub`), then the network
     setting, so a folder that cannot be shared fails before the repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
     """
-    check_repo_id(hub_model_id)
+    check_hub_id(hub_model_id)
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vit_ft_push_") as tmp:
         staging = stage_for_hub(output_dir, Path(tmp) / hub_model_id.split("/")[-1], hub_model_id, format)
@@ -215,17 +196,11 @@ def push_output_dir(
     return info.commit_url
 
 
-def _adapter_dir(output_dir: Path) -> Path | None:
-    if is_adapter_folder(output_dir):
-        return output_dir
-    return output_dir / ADAPTER_DIR if is_adapter_folder(output_dir / ADAPTER_DIR) else None
-
-
-def _read_run_info(output_dir: Path, adapter_dir: Path | None) -> dict[str, Any]:
-    """`vit_ft_run.json`, or what the folder itself says when the run record is missing."""
-    record = read_run_record(output_dir)
-    if record is not None:
-        return record
+def _run_info(origin: Origin) -> dict[str, Any]:
+    """The run record, or what the folder itself says when it has none."""
+    if origin.record is not None:
+        return origin.record
+    output_dir, adapter_dir = origin.path, origin.adapter
     logger.warning(
         "No %s in %s: the model card will not name the recipe or dataset.", RUN_RECORD_FILE, output_dir
     )
@@ -275,32 +250,29 @@ def _code_files(folder: Path) -> list[str]:
     return sorted(files)
 
 
-def _load_merged(output_dir: Path):
+def _load_merged(origin: Origin):
     """The classifier to share: the folder's model, or base + LoRA adapter with the adapter merged in."""
-    from .inference import load_classifier
-
-    return load_classifier(output_dir, device="cpu", merge_lora=True).model
+    return load_trained(origin, device="cpu", merge_lora=True).model
 
 
-def _load_processor(output_dir: Path, adapter_dir: Path | None):
+def _processor(origin: Origin):
     """The fine-tune's image processor (at its resolution), or None when the folder has none."""
-    from transformers import AutoImageProcessor
+    from transformers import ViTImageProcessorPil
 
-    for folder in (output_dir, adapter_dir):
-        if folder is not None and (folder / PROCESSOR_FILE).is_file():
-            return AutoImageProcessor.from_pretrained(folder)
-    logger.warning("No %s in %s: sharing ViT's default image processor.", PROCESSOR_FILE, output_dir)
-    return None
+    if origin.processor is None:
+        logger.warning("No %s in %s: sharing ViT's default image processor.", PROCESSOR_FILE, origin.name)
+        return None
+    return ViTImageProcessorPil(**origin.processor)
 
 
-def _write_processor(output_dir: Path, adapter_dir: Path | None, staging: Path) -> None:
+def _write_processor(origin: Origin, staging: Path) -> None:
     """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
     from transformers import ViTImageProcessorPil
 
     from ..model.configuration_vit_ft import ViTFTConfig
 
     height, width = ViTFTConfig.from_pretrained(staging).image_hw
-    processor = _load_processor(output_dir, adapter_dir)
+    processor = _processor(origin)
     settings = processor.to_dict() if processor is not None else {}
     ViTImageProcessorPil(**{**settings, "size": {"height": height, "width": width}}).save_pretrained(staging)
 
@@ -313,4 +285,4 @@ def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> Non
             shutil.copy2(path, target / path.name)
 
 
-__all__ = ["FORMATS", "check_repo_id", "push_output_dir", "stage_for_hub", "verify_staged"]
+__all__ = ["FORMATS", "push_output_dir", "stage_for_hub", "verify_staged"]

@@ -5,6 +5,8 @@
 - the mean attention distance of each head against depth ("attention distance" in pixels);
 - attention-rollout overlays (Abnar & Zuidema 2020) for given images.
 
+The figures are drawn by `vit_ft.reports.inspection_figures`; the model is loaded once (`trained.load_trained`).
+
     run_inspection("outputs/digits", "figures/digits", images=["a.png", "b.png"])
 """
 
@@ -18,19 +20,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import torch
+from PIL import Image
 
-matplotlib.use("Agg")  # files only; no display on servers
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
-from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS  # noqa: E402
-from ..reports.figures import display_image, plot_image_grid, short  # noqa: E402
-from .eval_data import resolve_eval_data  # noqa: E402
-from .inference import Classifier, describe_error, iter_batches, load_classifier  # noqa: E402
-from .rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
+from ..reports.figures import display_image, plot_image_grid, short
+from ..reports.inspection_figures import (
+    plot_attention_distance,
+    plot_patch_embedding_components,
+    plot_position_similarity,
+)
+from .eval_data import resolve_eval_data
+from .inference import describe_error, iter_batches
+from .rollout import overlay_heatmap, rollout_maps
+from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 
@@ -62,29 +65,6 @@ def patch_embedding_components(
     return vh[:k].reshape(k, *weight.shape[1:]), ratio[:k]
 
 
-def plot_patch_embedding_components(
-    components: torch.Tensor, explained: torch.Tensor, path: str | os.PathLike, columns: int = 7
-) -> Path:
-    """The components `(k, 3, patch_h, patch_w)` as small RGB images (each min-max scaled), 7 per row."""
-    k = len(components)
-    rows = math.ceil(k / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(1.3 * columns, 1.45 * rows + 0.6), squeeze=False)
-    for i, ax in enumerate(axes.flat):
-        ax.axis("off")
-        if i >= k:
-            continue
-        image = components[i].permute(1, 2, 0).numpy()  # (patch_h, patch_w, channels)
-        image = (image - image.min()) / max(float(image.max() - image.min()), 1e-12)
-        ax.imshow(image if image.shape[-1] == 3 else image.mean(-1), interpolation="nearest", cmap="gray")
-        ax.set_title(f"PC{i + 1} {100 * float(explained[i]):.1f}%", fontsize=7)
-    fig.suptitle(f"RGB embedding filters (first {k} principal components)", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Position embeddings
 # ---------------------------------------------------------------------------------------------------------
@@ -105,61 +85,6 @@ def position_similarity(
         raise ValueError(f"{len(table)} patch position embeddings do not fit a {gh}x{gw} grid.")
     unit = torch.nn.functional.normalize(table, dim=-1)
     return (unit @ unit.T).reshape(gh * gw, gh, gw)
-
-
-def similarity_mosaic(similarity: torch.Tensor) -> np.ndarray:
-    """The `(grid_h * grid_w, grid_h, grid_w)` maps tiled as a grid_h x grid_w grid of panels separated by
-    one NaN row/column: `(grid_h * (grid_h + 1) - 1, grid_w * (grid_w + 1) - 1)`. Panel (r, c) is the map of
-    the patch at row r, column c."""
-    count, gh, gw = similarity.shape
-    if count != gh * gw:
-        raise ValueError(f"Expected {gh * gw} maps of {gh}x{gw}, got {count}.")
-    mosaic = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan, dtype=np.float32)
-    for position in range(count):
-        r, c = divmod(position, gw)
-        top, left = r * (gh + 1), c * (gw + 1)
-        mosaic[top : top + gh, left : left + gw] = similarity[position].numpy()
-    return mosaic
-
-
-def count_mosaic_panels(mosaic: np.ndarray, grid: tuple[int, int]) -> int:
-    """How many panels of a `similarity_mosaic` hold a map (no NaN inside the panel)."""
-    gh, gw = grid
-    return sum(
-        bool(np.isfinite(mosaic[r * (gh + 1) : r * (gh + 1) + gh, c * (gw + 1) : c * (gw + 1) + gw]).all())
-        for r in range((mosaic.shape[0] + 1) // (gh + 1))
-        for c in range((mosaic.shape[1] + 1) // (gw + 1))
-    )
-
-
-def plot_position_similarity(similarity: torch.Tensor, path: str | os.PathLike) -> tuple[Path, int]:
-    """The paper's position-embedding figure: a panel per patch position, each a grid_h x grid_w map of
-    its cosine similarity with all positions. Returns the PNG path and the number of panels drawn."""
-    _, gh, gw = similarity.shape
-    mosaic = similarity_mosaic(similarity)
-    side = float(np.clip(0.28 * max(gh, gw) + 3, 5, 16))
-    fig, ax = plt.subplots(figsize=(side * gw / max(gh, gw) + 1.3, side * gh / max(gh, gw)))
-    cmap = plt.get_cmap("viridis").with_extremes(bad="white")  # the gaps between panels
-    image = ax.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
-    step = max(1, math.ceil(max(gh, gw) / 16))  # at most ~16 labelled rows/columns
-    ax.set_xticks(
-        [c * (gw + 1) + (gw - 1) / 2 for c in range(0, gw, step)], [str(c + 1) for c in range(0, gw, step)]
-    )
-    ax.set_yticks(
-        [r * (gh + 1) + (gh - 1) / 2 for r in range(0, gh, step)], [str(r + 1) for r in range(0, gh, step)]
-    )
-    ax.tick_params(length=0, labelsize=8)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
-    ax.set_xlabel("Input patch column")
-    ax.set_ylabel("Input patch row")
-    ax.set_title("Position embedding similarity")
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02, label="Cosine similarity")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100 if max(gh, gw) <= 16 else 150)
-    plt.close(fig)
-    return path, count_mosaic_panels(mosaic, (gh, gw))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -205,7 +130,7 @@ def mean_attention_distance(
 
 @torch.inference_mode()
 def attention_distances(
-    classifier: Classifier, sources: Sequence[Any], batch_size: int = 32, progress: bool | None = None
+    classifier: Trained, sources: Sequence[Any], batch_size: int = 32, progress: bool | None = None
 ) -> tuple[torch.Tensor, int]:
     """Mean attention distance `(layers, heads)` over the images in `sources` (paths, bytes, {"bytes",
     "path"} values) at the classifier's resolution; images that do not decode are skipped. Also returns how
@@ -232,32 +157,6 @@ def attention_distances(
     return total / used, used
 
 
-def plot_attention_distance(distances: torch.Tensor, max_distance: float, path: str | os.PathLike) -> Path:
-    """The paper's Figure 7 (right): each head's mean attention distance (pixels) against network depth."""
-    layers, heads = distances.shape
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    colors = plt.get_cmap("tab20" if heads > 10 else "tab10")
-    depth = np.arange(1, layers + 1)
-    for head in range(heads):
-        ax.scatter(
-            depth, distances[:, head].numpy(), s=16, color=colors(head % colors.N), label=f"head {head + 1}"
-        )
-    ax.set_xlabel("Network depth (layer)")
-    ax.set_ylabel("Mean attention distance (pixels)")
-    ax.set_xticks(depth if layers <= 16 else depth[:: math.ceil(layers / 16)])
-    ax.set_xlim(0.5, layers + 0.5)
-    ax.set_ylim(0, max_distance * 1.02 if max_distance > 0 else 1)
-    ax.set_title("Mean attention distance per head")
-    if heads <= 16:
-        ax.legend(fontsize=6, ncol=2, loc="lower right", markerscale=0.8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Attention rollout
 # ---------------------------------------------------------------------------------------------------------
@@ -265,7 +164,7 @@ def plot_attention_distance(distances: torch.Tensor, max_distance: float, path: 
 
 @torch.inference_mode()
 def plot_rollout(
-    classifier: Classifier, images: Sequence[str | os.PathLike], path: str | os.PathLike
+    classifier: Trained, images: Sequence[str | os.PathLike], path: str | os.PathLike
 ) -> tuple[Path, list[dict[str, Any]]]:
     """Each image (the centre crop the model sees) next to its attention-rollout overlay, titled with the
     top-1 prediction. An image that does not decode is left out (its record holds the reason)."""
@@ -300,8 +199,7 @@ def plot_rollout(
 
 
 def _sample_sources(
-    model: str,
-    classifier: Classifier,
+    trained: Trained,
     images: Sequence[str | os.PathLike] | None,
     recipe: str | None,
     data_dir: str | os.PathLike | None,
@@ -309,25 +207,24 @@ def _sample_sources(
     seed: int | None,
 ) -> tuple[list[Any], str]:
     """Images for the attention distances: a random sample of the evaluation data (see
-    `vit_ft.tools.evaluation.resolve_eval_data`), or the given images when there is no data to sample."""
-    if recipe is None and data_dir is None and classifier.run_record is None:
+    `vit_ft.tools.eval_data.resolve_eval_data`), or the given images when there is no data to sample."""
+    if recipe is None and data_dir is None and trained.run_record is None:
         if not images:
             raise ValueError(
-                f"{model} records no evaluation data (no vit_ft_run.json): pass --images, --data_dir or --recipe "
-                "to give the images the attention distances are computed on."
+                f"{trained.source} records no evaluation data (no vit_ft_run.json): pass --images, --data_dir or "
+                "--recipe to give the images the attention distances are computed on."
             )
-        return [str(image) for image in images][
-            :num_images
-        ], f"the {min(len(images), num_images)} given images"
-    data = resolve_eval_data(model, classifier.id2label, recipe, data_dir, seed=seed, max_samples=num_images)
+        given = [str(image) for image in images][:num_images]
+        return given, f"the {len(given)} given images"
+    data = resolve_eval_data(
+        trained.origin, trained.id2label, recipe, data_dir, seed=seed, max_samples=num_images
+    )
     return list(data.dataset["image"]), data.description
 
 
-def _embedding_figures(
-    network: torch.nn.Module, output_dir: Path, figures: dict[str, str]
-) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int], int]:
+def _embedding_figures(network: torch.nn.Module, output_dir: Path, figures: dict[str, str]) -> dict[str, Any]:
     """Figure 7 (left and centre): the patch-embedding filters' principal components and the position
-    embeddings' similarity; their file names go into `figures`."""
+    embeddings' similarity; their file names go into `figures`, their numbers are returned for inspection.json."""
     embeddings = network.vit.embeddings
     components, explained = patch_embedding_components(embeddings.patch_embeddings.projection.weight)
     figures["patch_embedding_pca"] = plot_patch_embedding_components(
@@ -337,7 +234,30 @@ def _embedding_figures(
     similarity = position_similarity(embeddings.position_embeddings, grid)
     path, panels = plot_position_similarity(similarity, output_dir / "position_similarity.png")
     figures["position_similarity"] = path.name
-    return components, explained, grid, panels
+    return {
+        "patch_embedding_pca": {
+            "components": len(components),
+            "explained_variance_ratio": explained.tolist(),
+        },
+        "position_similarity": {"grid": list(grid), "panels": panels},
+    }
+
+
+def _distance_figure(
+    trained: Trained, sources: list[Any], sample: str, batch_size: int, progress: bool | None, path: Path
+) -> dict[str, Any]:
+    """Figure 7 (right): each head's mean attention distance over `sources`, drawn to `path`; the numbers."""
+    distances, used = attention_distances(trained, sources, batch_size, progress)
+    height, width = trained.preprocessing.image_size
+    patch = tuple(trained.model.config.patch_hw)
+    max_distance = max_patch_distance((height // patch[0], width // patch[1]), patch)
+    plot_attention_distance(distances, max_distance, path)
+    return {
+        "images": used,
+        "sample": sample,
+        "max_distance": max_distance,
+        "mean_distance": distances.tolist(),  # [layer][head], pixels
+    }
 
 
 def run_inspection(
@@ -356,47 +276,30 @@ def run_inspection(
     bf16: str | bool = False,
 ) -> dict[str, Any]:
     """Write patch_embedding_pca.png, position_similarity.png, attention_distance.png, attention_rollout.png
-    (with `images`) and inspection.json (the numbers behind them) to `output_dir`; returns that JSON."""
-    model = str(model)
+    (with `images`) and inspection.json (the numbers behind them) to `output_dir`; returns that JSON.
+
+    `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
+    under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads.
+    """
     output_dir = Path(output_dir)
-    # `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
-    # under bf16 autocast ("auto": where the hardware has native bf16); nothing is written before the model loads
-    classifier = load_classifier(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
+    trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     output_dir.mkdir(parents=True, exist_ok=True)
-    network = classifier.model
-    config = network.config
     figures: dict[str, str] = {}
-
-    components, explained, grid, panels = _embedding_figures(network, output_dir, figures)
-    sources, sample = _sample_sources(model, classifier, images, recipe, data_dir, num_images, seed)
-    distances, used = attention_distances(classifier, sources, batch_size, progress)
-    height, width = classifier.preprocessing.image_size
-    patch = tuple(config.patch_hw)
-    max_distance = max_patch_distance((height // patch[0], width // patch[1]), patch)
-    figures["attention_distance"] = plot_attention_distance(
-        distances, max_distance, output_dir / "attention_distance.png"
-    ).name
-
+    embedding = _embedding_figures(trained.model, output_dir, figures)
+    sources, sample = _sample_sources(trained, images, recipe, data_dir, num_images, seed)
+    path = output_dir / "attention_distance.png"
+    distance = _distance_figure(trained, sources, sample, batch_size, progress, path)
+    figures["attention_distance"] = path.name
     rollout = []
     if images:
-        path, rollout = plot_rollout(classifier, images, output_dir / "attention_rollout.png")
+        path, rollout = plot_rollout(trained, images, output_dir / "attention_rollout.png")
         figures["attention_rollout"] = path.name
-
     summary = {
-        "model": model,
-        "image_size": [height, width],
-        "patch_size": list(patch),
-        "patch_embedding_pca": {
-            "components": len(components),
-            "explained_variance_ratio": explained.tolist(),
-        },
-        "position_similarity": {"grid": list(grid), "panels": panels},
-        "attention_distance": {
-            "images": used,
-            "sample": sample,
-            "max_distance": max_distance,
-            "mean_distance": distances.tolist(),  # [layer][head], pixels
-        },
+        "model": trained.source,
+        "image_size": list(trained.preprocessing.image_size),
+        "patch_size": list(trained.model.config.patch_hw),
+        **embedding,
+        "attention_distance": distance,
         "rollout": rollout,
         "figures": figures,
     }
@@ -407,16 +310,11 @@ def run_inspection(
 
 __all__ = [
     "attention_distances",
-    "count_mosaic_panels",
     "max_patch_distance",
     "mean_attention_distance",
     "patch_distances",
     "patch_embedding_components",
-    "plot_attention_distance",
-    "plot_patch_embedding_components",
-    "plot_position_similarity",
     "plot_rollout",
     "position_similarity",
     "run_inspection",
-    "similarity_mosaic",
 ]

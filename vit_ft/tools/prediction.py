@@ -1,6 +1,6 @@
 """Batch prediction: image files and folders -> the top-k labels of each file, as CSV or JSONL rows.
 
-classifier = load_classifier("outputs/digits")
+classifier = load_trained("outputs/digits")
 files = collect_image_files(["photos/", "extra.jpg"])
 n_rows, n_errors = write_predictions(predict_files(classifier, files, top_k=5), "preds.csv")
 """
@@ -12,7 +12,6 @@ import glob
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,9 @@ import torch
 from ..data.images import DEFAULT_MAX_PIXELS, image_extensions
 from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ..reports.figures import display_image, plot_image_grid, short
-from ..utils.run_record import move_into_place
-from .inference import Classifier, describe_error, iter_batches, load_classifier
+from ..utils.files import move_into_place, staged_file, temporary_sibling
+from .inference import describe_error, iter_batches
+from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 
@@ -107,7 +107,7 @@ def top_k(probabilities: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def predict_files(
-    classifier: Classifier,
+    classifier: Trained,
     files: Sequence[str | os.PathLike],
     top_k_labels: int = 5,
     batch_size: int = 32,
@@ -158,11 +158,8 @@ class PredictionWriter:
     def __init__(self, path: str | os.PathLike):
         self.path = check_output_path(path)
         self.format = self.path.suffix.lower()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed by close() or discard()
-            "w", encoding="utf-8", newline="", dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".part",
-            delete=False,
-        )  # fmt: skip
+        self._partial = temporary_sibling(self.path)
+        self._file = self._partial.open("w", encoding="utf-8", newline="")  # noqa: SIM115 - closed by close()
         self._csv = (
             csv.DictWriter(self._file, fieldnames=PREDICTION_COLUMNS) if self.format == ".csv" else None
         )
@@ -183,13 +180,13 @@ class PredictionWriter:
         if self._file.closed:
             return
         self._file.close()
-        move_into_place(self._file.name, self.path)
+        move_into_place(self._partial, self.path)
 
     def discard(self) -> None:
         """Drop what was written; `path` keeps its old content (or stays absent)."""
         if not self._file.closed:
             self._file.close()
-            Path(self._file.name).unlink(missing_ok=True)
+            self._partial.unlink(missing_ok=True)
 
     def __enter__(self) -> PredictionWriter:
         return self
@@ -235,14 +232,8 @@ def plot_predictions(
     images = [display_image(p.path, image_size) for p in predictions]
     titles = [f"{short(p.label or '?')} ({p.score:.2f})\n{short(Path(p.path).name, 24)}" for p in predictions]
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part.png", dir=path.parent)
-    os.close(handle)
-    try:
+    with staged_file(path, suffix=".part.png") as partial:
         plot_image_grid(images, titles, partial, suptitle=f"Top-1 predictions ({len(predictions)} shown)")
-        move_into_place(partial, path)
-    finally:
-        Path(partial).unlink(missing_ok=True)
     return path
 
 
@@ -307,7 +298,7 @@ def run_prediction(
         None if figure is None else default_figure_path(output) if figure == "auto" else Path(figure)
     )
     _refuse_overwriting_inputs(files, output, figure_path)
-    classifier = load_classifier(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
+    classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
     shown: list[Prediction] = []
     rows = errors = 0
     with PredictionWriter(output) as writer:

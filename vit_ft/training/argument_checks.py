@@ -17,6 +17,7 @@ from vit_ft.metrics import METRIC_NAMES
 from vit_ft.model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from vit_ft.training.arguments import DataArguments, ModelArguments
 from vit_ft.training.recipe_fields import RecipeError, suggest
+from vit_ft.utils.hardware import accelerator_type
 
 
 def read_checkpoint_config(model_name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:
@@ -157,16 +158,8 @@ def check_push(training_args: Any) -> None:
     if constants.HF_HUB_OFFLINE:
         raise RecipeError(
             "--push_to_hub is set but the Hub is offline (HF_HUB_OFFLINE=1), so the push would fail after "
-            "training; drop --push_to_hub and push the finished folder later with scripts/push_to_hub.py."
+            "training; drop --push_to_hub and push the finished folder later with vit-ft push (scripts/push_to_hub.py)."
         )
-
-
-def accelerator_type() -> str:
-    """The type of the accelerator torch finds ("cuda", "mps", ...), or "cpu" when there is none."""
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        return accelerator.current_accelerator().type if accelerator.is_available() else "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def check_precision(training_args: Any, device_type: str | None = None) -> None:

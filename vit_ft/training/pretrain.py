@@ -20,6 +20,7 @@ from PIL import Image
 from transformers import ViTImageProcessorPil
 
 from ..data.images import VIT_MEAN, VIT_STD
+from ..kernels import kernelize
 from ..model.configuration_vit_ft import ViTFTConfig
 from ..model.export import export_to_transformers
 from ..model.modeling_vit_ft import ViTFTForImageClassification
@@ -83,7 +84,7 @@ def pretrain_digits(
         num_labels=len(classes),
         hidden_dropout_prob=0.1,
     )
-    model = ViTFTForImageClassification(config).train()
+    model = kernelize(ViTFTForImageClassification(config)).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.05)
     steps = epochs * math.ceil(len(pixels) / batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, learning_rate, total_steps=steps, pct_start=0.1)

@@ -73,10 +73,10 @@ def build_parser() -> RecipeParser:
         ARGUMENT_DATACLASSES,
         allow_abbrev=False,  # `--learn 0.1` must not silently mean --learning_rate
         description="Fine-tune a ViT from a recipe; flags override the recipe's values.",
-        epilog="scripts/finetune.py also takes: --resume (continue from the last complete checkpoint-* in "
-        "output_dir), --overwrite_output_dir (replace a finished run there), --sweep ARG=V1,V2,... (one fine-tune "
-        "per value into output_dir/sweep-ARG-V/, the best on validation copied to output_dir) and --debug "
-        "(a traceback instead of the one-line error).",
+        epilog="The fine-tune command (vit-ft finetune, scripts/finetune.py) also takes: --resume (continue from "
+        "the last complete checkpoint-* in output_dir), --overwrite_output_dir (replace a finished run there), "
+        "--sweep ARG=V1,V2,... (one fine-tune per value into output_dir/sweep-ARG-V/, the best on validation "
+        "copied to output_dir) and --debug (a traceback instead of the one-line error).",
     )
     parser.add_argument(
         "--recipe", help="Recipe name in recipes/ (see --list-recipes) or path to a .yaml file."

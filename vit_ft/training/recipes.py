@@ -5,7 +5,7 @@ A recipe's keys are exactly the field names of `ModelArguments`, `DataArguments`
 
     dataclass defaults < TRAINING_DEFAULTS < the recipe's YAML < command-line flags
 
-    accelerate launch scripts/finetune.py --recipe dogs --learning_rate 0.01 --image_size 448
+    vit-ft finetune --recipe dogs --learning_rate 0.01 --image_size 448
 
 An unknown key, in the YAML or on the command line, is an error that names it and the closest valid key.
 Everything that can be checked without a network is checked by `validate` before any model or data is loaded.
@@ -17,6 +17,7 @@ checks in `vit_ft.training.argument_checks`.
 
 import dataclasses
 import difflib
+import importlib.resources
 import os
 import sys
 import types
@@ -40,7 +41,8 @@ from vit_ft.training.recipe_fields import (
 )
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
-_REPO_RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+# The repository's top-level recipes/, which the build installs as the data package vit_ft.recipes (pyproject.toml)
+RECIPES_PACKAGE = "vit_ft.recipes"
 _RECIPE_SUFFIXES = (".yaml", ".yml")
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
@@ -68,13 +70,21 @@ OUTPUT_ROOT = "outputs"
 
 
 def recipes_dir() -> Path:
-    """The recipes folder: $VIT_FT_RECIPES_DIR if set, else the repository's `recipes/`, else `./recipes`."""
+    """The recipes folder: $VIT_FT_RECIPES_DIR if set, else the built-in recipes installed with vit_ft.
+
+    The built-in ones are the package `vit_ft.recipes` (the repository's `recipes/`, mapped by pyproject.toml), a
+    folder on disk in an editable install and in an installed wheel alike.
+    """
     override = os.environ.get(RECIPES_ENV_VAR)
     if override:
         return Path(override).expanduser()
-    if _REPO_RECIPES_DIR.is_dir():
-        return _REPO_RECIPES_DIR
-    return Path.cwd() / "recipes"  # an installed (non-editable) package does not carry the repo's recipes
+    try:
+        return Path(str(importlib.resources.files(RECIPES_PACKAGE)))
+    except ModuleNotFoundError:  # an editable install made before recipes/ became vit_ft.recipes
+        raise RecipeError(
+            f"the built-in recipes ({RECIPES_PACKAGE}) are not installed; reinstall vit-ft (pip install -e . in the "
+            f"repository) or set {RECIPES_ENV_VAR} to a recipes folder."
+        ) from None
 
 
 def list_recipes() -> list[str]:
@@ -209,7 +219,8 @@ def print_recipes(file: TextIO | None = None) -> None:
     for info in infos:
         print(f"{info.name:<{name_width}}  {info.dataset:<{data_width}}  {info.description}", file=file)
     print(
-        "\nLaunch one with: accelerate launch scripts/finetune.py --recipe <RECIPE> [--flag value ...]",
+        "\nLaunch one with: vit-ft finetune --recipe <RECIPE> [--flag value ...] (several processes or GPUs: "
+        "accelerate launch -m vit_ft.commands.finetune --recipe <RECIPE> ...)",
         file=file,
     )
 
@@ -247,39 +258,6 @@ def _merge(layers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
     ):
         values["load_best_model_at_end"] = False
     return values
-
-
-def given_as_flag(argv: list[str], name: str) -> bool:
-    """Whether argv sets the argument `name` (`--name`, `--name=...`, or its `--no_name` form)."""
-    flags = (f"--{name}", f"--no_{name}")
-    return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in argv)
-
-
-def take_switch(argv: list[str], name: str) -> tuple[bool, list[str]]:
-    """Remove the on/off flag `--name` (bare, `--name=BOOL` or `--name BOOL`) from argv; return (value, rest).
-
-    For the script's own switches that are no dataclass field (`--debug`, `--overwrite_output_dir`, which
-    transformers 5 dropped from TrainingArguments).
-    """
-    flag, value, rest = f"--{name}", False, []
-    booleans = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == flag:
-            value = True
-            if i + 1 < len(argv) and argv[i + 1].lower() in booleans:
-                value = booleans[argv[i + 1].lower()]
-                i += 1
-        elif arg.startswith(f"{flag}="):
-            text = arg.split("=", 1)[1].lower()
-            if text not in booleans:
-                raise RecipeError(f"{flag}={text!r} is not true or false; pass {flag} alone to turn it on.")
-            value = booleans[text]
-        else:
-            rest.append(arg)
-        i += 1
-    return value, rest
 
 
 def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> RecipeError:
@@ -375,10 +353,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
 
 __all__ = [
     "RECIPES_ENV_VAR",
+    "RECIPES_PACKAGE",
     "TRAINING_DEFAULTS",
     "RecipeError",
     "RecipeInfo",
-    "given_as_flag",
     "list_recipes",
     "load_recipe",
     "parse_args",
@@ -387,5 +365,4 @@ __all__ = [
     "recipe_name",
     "recipes_dir",
     "resolve_recipe",
-    "take_switch",
 ]

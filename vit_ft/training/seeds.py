@@ -1,10 +1,10 @@
 """The same fine-tune under several seeds, each a fresh command: how much of a recipe's accuracy is the recipe
 and how much is one lucky seed.
 
-    python scripts/seeds.py --recipe digits --seeds 0,1,2 --output_dir outputs/digits-seeds
+    vit-ft seeds --recipe digits --seeds 0,1,2 --output_dir outputs/digits-seeds
 
-Each seed runs `python scripts/finetune.py <the other flags> --seed N --output_dir OUTPUT/seed-N` in its own
-process, exactly as a user would type it, so its wall time includes the start-up and, for a recipe with a
+Each seed runs `python -m vit_ft.commands.finetune <the other flags> --seed N --output_dir OUTPUT/seed-N` (the
+fine-tune command, `vit-ft finetune`) in its own process, as a user would type it, so its wall time includes the start-up and, for a recipe with a
 built-in pre-training (`pretrain_if_missing`), that pre-training too: each seed pre-trains its own checkpoint in
 OUTPUT/pretrained-seed-N unless `--model_name_or_path` is given. Each run's output goes to OUTPUT/seed-N.log.
 OUTPUT/seeds.md (the table, also printed) and seeds.json list every seed's test accuracy (validation accuracy
@@ -23,14 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..utils.run_record import write_text_atomically
-from .recipes import given_as_flag, parse_args
+from ..utils.files import write_text_atomically
+from .argv import parse_command
+from .recipes import parse_args
 
 logger = logging.getLogger("vit_ft")
 
 SEEDS_JSON = "seeds.json"
 SEEDS_MD = "seeds.md"
-FINETUNE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "finetune.py"
+FINETUNE_MODULE = "vit_ft.commands.finetune"  # run as `python -m`: the installed package, wherever it is
 # Flags the loop sets for every seed itself; passing one would make the runs collide or not vary.
 OWNED_FLAGS = ("seed", "output_dir", "sweep", "resume", "overwrite_output_dir")
 
@@ -49,25 +50,26 @@ def parse_seeds(text: str) -> list[int]:
 def seed_commands(argv: list[str], seeds: list[int], output_dir: Path) -> dict[int, list[str]]:
     """The fine-tune command of each seed: `argv` (the fine-tune's flags, `--recipe` among them) with the seed,
     its output folder and, for a recipe that pre-trains its own checkpoint, its own pre-training folder."""
-    owned = [name for name in OWNED_FLAGS if given_as_flag(argv, name)]
+    command = parse_command(argv)
+    owned = [name for name in OWNED_FLAGS if command.gives(name)]
     if owned:
         raise ValueError(
             f"--{owned[0]} is set by the seeds loop for each run; drop it (the runs go to --output_dir/seed-N)."
         )
-    if not given_as_flag(argv, "recipe"):
+    if not command.gives("recipe"):
         raise ValueError("--recipe is required: the recipe to repeat under each seed (e.g. --recipe digits).")
     # every flag is checked as the fine-tune will check it: a mistyped one fails here, before the first run
-    model_args, _, _ = parse_args([*argv, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
+    model_args, _, _ = parse_args([*command.flags, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
     # a recipe with a built-in pre-training (not turned off by a flag) pre-trains each seed's own checkpoint
     pretrains = model_args.pretrain_if_missing is not None
-    own_checkpoint = pretrains and not given_as_flag(argv, "model_name_or_path")
+    own_checkpoint = pretrains and not command.gives("model_name_or_path")
     commands = {}
     for seed in seeds:
-        command = [sys.executable, str(FINETUNE_SCRIPT), *argv, "--seed", str(seed)]
-        command += ["--output_dir", str(output_dir / f"seed-{seed}")]
+        line = [sys.executable, "-m", FINETUNE_MODULE, *argv, "--seed", str(seed)]
+        line += ["--output_dir", str(output_dir / f"seed-{seed}")]
         if own_checkpoint:
-            command += ["--model_name_or_path", str(output_dir / f"pretrained-seed-{seed}")]
-        commands[seed] = command
+            line += ["--model_name_or_path", str(output_dir / f"pretrained-seed-{seed}")]
+        commands[seed] = line
     return commands
 
 
@@ -110,7 +112,7 @@ def _summarise(runs: list[dict[str, Any]], metric: str, argv: list[str]) -> dict
     values = [run[metric] for run in runs]
     times = [run["seconds"] for run in runs]
     return {
-        "command": ["scripts/finetune.py", *argv],
+        "command": ["vit-ft", "finetune", *argv],
         "metric": metric,
         "runs": runs,
         "mean": statistics.fmean(values),

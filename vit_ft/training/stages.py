@@ -1,21 +1,20 @@
-"""Fine-tuning on the transformers Trainer: the stages `scripts/finetune.py` runs, one function each."""
+"""Fine-tuning on the transformers Trainer: the stages a fine-tune runs (`run_finetune`), one function each.
+
+The output folder between runs (complete checkpoints, resume, the finished-run guard) is `checkpoints`; the
+command line that starts a fine-tune is read by `argv`, the command itself is `vit_ft.commands.finetune`.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
 import logging
-import re
-import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import datasets
-import transformers
 from transformers import (
     Trainer,
-    TrainerCallback,
     TrainingArguments,
     ViTImageProcessorPil,
     set_seed,
@@ -26,28 +25,17 @@ from ..data.bad_images import drop_bad_images
 from ..data.datasets import load_image_datasets
 from ..data.digits import write_digits_imagefolder
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms, collate_fn
+from ..kernels import kernelize
 from ..metrics import build_compute_metrics
-from ..model.checkpoint_formats import checkpoint_normalization
+from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
-from ..utils.run_record import EXAMPLES_DIR, LABELS_FILE, is_finished, mark_unfinished, write_run_record
+from ..reports.examples import write_examples
+from ..utils.run_record import LABELS_FILE, mark_unfinished, write_run_record
 from .arguments import DataArguments, ModelArguments
+from .callbacks import AugmentationEpochCallback, EvaluationTime
+from .checkpoints import check_output_dir, resolve_resume
 
 logger = logging.getLogger("vit_ft")
-
-
-def setup_logging(training_args: TrainingArguments) -> None:
-    """Our messages at INFO on the main process, WARNING elsewhere; the libraries at `--log_level`."""
-    level = training_args.get_process_log_level()
-    ours = logging.INFO if training_args.should_log else logging.WARNING
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    for name in ("vit_ft", "__main__"):
-        logging.getLogger(name).setLevel(ours)
-    datasets.utils.logging.set_verbosity(level)
-    transformers.utils.logging.set_verbosity(level)
 
 
 def prepare_builtin_data(data_args: DataArguments, training_args: TrainingArguments) -> None:
@@ -131,6 +119,7 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
         cache_dir=model_args.cache_dir,
     )
+    kernelize(model)  # the CPU kernels where the switch allows them, before LoRA wraps the layers
     missing = [key for key in model.loading_report.newly_initialized if not key.startswith("classifier.")]
     if missing:
         raise ValueError(
@@ -190,52 +179,6 @@ def attach_transforms(
     return train_transform
 
 
-class AugmentationEpochCallback(TrainerCallback):
-    """Sets the train transform's epoch at each epoch's start, so that its augmentation replays on resume.
-
-    The Trainer calls on_epoch_begin before it creates the epoch's DataLoader iterator (and the workers), and a
-    run resumed mid-epoch starts at the checkpoint's epoch: that is the floor of state.epoch then, one more at
-    each later epoch. Dropout needs nothing here: the Trainer restores the global RNG saved with the checkpoint.
-    """
-
-    def __init__(self, transform: ImageClassificationTransform) -> None:
-        self.transform = transform
-        self.epoch: int | None = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.epoch = None
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        # state.epoch is a whole number at an epoch's start and epoch + fraction in a resumed one
-        self.epoch = int(state.epoch) if self.epoch is None else self.epoch + 1
-        self.transform.set_epoch(self.epoch)
-
-
-class EvaluationTime(TrainerCallback):
-    """Adds up the seconds the Trainer spends evaluating inside `train()`, which its train_runtime includes."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.seconds = 0.0
-
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        self.seconds += float((metrics or {}).get("eval_runtime", 0.0))
-
-    def training_speed(self, train_metrics: dict[str, float]) -> dict[str, float]:
-        """train_runtime and train_samples_per_second without the evaluation time (Trainer's keep it)."""
-        runtime = train_metrics.get("train_runtime")
-        if not runtime or runtime <= self.seconds:
-            return {}
-        training = runtime - self.seconds
-        speed = {"train_runtime_excluding_eval": round(training, 4)}
-        if "train_samples_per_second" in train_metrics:
-            samples = train_metrics["train_samples_per_second"] * runtime
-            speed["train_samples_per_second_excluding_eval"] = round(samples / training, 3)
-        return speed
-
-
 def evaluated_final_model(state: Any, args: TrainingArguments) -> dict[str, float] | None:
     """The validation metrics the Trainer logged for the weights the run ends with, if it evaluated them.
 
@@ -253,139 +196,48 @@ def evaluated_final_model(state: Any, args: TrainingArguments) -> dict[str, floa
     return None
 
 
-_WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+def build_trainer(
+    model: Any,
+    processor: ViTImageProcessorPil,
+    splits: datasets.DatasetDict,
+    training_args: TrainingArguments,
+    train_transform: ImageClassificationTransform,
+) -> tuple[Trainer, EvaluationTime]:
+    """The Trainer over the train and validation splits, and the callback that times its evaluations.
 
-
-def checkpoint_problem(path: str | Path) -> str | None:
-    """Why the checkpoint folder `path` cannot be resumed from, or None when it can.
-
-    Complete means: trainer_state.json (which Trainer writes last) parses and names the folder's step, and
-    the weights file is there and its safetensors header covers the whole file (a cut-short file fails that).
+    It never pushes: the finished folder is pushed once, with our card, by the fine-tune command, not at every save.
     """
-    path = Path(path)
-    try:
-        state = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return "no readable trainer_state.json (the run died while saving it)"
-    step = path.name.rsplit("-", 1)[-1]
-    if not step.isdigit() or state.get("global_step") != int(step):
-        return f"its trainer_state.json is for step {state.get('global_step')}, not {step}"
-    weights = [path / name for name in _WEIGHT_FILES if (path / name).is_file()]
-    if not weights:
-        return "no model.safetensors"
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(weights[0]), framework="pt"):
-            pass
-    except Exception as error:  # safetensors raises its own error type for a truncated or corrupt file
-        return f"its weights {weights[0].name} cannot be loaded ({error})"
-    return None
+    trainer_args = copy.copy(training_args)
+    trainer_args.push_to_hub = False
+    evaluation_time = EvaluationTime()
+    trainer = Trainer(
+        model=model,
+        args=trainer_args,
+        train_dataset=splits["train"],
+        eval_dataset=splits["validation"],
+        data_collator=collate_fn,
+        compute_metrics=build_compute_metrics(),
+        processing_class=processor,
+        callbacks=[AugmentationEpochCallback(train_transform), evaluation_time],
+    )
+    return trainer, evaluation_time
 
 
-def checkpoint_is_complete(path: str | Path) -> bool:
-    """Whether `path` is a checkpoint Trainer can resume from (see `checkpoint_problem`)."""
-    return checkpoint_problem(path) is None
+def evaluate_final_model(trainer: Trainer, splits: datasets.DatasetDict) -> dict[str, float]:
+    """Validation (and test) metrics of the weights the run ends with, each logged and saved.
 
-
-def _checkpoints_newest_first(output_dir: Path) -> list[Path]:
-    found = [p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True)
-
-
-def newest_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete checkpoint-* in `output_dir`, moving nothing (None when there is none)."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return None
-    return next((str(p) for p in _checkpoints_newest_first(output_dir) if checkpoint_is_complete(p)), None)
-
-
-def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete checkpoint-* in `output_dir`; incomplete ones (the process died while writing them,
-    or their weights do not load) are moved aside to `incomplete-checkpoint-*`, so that Trainer never resumes
-    from or rotates onto them, and the newest good one is used instead."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return None
-    for path in _checkpoints_newest_first(output_dir):
-        problem = checkpoint_problem(path)
-        if problem is None:
-            return str(path)
-        aside = path.with_name(f"incomplete-{path.name}")
-        shutil.rmtree(aside, ignore_errors=True)
-        path.rename(aside)
-        logger.warning("%s cannot be resumed from: %s; moved to %s and skipped.", path, problem, aside.name)
-    return None
-
-
-def check_output_dir(training_args: TrainingArguments, overwrite_output_dir: bool = False) -> None:
-    """Refuse an output_dir that is a file, or that holds a finished run, unless told to overwrite or resume."""
-    output_dir = Path(training_args.output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise NotADirectoryError(
-            f"output_dir={str(output_dir)!r} is a file, not a folder; pass another --output_dir."
-        )
-    resume = training_args.resume_from_checkpoint not in (None, False, "false", "False")
-    if is_finished(output_dir) and not (overwrite_output_dir or resume):
-        raise FileExistsError(
-            f"{output_dir} holds a finished run, whose model this run would replace; pass --overwrite_output_dir "
-            "to replace it, --resume to continue it, or another --output_dir."
-        )
-
-
-def interrupted_message(output_dir: str | Path) -> str:
-    """The one line to print on Ctrl-C: where the last complete checkpoint is, and how to go on (cli.run_tool
-    closes the progress bars first)."""
-    last = newest_complete_checkpoint(output_dir)
-    if last is None:
-        return f"interrupted before any checkpoint was saved in {output_dir}. Run the same command again to start over."
-    return f"interrupted; the last complete checkpoint is {last}. Run the same command with --resume to continue."
-
-
-# Errors a user causes (bad paths, folders, values, an offline Hub): one line, no traceback (scripts/finetune.py)
-def resolve_resume(training_args: TrainingArguments) -> str | None:
-    """The checkpoint to resume from: an explicit path, or the last complete one in output_dir for `--resume`."""
-    resume = training_args.resume_from_checkpoint
-    if resume in (None, False, "false", "False"):
-        return None
-    if resume in (True, "true", "True", "last"):
-        last = (
-            last_complete_checkpoint(training_args.output_dir) if training_args.process_index == 0 else None
-        )
-        if training_args.world_size > 1:
-            last = broadcast_object(last)
-        if last is None:
-            raise FileNotFoundError(
-                f"--resume: no complete checkpoint-* folder in {training_args.output_dir}; start without --resume, "
-                "or point --output_dir at the interrupted run."
-            )
-        return last
-    if not checkpoint_is_complete(resume):
-        raise FileNotFoundError(
-            f"resume_from_checkpoint={resume!r} is not a complete Trainer checkpoint folder."
-        )
-    return resume
-
-
-def end_process_group() -> None:
-    """Destroy the several-process group, if any, before the process exits: a gloo group left to interpreter
-    shutdown can abort the process ("terminate called without an active exception") after a complete run."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def broadcast_object(value: Any) -> Any:
-    """`value` from process 0 on every process (several-process runs)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+    The best model is loaded at the end when load_best_model_at_end; a validation pass already made on the final
+    weights during training is reused, not repeated.
+    """
+    metrics = evaluated_final_model(trainer.state, trainer.args) or trainer.evaluate()
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    if "test" in splits:
+        test_metrics = trainer.evaluate(splits["test"], metric_key_prefix="test")
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+        metrics = {**metrics, **test_metrics}
+    return metrics
 
 
 def run_finetune(
@@ -401,7 +253,6 @@ def run_finetune(
     the run record written last (`"finished": true`) marks the folder finished.
     """
     check_output_dir(training_args, overwrite_output_dir)
-    setup_logging(training_args)
     set_seed(training_args.seed)
     resume = resolve_resume(training_args)
 
@@ -411,20 +262,7 @@ def run_finetune(
     prepare_builtin_checkpoint(model_args, data_args, training_args)
     model, processor = load_model(model_args, names)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
-
-    # trainer; the finished folder is pushed once, with our card (scripts/finetune.py), not at every save
-    trainer_args = copy.copy(training_args)
-    trainer_args.push_to_hub = False
-    trainer = Trainer(
-        model=model,
-        args=trainer_args,
-        train_dataset=splits["train"],
-        eval_dataset=splits["validation"],
-        data_collator=collate_fn,
-        compute_metrics=build_compute_metrics(),
-        processing_class=processor,
-        callbacks=[AugmentationEpochCallback(train_transform), evaluation_time := EvaluationTime()],
-    )
+    trainer, evaluation_time = build_trainer(model, processor, splits, training_args, train_transform)
 
     # train; a finished run being replaced or continued no longer counts as finished until the end
     if training_args.process_index == 0:
@@ -435,20 +273,8 @@ def run_finetune(
     trainer.save_metrics("train", train_metrics)
     trainer.save_state()
 
-    # evaluate (the best model is loaded at the end when load_best_model_at_end); a validation pass already made
-    # on the final weights during training is reused, not repeated
-    metrics = dict(train_metrics)
-    eval_metrics = evaluated_final_model(trainer.state, trainer.args) or trainer.evaluate()
-    trainer.log_metrics("eval", eval_metrics)
-    trainer.save_metrics("eval", eval_metrics)
-    metrics.update(eval_metrics)
-    if "test" in splits:
-        test_metrics = trainer.evaluate(splits["test"], metric_key_prefix="test")
-        trainer.log_metrics("test", test_metrics)
-        trainer.save_metrics("test", test_metrics)
-        metrics.update(test_metrics)
-
-    # save
+    # evaluate, save
+    metrics = {**train_metrics, **evaluate_final_model(trainer, splits)}
     save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe)
     return metrics
 
@@ -502,64 +328,15 @@ def save_outputs(
     )
 
 
-MAX_EXAMPLES = 8  # images in examples/: enough to try the demo, little to upload
-
-
-def write_examples(
-    dataset: datasets.Dataset, names: list[str], output_dir: Path, limit: int = MAX_EXAMPLES
-) -> list[Path]:
-    """A few images of `dataset` (the validation split) in `output_dir/examples/`, for the demo and the Hub.
-
-    At most `limit` in all and `limit // classes` per class (at least one), taken in the split's order, which
-    the data seed fixes: the same run writes the same files. Named `NN_<label>`: PNG up to 256 pixels a side,
-    JPEG above (reduced to 512); an image that does not decode is skipped. The folder is written aside and
-    renamed, replacing an older one.
-    """
-    from ..data.images import load_image
-
-    rows = dataset.with_format(None)  # the stored images, not the eval transform's tensors
-    per_class = max(1, limit // max(1, len(names)))
-    chosen: list[int] = []
-    counts = [0] * len(names)
-    for row, label in enumerate(rows["label"]):
-        if counts[label] < per_class:
-            counts[label] += 1
-            chosen.append(row)
-            if len(chosen) == limit:
-                break
-    folder = output_dir / EXAMPLES_DIR
-    partial = output_dir / f".{EXAMPLES_DIR}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    written = []
-    for row in chosen:
-        try:
-            image = load_image(rows[row]["image"])
-        except Exception as error:  # noqa: BLE001 - an example is optional: one that fails is left out
-            logger.warning("Example image %d not written: %s", row, error)
-            continue
-        label = re.sub(r"[^\w.-]+", "_", names[rows[row]["label"]])
-        stem = f"{len(written):02d}_{label}"
-        if max(image.size) <= 256:
-            image.save(partial / f"{stem}.png")
-            written.append(f"{stem}.png")
-        else:
-            image.thumbnail((512, 512))
-            image.save(partial / f"{stem}.jpg", quality=90)
-            written.append(f"{stem}.jpg")
-    shutil.rmtree(folder, ignore_errors=True)
-    partial.rename(folder)
-    return [folder / name for name in written]
-
-
 __all__ = [
-    "check_output_dir",
-    "end_process_group",
-    "checkpoint_is_complete",
-    "checkpoint_problem",
-    "interrupted_message",
-    "last_complete_checkpoint",
-    "newest_complete_checkpoint",
+    "attach_transforms",
+    "build_trainer",
+    "evaluate_final_model",
+    "evaluated_final_model",
+    "load_data",
+    "load_model",
+    "prepare_builtin_checkpoint",
+    "prepare_builtin_data",
     "run_finetune",
-    "write_examples",
+    "save_outputs",
 ]

@@ -1,11 +1,11 @@
-"""What the command-line tools (scripts/predict.py, evaluate_model.py, inspect_model.py, push_to_hub.py,
-bench.py, demo/app.py) share: their logging, the arguments that name a model and its data, and `run_tool`,
-the one place that turns a user's mistake into one line on stderr and exit code 1."""
+"""What the command-line tools (predict, evaluate, inspect, push, bench, seeds, the demo) share: a parser
+whose mistakes are errors like any other, `--model`, and `run_tool`, the one place that
+turns a user's mistake into one line on stderr and exit code 1. The flags of the tools that run a model on
+data are in `vit_ft.tools.arguments` (they know the model's limits)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import traceback
@@ -43,46 +43,6 @@ def tool_parser(doc: str | None) -> argparse.ArgumentParser:
 def optional_int(text: str) -> int | None:
     """An int flag whose 'none' (or 'null') means no value."""
     return None if text.lower() in ("none", "null") else int(text)
-
-
-def add_inference_arguments(parser: argparse.ArgumentParser, batch_size: int) -> None:
-    """`--image_size`, `--batch_size`, `--device`, `--max_tokens` and `--bf16`, as every tool that runs the model
-    takes them."""
-    from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
-
-    parser.add_argument("--image_size", type=int, help="Test-time resolution (a multiple of the patch size).")
-    parser.add_argument("--batch_size", type=int, default=batch_size)
-    parser.add_argument("--device", help="cuda, cpu, ... (default: cuda when available).")
-    parser.add_argument("--max_tokens", type=optional_int, default=MAX_IMAGE_TOKENS,
-                        help=f"Refuse an --image_size with more patch tokens per image (default {MAX_IMAGE_TOKENS}: "
-                        "ViT-B/16 at 1024 px); 'none' disables.")  # fmt: skip
-    parser.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
-                        help="bf16 autocast (default auto: where it was measured faster, CUDA GPUs with bf16 and "
-                        "AMD CPUs with native bf16; numbers may then differ from float32 in the last digits). "
-                        "false keeps float32, e.g. to reproduce the fine-tune's own evaluation exactly.")  # fmt: skip
-
-
-def add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    """`--recipe` or `--data_dir` (one of them), and `--seed`: which images `what` runs on."""
-    data = parser.add_mutually_exclusive_group()
-    data.add_argument("--recipe", help=f"{what} on this recipe's data (name in recipes/ or a .yaml path).")
-    data.add_argument(
-        "--data_dir", help=f"{what} on an image folder laid out as <folder>/<class name>/<image>."
-    )
-    parser.add_argument(
-        "--seed", type=int, help="Data seed (default: the fine-tune's, read from its run record)."
-    )
-
-
-def setup_logging(timestamps: bool = True) -> None:
-    """vit_ft's messages at INFO on stdout (the libraries keep their own levels)."""
-    fmt = (
-        "%(asctime)s %(levelname)s %(name)s: %(message)s"
-        if timestamps
-        else "%(levelname)s %(name)s: %(message)s"
-    )
-    logging.basicConfig(format=fmt, datefmt="%H:%M:%S", handlers=[logging.StreamHandler(sys.stdout)])
-    logging.getLogger("vit_ft").setLevel(logging.INFO)
 
 
 # What a user can cause: a bad path or value, a missing or corrupt model, no network. Anything else (a
@@ -170,11 +130,8 @@ def run_tool(
 __all__ = [
     "USER_ERRORS",
     "ToolArgumentParser",
-    "add_data_arguments",
-    "add_inference_arguments",
     "error_line",
     "optional_int",
     "run_tool",
-    "setup_logging",
     "tool_parser",
 ]

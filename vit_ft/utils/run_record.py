@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .files import write_text_atomically
+
 RUN_RECORD_FILE = "vit_ft_run.json"
 ADAPTER_DIR = "adapter"  # a LoRA fine-tune's adapter (with its trained head), beside the merged model
 PROCESSOR_FILE = "preprocessor_config.json"
@@ -54,31 +56,11 @@ def recorded_seed(record: dict[str, Any] | None) -> int | None:
 def write_run_record(output_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
     """Write `record` as the folder's run record (values JSON cannot hold are written as strings).
 
-    Written to a temporary name and renamed, so that a death while writing never leaves half a record.
+    Written atomically (`files.write_text_atomically`): a death while writing never leaves half a record.
     """
     return write_text_atomically(
         Path(output_dir) / RUN_RECORD_FILE, json.dumps(record, indent=2, default=str)
     )
-
-
-def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to a hidden temporary sibling of `path` and rename it into place: a death while writing
-    leaves the previous file (or none), never half of one."""
-    path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-    return path
-
-
-def move_into_place(temporary: str | os.PathLike, path: str | os.PathLike) -> Path:
-    """Rename a finished temporary file (from `tempfile.mkstemp`, mode 0600) to `path`, with the mode `open()`
-    would have given it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temporary, 0o666 & ~umask)
-    os.replace(temporary, path)
-    return Path(path)
 
 
 def is_finished(folder: str | os.PathLike) -> bool:
@@ -106,8 +88,6 @@ def mark_unfinished(folder: str | os.PathLike) -> None:
 
 
 __all__ = [
-    "move_into_place",
-    "write_text_atomically",
     "ADAPTER_DIR",
     "LABELS_FILE",
     "PROCESSOR_FILE",

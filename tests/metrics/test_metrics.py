@@ -14,7 +14,7 @@ from transformers import EvalPrediction
 
 from vit_ft.metrics import METRIC_NAMES, METRIC_PATH, build_compute_metrics, load_metric
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

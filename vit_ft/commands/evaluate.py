@@ -1,0 +1,53 @@
+"""Evaluate a fine-tuned model and write a report: metrics, per-class table, confusion matrix, mistakes.
+
+vit-ft evaluate --model outputs/digits --output_dir reports/digits    # the recorded test split
+vit-ft evaluate --model outputs/digits --output_dir reports/digits-48 --image_size 48
+vit-ft evaluate --model outputs/dogs-lora/adapter --output_dir reports/dogs --recipe dogs --split validation
+vit-ft evaluate --model outputs/digits --output_dir reports/mine --data_dir my_digits/   # <class>/<image>
+(also `python scripts/evaluate_model.py ...`)
+
+Writes REPORT/report.md (open it), metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
+mistakes.png/.csv, predictions.csv and a copy of the fine-tune's training_curves.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..tools.arguments import add_data_arguments, add_inference_arguments
+from ..utils.cli import run_tool, tool_parser
+from ..utils.logs import setup_logging
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = tool_parser(__doc__)
+    parser.add_argument("--output_dir", required=True, help="Folder for the report and its figures.")
+    add_data_arguments(parser, "Evaluate")
+    parser.add_argument("--split", choices=("validation", "test"), help="Default: test if the data has one.")
+    add_inference_arguments(parser, batch_size=64)
+    parser.add_argument(
+        "--max_samples", type=int, help="Evaluate a seeded random subset of this many images."
+    )
+    parser.add_argument("--max_mistakes", type=int, default=25, help="Mistakes shown in mistakes.png.")
+    parser.add_argument("--top_k", type=int, default=5, help="k of the top-k accuracy.")
+    parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
+    return parser.parse_args(argv)
+
+
+def evaluate(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse the flags and run `vit_ft.tools.evaluation.run_evaluation`; returns metrics.json's contents."""
+    args = parse_args(argv)
+    setup_logging()
+    from ..tools.evaluation import run_evaluation
+
+    return run_evaluation(**vars(args))  # the flags are its parameters
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vit-ft evaluate ARGS` (and `scripts/evaluate_model.py`): exits 0, or 1 with one `error:` line."""
+    run_tool(evaluate, argv)
+
+
+if __name__ == "__main__":
+    main()

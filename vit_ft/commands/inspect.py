@@ -1,0 +1,56 @@
+"""Pictures of what a ViT learned (the ViT paper's Figure 7), plus attention rollout on given images.
+
+vit-ft inspect --model outputs/digits --output_dir figures/digits
+vit-ft inspect --model outputs/dogs --output_dir figures/dogs --images dog1.jpg dog2.jpg --num_images 64
+(also `python scripts/inspect_model.py ...`)
+
+Writes patch_embedding_pca.png (first 28 principal components of the patch filters), position_similarity.png
+(a small map per patch position), attention_distance.png (mean attention distance per head against depth, on
+a sample of the model's evaluation data, or --data_dir / --recipe / the --images), attention_rollout.png
+(with --images) and inspection.json (the numbers behind the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..tools.arguments import add_data_arguments, add_inference_arguments
+from ..utils.cli import run_tool, tool_parser
+from ..utils.logs import setup_logging
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = tool_parser(__doc__)
+    parser.add_argument("--output_dir", required=True, help="Folder for the figures.")
+    parser.add_argument("--images", nargs="*", default=[], help="Images for the attention-rollout overlays.")
+    add_data_arguments(parser, "Sample the attention-distance images")
+    parser.add_argument(
+        "--num_images", type=int, default=32, help="Images the attention distances average over."
+    )
+    add_inference_arguments(parser, batch_size=16)
+    args = parser.parse_args(argv)
+    if args.num_images < 1:
+        raise ValueError(
+            f"--num_images {args.num_images} must be positive (the images the attention distances average over); "
+            "pass e.g. --num_images 32."
+        )
+    return args
+
+
+def inspect(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse the flags and run `vit_ft.tools.inspection.run_inspection`; returns inspection.json's contents."""
+    args = parse_args(argv)
+    setup_logging()
+    from ..tools.inspection import run_inspection
+
+    return run_inspection(**vars(args))  # the flags are its parameters
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vit-ft inspect ARGS` (and `scripts/inspect_model.py`): exits 0, or 1 with one `error:` line."""
+    run_tool(inspect, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Predict the top-k labels of image files and folders; one CSV or JSONL row per file.
+
+vit-ft predict --model outputs/digits photos/ extra.jpg --output preds.csv
+vit-ft predict --model outputs/dogs-lora photos/ --output preds.jsonl --top_k 3 --batch_size 64
+(also `python scripts/predict.py ...`)
+
+Folders are searched recursively for image files. Columns: path, label, score (top-1), top_k_labels,
+top_k_scores (JSON arrays in CSV, highest first), error (why a file could not be read; then no labels).
+Also writes a grid of the first predicted images next to the output (preds.csv -> preds.png; --figure names
+it). Neither file may replace an input, and the output appears only once complete: an existing file with
+its name is kept as it was when the run fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..data.images import DEFAULT_MAX_PIXELS
+from ..tools.arguments import add_inference_arguments
+from ..utils.cli import optional_int, run_tool, tool_parser
+from ..utils.logs import setup_logging
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = tool_parser(__doc__)
+    parser.add_argument("inputs", nargs="+", help="Image files and folders.")
+    parser.add_argument(
+        "--output", required=True, help="preds.csv or preds.jsonl (the suffix picks the format)."
+    )
+    parser.add_argument("--top_k", type=int, default=5)
+    add_inference_arguments(parser, batch_size=32)
+    parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
+    parser.add_argument("--max_pixels", type=optional_int, default=DEFAULT_MAX_PIXELS,
+                        help="Files with more pixels get an error row (decompression-bomb guard); 'none' disables.")  # fmt: skip
+    parser.add_argument("--figure", default="auto",
+                        help="PNG grid of the first predicted images (default 'auto': the --output name with .png, "
+                        "preds.csv -> preds.png); 'none' writes none. Never an input file.")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def predict(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse the flags and run `vit_ft.tools.prediction.run_prediction`; returns its summary."""
+    args = parse_args(argv)
+    setup_logging()
+    from ..tools.prediction import run_prediction
+
+    return run_prediction(
+        args.model,
+        args.inputs,
+        args.output,
+        top_k_labels=args.top_k,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        device=args.device,
+        num_workers=args.num_workers,
+        max_pixels=args.max_pixels,
+        figure=None if args.figure.lower() == "none" else args.figure,
+        max_tokens=args.max_tokens,
+        bf16=args.bf16,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vit-ft predict ARGS` (and `scripts/predict.py`): exits 0, or 1 with one `error:` line."""
+    run_tool(predict, argv)
+
+
+if __name__ == "__main__":
+    main()

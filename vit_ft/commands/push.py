@@ -1,0 +1,67 @@
+"""Push a fine-tune output folder to the Hugging Face Hub: weights, config, processor, code and model card.
+
+vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs                          # vit_ft format (remote code)
+vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --format transformers    # plain ViT
+vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --local_dir staged       # look, don't push
+(also `python scripts/push_to_hub.py ...`)
+
+Log in first (`hf auth login`) or set HF_TOKEN. Checkpoints, runs and pickles are never uploaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..tools.hub import FORMATS, push_output_dir, stage_for_hub
+from ..utils.cli import ToolArgumentParser, run_tool
+from ..utils.logs import setup_logging
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = ToolArgumentParser(__doc__)
+    parser.add_argument("output_dir", help="a fine-tune output folder (or a LoRA adapter folder)")
+    parser.add_argument("--hub_model_id", required=True, help="the repository, e.g. me/vit-dogs")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="vit_ft",
+        help="vit_ft: our code with auto_map (trust_remote_code=True); transformers: a standard ViT (no remote code)",
+    )
+    parser.add_argument("--private", action="store_true", help="create the repository as private")
+    parser.add_argument("--token", default=None, help="a Hub write token (default: the logged-in one)")
+    parser.add_argument("--revision", default=None, help="the branch to push to (default: main)")
+    parser.add_argument("--commit_message", default="Upload fine-tuned ViT with vit-ft")
+    parser.add_argument(
+        "--local_dir", default=None, help="write the folder that would be pushed here; push nothing"
+    )
+    return parser.parse_args(argv)
+
+
+def push(argv: list[str] | None = None) -> str:
+    """Stage (with --local_dir) or push the folder; returns the staged folder or the commit URL."""
+    args = parse_args(argv)
+    setup_logging(timestamps=False)
+    if args.local_dir:
+        staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format)
+        print(f"Staged {args.output_dir} for {args.hub_model_id} ({args.format} format) in {staged}")
+        return str(staged)
+    url = push_output_dir(
+        args.output_dir,
+        args.hub_model_id,
+        format=args.format,
+        token=args.token,
+        private=True if args.private else None,
+        commit_message=args.commit_message,
+        revision=args.revision,
+    )
+    print(f"Pushed {args.output_dir} ({args.format} format): {url}")
+    return url
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vit-ft push ARGS` (and `scripts/push_to_hub.py`): exits 0, or 1 with one `error:` line."""
+    run_tool(push, argv)
+
+
+if __name__ == "__main__":
+    main()

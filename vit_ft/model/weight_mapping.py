@@ -1,0 +1,130 @@
+"""transformers ViT and timm checkpoints -> our modules, as transformers weight transforms.
+
+transformers applies these to every checkpoint key (renamings first, then at most one converter) before it loads
+the tensors into the model: so dtype, device_map, meta-device init, sharded and Hub checkpoints and the loading info
+are transformers' own. The rename tables are `conversion.py`'s and `timm_format.py`'s; query/key/value are fused
+into our qkv, the position embeddings resampled to the model's grid, the head kept only for its own labels. They
+only ever load: on save our keys are written as they are. `loading.py` registers them for model_type "vit_ft".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NoReturn
+
+import torch
+from transformers.core_model_loading import ConversionOps, WeightConverter, WeightRenaming
+
+from .conversion import HEAD_KEYS, LAYER_RENAMES, QKV_SOURCES
+from .loading_report import active_load
+from .pos_embed import resample_position_embeddings
+from .timm_format import TIMM_BLOCK_KEYS, TIMM_KEYS
+
+
+class _LoadOnly:
+    """A weight transform that transformers does not reverse on save_pretrained: our folders keep our keys,
+    which Trainer's checkpoint resume reads back with a plain load_state_dict."""
+
+    def reverse_transform(self):
+        targets = list(self._original_target_patterns)
+        # a target with a backreference (timm's block index) matches its own output through a capturing group
+        return WeightRenaming([t.replace(r"\1", r"(\d+)") for t in targets], targets)
+
+
+class _Renaming(_LoadOnly, WeightRenaming):
+    pass
+
+
+class _Converter(_LoadOnly, WeightConverter):
+    pass
+
+
+def _refuse(message: str) -> NoReturn:
+    """Stop loading this tensor with an error the loading report raises as it is (transformers would only list it
+    in its table and raise a general one)."""
+    active_load().errors.append(message)
+    raise ValueError(message)
+
+
+class FuseQKV(ConversionOps):
+    """Concatenate a layer's query, key and value projections, in that order, into our qkv `(3 * hidden, ...)`."""
+
+    @torch.no_grad()
+    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+        missing = [
+            part
+            for part, source in zip(("query", "key", "value"), source_patterns, strict=True)
+            if source not in input_dict
+        ]
+        if missing:
+            _refuse(
+                f"the checkpoint has an incomplete attention projection for {kwargs['full_layer_name']}: missing "
+                f"{missing}; load a complete transformers ViT checkpoint."
+            )
+        parts = [tensor for source in source_patterns for tensor in input_dict.pop(source)]
+        return {target_patterns[0]: torch.cat(parts, dim=0)}
+
+
+class ResamplePositionEmbeddings(ConversionOps):
+    """Resample the checkpoint's position-embedding table to the model's patch grid (`pos_embed.py`)."""
+
+    def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
+        (tensor,) = input_dict.pop(source_patterns[0])
+        target = config.grid_size
+        load = active_load()
+        source = load.info.grid if load.info else target
+        if tensor.shape[1] != 1 + source[0] * source[1]:  # another source: only a square grid can be inferred
+            side = math.isqrt(tensor.shape[1] - 1)
+            if side * side != tensor.shape[1] - 1:
+                _refuse(
+                    f"cannot tell the patch grid of position embeddings {tuple(tensor.shape)}: load from the "
+                    "checkpoint's folder with image_size=... instead of passing config= or state_dict="
+                )
+            source = (side, side)
+        if source != target:
+            tensor = resample_position_embeddings(tensor, source, target)
+            load.resampled["embeddings.position_embeddings"] = (source, target)
+        return {target_patterns[0]: tensor}
+
+
+class KeepHeadForSameLabels(ConversionOps):
+    """Keep a classifier only for the checkpoint's own labels; otherwise drop it, so that transformers
+    initialises a new one (zero, as in the paper) and lists it as missing."""
+
+    def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
+        (tensor,) = input_dict.pop(source_patterns[0])
+        name = kwargs["full_layer_name"]
+        load = active_load()
+        same_labels = load.info is None or load.info.id2label == config.id2label
+        if same_labels and tensor.shape == model.get_parameter(name).shape:
+            return {target_patterns[0]: tensor}
+        load.replaced[name.removeprefix("vit.")] = tuple(tensor.shape)
+        return {}
+
+
+def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
+    """transformers ViT checkpoints (ViTModel, ViTForImageClassification) and timm ViTs -> our modules, as
+    transformers weight transforms: `conversion.py`'s tables and timm's, the position embeddings resampled, the
+    head kept for its own labels. Our own folders have our keys already and pass through unchanged."""
+    mapping: list[WeightRenaming | WeightConverter] = [_Renaming(r"encoder\.layer\.", "layers.")]
+    mapping += [
+        _Renaming(rf"\.{re.escape(source)}\.", f".{target}.") for source, target in LAYER_RENAMES.items()
+    ]
+    # timm ViTs (timm_format.TIMM_KEYS): anchored at the key's start, so they never touch our own keys
+    mapping += [_Renaming(rf"^{re.escape(source)}$", target) for source, target in TIMM_KEYS.items()]
+    mapping += [
+        _Renaming(rf"^blocks\.(\d+)\.{re.escape(source)}\.", rf"layers.\1.{target}.")
+        for source, target in TIMM_BLOCK_KEYS.items()
+    ]
+    mapping += [_Converter(list(names), "attention.qkv", [FuseQKV()]) for names in QKV_SOURCES]
+    mapping.append(
+        _Converter(
+            "embeddings.position_embeddings", "embeddings.position_embeddings", [ResamplePositionEmbeddings()]
+        )
+    )
+    mapping += [_Converter(key, key, [KeepHeadForSameLabels()]) for key in HEAD_KEYS]
+    return mapping
+
+
+__all__ = ["checkpoint_conversion_mapping"]

@@ -1,0 +1,61 @@
+"""A few images of the validation split in the output folder's `examples/`, for the demo and the Hub widget."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import datasets
+
+from ..data.images import load_image
+from ..utils.files import staged_folder
+from ..utils.run_record import EXAMPLES_DIR
+
+logger = logging.getLogger("vit_ft")
+
+MAX_EXAMPLES = 8  # images in examples/: enough to try the demo, little to upload
+
+
+def write_examples(
+    dataset: datasets.Dataset, names: list[str], output_dir: Path, limit: int = MAX_EXAMPLES
+) -> list[Path]:
+    """A few images of `dataset` (the validation split) in `output_dir/examples/`, for the demo and the Hub.
+
+    At most `limit` in all and `limit // classes` per class (at least one), taken in the split's order, which
+    the data seed fixes: the same run writes the same files. Named `NN_<label>`: PNG up to 256 pixels a side,
+    JPEG above (reduced to 512); an image that does not decode is skipped. The folder is written aside and
+    renamed, replacing an older one.
+    """
+    rows = dataset.with_format(None)  # the stored images, not the eval transform's tensors
+    per_class = max(1, limit // max(1, len(names)))
+    chosen: list[int] = []
+    counts = [0] * len(names)
+    for row, label in enumerate(rows["label"]):
+        if counts[label] < per_class:
+            counts[label] += 1
+            chosen.append(row)
+            if len(chosen) == limit:
+                break
+    folder = output_dir / EXAMPLES_DIR
+    written: list[str] = []
+    with staged_folder(folder) as partial:
+        for row in chosen:
+            try:
+                image = load_image(rows[row]["image"])
+            except Exception as error:  # noqa: BLE001 - an example is optional: one that fails is left out
+                logger.warning("Example image %d not written: %s", row, error)
+                continue
+            label = re.sub(r"[^\w.-]+", "_", names[rows[row]["label"]])
+            stem = f"{len(written):02d}_{label}"
+            if max(image.size) <= 256:
+                image.save(partial / f"{stem}.png")
+                written.append(f"{stem}.png")
+            else:
+                image.thumbnail((512, 512))
+                image.save(partial / f"{stem}.jpg", quality=90)
+                written.append(f"{stem}.jpg")
+    return [folder / name for name in written]
+
+
+__all__ = ["MAX_EXAMPLES", "write_examples"]

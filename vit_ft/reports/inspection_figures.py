@@ -1,0 +1,129 @@
+"""The figures of `vit_ft.tools.inspection` (the ViT paper's Figure 7): the patch-embedding filters' principal
+components, the position embeddings' similarity maps, and each head's mean attention distance against depth.
+They draw the numbers inspection computes; nothing here runs a model."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def plot_patch_embedding_components(
+    components: torch.Tensor, explained: torch.Tensor, path: str | os.PathLike, columns: int = 7
+) -> Path:
+    """The components `(k, 3, patch_h, patch_w)` as small RGB images (each min-max scaled), 7 per row."""
+    k = len(components)
+    rows = math.ceil(k / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(1.3 * columns, 1.45 * rows + 0.6), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if i >= k:
+            continue
+        image = components[i].permute(1, 2, 0).numpy()  # (patch_h, patch_w, channels)
+        image = (image - image.min()) / max(float(image.max() - image.min()), 1e-12)
+        ax.imshow(image if image.shape[-1] == 3 else image.mean(-1), interpolation="nearest", cmap="gray")
+        ax.set_title(f"PC{i + 1} {100 * float(explained[i]):.1f}%", fontsize=7)
+    fig.suptitle(f"RGB embedding filters (first {k} principal components)", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def similarity_mosaic(similarity: torch.Tensor) -> np.ndarray:
+    """The `(grid_h * grid_w, grid_h, grid_w)` maps tiled as a grid_h x grid_w grid of panels separated by
+    one NaN row/column: `(grid_h * (grid_h + 1) - 1, grid_w * (grid_w + 1) - 1)`. Panel (r, c) is the map of
+    the patch at row r, column c."""
+    count, gh, gw = similarity.shape
+    if count != gh * gw:
+        raise ValueError(f"Expected {gh * gw} maps of {gh}x{gw}, got {count}.")
+    mosaic = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan, dtype=np.float32)
+    for position in range(count):
+        r, c = divmod(position, gw)
+        top, left = r * (gh + 1), c * (gw + 1)
+        mosaic[top : top + gh, left : left + gw] = similarity[position].numpy()
+    return mosaic
+
+
+def count_mosaic_panels(mosaic: np.ndarray, grid: tuple[int, int]) -> int:
+    """How many panels of a `similarity_mosaic` hold a map (no NaN inside the panel)."""
+    gh, gw = grid
+    return sum(
+        bool(np.isfinite(mosaic[r * (gh + 1) : r * (gh + 1) + gh, c * (gw + 1) : c * (gw + 1) + gw]).all())
+        for r in range((mosaic.shape[0] + 1) // (gh + 1))
+        for c in range((mosaic.shape[1] + 1) // (gw + 1))
+    )
+
+
+def plot_position_similarity(similarity: torch.Tensor, path: str | os.PathLike) -> tuple[Path, int]:
+    """The paper's position-embedding figure: a panel per patch position, each a grid_h x grid_w map of
+    its cosine similarity with all positions. Returns the PNG path and the number of panels drawn."""
+    _, gh, gw = similarity.shape
+    mosaic = similarity_mosaic(similarity)
+    side = float(np.clip(0.28 * max(gh, gw) + 3, 5, 16))
+    fig, ax = plt.subplots(figsize=(side * gw / max(gh, gw) + 1.3, side * gh / max(gh, gw)))
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")  # the gaps between panels
+    image = ax.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
+    step = max(1, math.ceil(max(gh, gw) / 16))  # at most ~16 labelled rows/columns
+    ax.set_xticks(
+        [c * (gw + 1) + (gw - 1) / 2 for c in range(0, gw, step)], [str(c + 1) for c in range(0, gw, step)]
+    )
+    ax.set_yticks(
+        [r * (gh + 1) + (gh - 1) / 2 for r in range(0, gh, step)], [str(r + 1) for r in range(0, gh, step)]
+    )
+    ax.tick_params(length=0, labelsize=8)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_xlabel("Input patch column")
+    ax.set_ylabel("Input patch row")
+    ax.set_title("Position embedding similarity")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02, label="Cosine similarity")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100 if max(gh, gw) <= 16 else 150)
+    plt.close(fig)
+    return path, count_mosaic_panels(mosaic, (gh, gw))
+
+
+def plot_attention_distance(distances: torch.Tensor, max_distance: float, path: str | os.PathLike) -> Path:
+    """The paper's Figure 7 (right): each head's mean attention distance (pixels) against network depth."""
+    layers, heads = distances.shape
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    colors = plt.get_cmap("tab20" if heads > 10 else "tab10")
+    depth = np.arange(1, layers + 1)
+    for head in range(heads):
+        ax.scatter(
+            depth, distances[:, head].numpy(), s=16, color=colors(head % colors.N), label=f"head {head + 1}"
+        )
+    ax.set_xlabel("Network depth (layer)")
+    ax.set_ylabel("Mean attention distance (pixels)")
+    ax.set_xticks(depth if layers <= 16 else depth[:: math.ceil(layers / 16)])
+    ax.set_xlim(0.5, layers + 0.5)
+    ax.set_ylim(0, max_distance * 1.02 if max_distance > 0 else 1)
+    ax.set_title("Mean attention distance per head")
+    if heads <= 16:
+        ax.legend(fontsize=6, ncol=2, loc="lower right", markerscale=0.8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+__all__ = [
+    "count_mosaic_panels",
+    "plot_attention_distance",
+    "plot_patch_embedding_components",
+    "plot_position_similarity",
+    "similarity_mosaic",
+]

@@ -1,0 +1,375 @@
+"""The one reader of a trained model: `load_trained(ref)` reads a vit_ft output folder, a LoRA adapter folder
+(or an output folder with `adapter/`), a transformers / timm / JAX checkpoint folder or a Hub id once, and
+returns everything the tools need from it in one `Trained` object: the model (eval mode, on its device), its
+evaluation preprocessing, label names, the fine-tune's run record and where it all came from (`Origin`).
+predict, evaluate, inspect, few-shot, push and the demo take that object and never read the folder again;
+peft is imported only for an adapter.
+
+    trained = load_trained("outputs/digits")
+    trained.origin.run_folder, trained.run_record["recipe"], trained.preprocessing.image_size
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+
+from ..data.images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
+from ..data.transforms import ImageClassificationTransform, build_transforms
+from ..kernels import kernelize
+from ..model.configuration_vit_ft import nearest_multiple, to_2tuple
+from ..model.formats import checkpoint_normalization
+from ..model.modeling_vit_ft import ViTFTForImageClassification
+from ..utils.hardware import default_device
+from ..utils.hub_ids import looks_like_path
+from ..utils.run_record import (
+    ADAPTER_DIR,
+    EXAMPLES_DIR,
+    PROCESSOR_FILE,
+    RUN_RECORD_FILE,
+    is_adapter_folder,
+    read_run_record,
+    run_folder,
+)
+from .inference import use_bf16
+
+logger = logging.getLogger("vit_ft")
+
+
+# ---- where a model comes from ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a trained model comes from, and what its folder says besides the weights (read once, by `locate`).
+
+    `path` is the local folder (None for a Hub id); `run_folder` the fine-tune's output folder (the parent of
+    an `adapter/` folder); `adapter` its LoRA adapter folder, if any (the folder itself, or its `adapter/`);
+    `record` the fine-tune's run record (`vit_ft_run.json`), None for a Hub id or a folder that is no fine-tune
+    output. The image processor settings are read on first use (`processor`), once.
+    """
+
+    name: str  # as the user gave it
+    path: Path | None = None
+    run_folder: Path | None = None
+    adapter: Path | None = None
+    record: dict[str, Any] | None = None
+
+    @property
+    def hub_id(self) -> str | None:
+        return self.name if self.path is None else None
+
+    @property
+    def examples_dir(self) -> Path | None:
+        """The fine-tune's example images (`examples/`), when the folder has them."""
+        folder = self.run_folder / EXAMPLES_DIR if self.run_folder is not None else None
+        return folder if folder is not None and folder.is_dir() else None
+
+    @property
+    def loads_adapter(self) -> bool:
+        """Whether the model loads as base model + adapter: the folder is the adapter, or holds no model of its
+        own beside `adapter/` (a LoRA run's merged model at the root is loaded as is)."""
+        return self.adapter is not None and (
+            self.adapter == self.path or not (self.path / "config.json").exists()
+        )
+
+    @cached_property
+    def processor(self) -> dict[str, Any] | None:
+        """The image processor settings: the folder's (or its adapter's) preprocessor_config.json, a Hub model's
+        image processor, else the normalisation a timm checkpoint (`pretrained_cfg`) or a JAX `.npz` states;
+        None when there are none."""
+        if self.path is not None:
+            for folder in (self.path, self.path / ADAPTER_DIR):
+                if (folder / PROCESSOR_FILE).is_file():
+                    return json.loads((folder / PROCESSOR_FILE).read_text(encoding="utf-8"))
+            return checkpoint_normalization(self.path) or None
+        try:
+            from transformers import AutoImageProcessor
+
+            return AutoImageProcessor.from_pretrained(self.name).to_dict()
+        except ImportError:  # a timm repo: transformers reads it as its timm_wrapper, which needs timm
+            return checkpoint_normalization(self.name) or None
+        except (OSError, ValueError) as error:
+            logger.warning("No image processor for %s (%s).", self.name, error)
+            return None
+
+
+def check_model_path(model: str | os.PathLike) -> None:
+    """Raise FileNotFoundError naming `model` as a path when it is one (see `looks_like_path`) and is missing,
+    before transformers reports it as a malformed Hub id."""
+    path = Path(model).expanduser()
+    if not path.exists() and looks_like_path(model):
+        raise FileNotFoundError(
+            f"--model {model}: no such folder; pass a model folder, a LoRA adapter folder or a Hub id."
+        )
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(
+            f"--model {model} is a file; pass the folder that holds config.json (a model folder), "
+            "a LoRA adapter folder or a Hub id."
+        )
+
+
+def locate(model: str | os.PathLike) -> Origin:
+    """Where `model` is and what its folder records, read once. A missing local path is a FileNotFoundError
+    naming it; a fine-tune whose run record says it did not finish is a ValueError naming the fix."""
+    check_model_path(model)
+    path = Path(model).expanduser()
+    if not path.exists():
+        return Origin(str(model))
+    record = read_run_record(path)
+    folder = run_folder(path) or path
+    if record is not None and record.get("finished", True) is False:
+        raise ValueError(
+            f"{folder} holds a fine-tune that did not finish ({RUN_RECORD_FILE} says finished: false); resume it "
+            f"with scripts/finetune.py --recipe <its recipe> --output_dir {folder} --resume, or pass a finished "
+            "model folder."
+        )
+    adapter = path if is_adapter_folder(path) else None
+    if adapter is None and is_adapter_folder(path / ADAPTER_DIR):
+        adapter = path / ADAPTER_DIR
+    return Origin(str(model), path, folder, adapter, record)
+
+
+# ---- the model -------------------------------------------------------------------------------------------------
+
+
+def _from_pretrained(name: str | os.PathLike, **kwargs: Any) -> torch.nn.Module:
+    """`ViTFTForImageClassification.from_pretrained`, naming the weight file when a local one cannot be read."""
+    try:
+        return ViTFTForImageClassification.from_pretrained(str(name), **kwargs)
+    except (OSError, ValueError):
+        raise
+    except Exception as error:  # safetensors' and torch's errors on a truncated file name no file
+        folder = Path(name)
+        weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+        if not folder.is_dir() or not weights:
+            raise
+        raise OSError(
+            f"{weights[0]} cannot be read ({type(error).__name__}: {' '.join(str(error).split())}): "
+            "the file is truncated or corrupt. Copy or save the model again."
+        ) from error
+
+
+def _load_base_model(adapter: Path, config: Any) -> torch.nn.Module:
+    """The adapter's recorded base model (a local folder or a Hub id), with the fine-tuned `config`. A base
+    that is no folder here and cannot be loaded as a Hub id either is a FileNotFoundError naming it."""
+    config_file = adapter / "adapter_config.json"
+    base_name = json.loads(config_file.read_text())["base_model_name_or_path"]
+    exists = bool(base_name) and Path(base_name).expanduser().exists()
+    missing = FileNotFoundError(
+        f"the LoRA adapter {adapter} needs its base model {base_name}"
+        + ("" if os.path.isabs(base_name or "/") else " (relative to the folder the fine-tune ran in)")
+        + ", which is no folder here"
+        + ("" if looks_like_path(base_name or ".") else " nor a Hub model this machine can load")
+        + f"; run from the fine-tune's folder, or set base_model_name_or_path in {config_file} to the base "
+        "model's folder or Hub id."
+    )
+    if not exists and looks_like_path(base_name or "."):
+        raise missing
+    try:
+        return _from_pretrained(base_name, config=config)
+    except OSError as error:
+        if exists:
+            raise
+        raise missing from error
+
+
+def load_model(model: str | os.PathLike | Origin, merge_lora: bool = False) -> torch.nn.Module:
+    """The classifier `model` (a path or Hub id, or the `Origin` that `locate` made of one) in eval mode, with
+    the CPU kernels swapped in (`kernels.kernelize`): a vit_ft folder or Hub id, or a LoRA adapter on its
+    recorded base model, merged when `merge_lora`. An unreadable weight file is an OSError that names it."""
+    origin = model if isinstance(model, Origin) else locate(model)
+    if not origin.loads_adapter:
+        return kernelize(_from_pretrained(origin.path or origin.name)).eval()
+    from peft import PeftModel  # only adapters need peft
+
+    from ..model.configuration_vit_ft import ViTFTConfig
+
+    config = ViTFTConfig.from_pretrained(origin.adapter)  # the fine-tuned architecture, labels and resolution
+    base = kernelize(_load_base_model(origin.adapter, config))  # before peft wraps its layers
+    loaded = PeftModel.from_pretrained(base, origin.adapter).eval()
+    return loaded.merge_and_unload() if merge_lora else loaded
+
+
+# ---- the preprocessing ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """The evaluation geometry and normalisation: resize + centre crop to `image_size`, then normalise."""
+
+    image_size: tuple[int, int]  # (height, width)
+    mean: tuple[float, ...] = VIT_MEAN
+    std: tuple[float, ...] = VIT_STD
+    rescale_factor: float = RESCALE_FACTOR
+    resample: int = Image.Resampling.BICUBIC  # what vit_ft fine-tunes and evaluates with
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+
+    def transform(self) -> ImageClassificationTransform:
+        """The eval transform of `vit_ft.data.transforms.build_transforms` with these settings."""
+        return build_transforms(
+            self.image_size,
+            mean=self.mean,
+            std=self.std,
+            train=False,
+            rescale_factor=self.rescale_factor,
+            resample=self.resample,
+            max_pixels=self.max_pixels,
+        )
+
+
+def _as_hw(size: int | Sequence[int]) -> tuple[int, int]:
+    if not isinstance(size, int) and len(size) == 1:
+        size = size[0]
+    try:
+        return to_2tuple(size if isinstance(size, int) else tuple(int(v) for v in size), "image_size")
+    except (TypeError, ValueError):
+        raise ValueError(f"image_size={size!r} must be one int or a (height, width) pair.") from None
+
+
+def check_image_size(
+    config: Any, image_size: int | Sequence[int] | None, max_tokens: int | None = None
+) -> tuple[int, int]:
+    """The (height, width) to evaluate at: the config's, or `image_size`, which must be a multiple of the patch
+    size (the model resamples its position embeddings to the new grid) and give at most `max_tokens` patch
+    tokens (None: no bound)."""
+    size = tuple(config.image_hw) if image_size is None else _as_hw(image_size)
+    patch = tuple(config.patch_hw)
+    if size[0] % patch[0] or size[1] % patch[1] or min(size) <= 0:
+        near = nearest_multiple(size, patch)
+        raise ValueError(
+            f"image_size={size[0]}x{size[1]} is not a multiple of the model's patch size {patch[0]}x{patch[1]}; "
+            f"use e.g. --image_size {near[0]}"
+            + ("" if near[0] == near[1] else f" (or {near[0]}x{near[1]})")
+            + "."
+        )
+    tokens = (size[0] // patch[0]) * (size[1] // patch[1])
+    if image_size is not None and max_tokens is not None and tokens > max_tokens:
+        raise ValueError(
+            f"--image_size {size[0]}x{size[1]} makes {tokens} patch tokens per image ({patch[0]}x{patch[1]} "
+            f"patches), more than the bound of {max_tokens} (ViT-B/16 at 1024 px); pass a smaller --image_size, "
+            f"or --max_tokens {tokens} to run it anyway (attention's cost grows with the square of the tokens)."
+        )
+    return size
+
+
+def preprocessing_from(
+    settings: dict[str, Any] | None, size: tuple[int, int], max_pixels: int | None, name: str
+) -> Preprocessing:
+    """The Preprocessing at `size` that image processor `settings` describe (mean/std/rescale/resample)."""
+    if settings is None:
+        logger.warning("No %s for %s: normalising with mean 0.5, std 0.5.", PROCESSOR_FILE, name)
+        return Preprocessing(image_size=size, max_pixels=max_pixels)
+    normalize, rescale = settings.get("do_normalize", True), settings.get("do_rescale", True)
+    return Preprocessing(
+        image_size=size,
+        mean=tuple(float(v) for v in settings.get("image_mean", VIT_MEAN)) if normalize else (0.0,) * 3,
+        std=tuple(float(v) for v in settings.get("image_std", VIT_STD)) if normalize else (1.0,) * 3,
+        rescale_factor=float(settings.get("rescale_factor", RESCALE_FACTOR)) if rescale else 1.0,
+        resample=int(settings.get("resample", Image.Resampling.BICUBIC)),
+        max_pixels=max_pixels,
+    )
+
+
+# ---- the loaded model -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trained:
+    """A loaded trained model: the model (in eval mode, on `device`), its preprocessing, label names, and where
+    it came from (`origin`: folder, adapter, Hub id, and the fine-tune's run record)."""
+
+    model: torch.nn.Module
+    preprocessing: Preprocessing
+    id2label: dict[int, str]
+    origin: Origin
+    device: torch.device
+    bf16: bool = False  # run the model under bf16 autocast (see `inference.use_bf16`)
+    transform: ImageClassificationTransform = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.transform = self.preprocessing.transform()
+
+    @property
+    def source(self) -> str:
+        return self.origin.name
+
+    @property
+    def run_record(self) -> dict[str, Any] | None:
+        return self.origin.record
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    def autocast(self) -> torch.autocast:
+        """bf16 autocast on the model's device when `bf16`, else a no-op context."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    @torch.inference_mode()
+    def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)` on CPU."""
+        with self.autocast():
+            out = self.model(pixel_values=pixel_values.to(self.device))
+        return out.logits.float().cpu()
+
+
+def load_trained(
+    model: str | os.PathLike | Origin,
+    image_size: int | Sequence[int] | None = None,
+    device: str | torch.device | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    merge_lora: bool = False,
+    max_tokens: int | None = None,
+    require_head: bool = True,
+    bf16: str | bool = False,
+) -> Trained:
+    """Load `model` (vit_ft folder, LoRA adapter folder or output folder with `adapter/`, checkpoint folder,
+    Hub id, or an `Origin` that `locate` returned) for inference, reading its folder once.
+
+    A LoRA model is kept unmerged (its adapters active) unless `merge_lora`; `image_size` changes only the input
+    resolution: the model resamples its position embeddings on the fly, as `from_pretrained(image_size=...)`
+    would; `max_tokens` bounds the patch tokens per image at that resolution (None: no bound).
+    `require_head=False` accepts a backbone with no labels (a pre-trained ViTModel) for tools that only read
+    its features (few-shot evaluation); its id2label is then empty. `bf16` ("auto", "true", "false" or a bool;
+    see `inference.use_bf16`) runs the model under bf16 autocast; the default keeps float32, the command-line
+    tools' `--bf16 auto` turns it on where the hardware has native bf16.
+    """
+    device = torch.device(device) if device is not None else default_device()
+    bf16 = use_bf16(bf16, device)  # a bad setting fails before the model loads
+    origin = model if isinstance(model, Origin) else locate(model)
+    loaded = load_model(origin, merge_lora=merge_lora)
+    if hasattr(loaded, "get_base_model"):  # a peft model: its base model holds the active LoRA layers
+        loaded = loaded.get_base_model()
+    config = loaded.config
+    has_head = bool(getattr(config, "id2label", None)) and getattr(config, "num_labels", 0) >= 1
+    if require_head and not has_head:
+        raise ValueError(
+            f"{origin.name} has no classification head (no labels in its config); pass a fine-tuned model folder."
+        )
+    size = check_image_size(config, image_size, max_tokens)
+    preprocessing = preprocessing_from(origin.processor, size, max_pixels, origin.name)
+    id2label = {int(k): str(v) for k, v in config.id2label.items()} if has_head else {}
+    return Trained(loaded.to(device).eval(), preprocessing, id2label, origin, device, bf16)
+
+
+__all__ = [
+    "Origin",
+    "Preprocessing",
+    "Trained",
+    "check_image_size",
+    "check_model_path",
+    "load_model",
+    "load_trained",
+    "locate",
+    "preprocessing_from",
+]

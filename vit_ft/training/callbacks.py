@@ -1,0 +1,56 @@
+"""The fine-tune's Trainer callbacks: augmentation that replays on resume, and training speed without evaluation."""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+
+from ..data.transforms import ImageClassificationTransform
+
+
+class AugmentationEpochCallback(TrainerCallback):
+    """Sets the train transform's epoch at each epoch's start, so that its augmentation replays on resume.
+
+    The Trainer calls on_epoch_begin before it creates the epoch's DataLoader iterator (and the workers), and a
+    run resumed mid-epoch starts at the checkpoint's epoch: that is the floor of state.epoch then, one more at
+    each later epoch. Dropout needs nothing here: the Trainer restores the global RNG saved with the checkpoint.
+    """
+
+    def __init__(self, transform: ImageClassificationTransform) -> None:
+        self.transform = transform
+        self.epoch: int | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.epoch = None
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        # state.epoch is a whole number at an epoch's start and epoch + fraction in a resumed one
+        self.epoch = int(state.epoch) if self.epoch is None else self.epoch + 1
+        self.transform.set_epoch(self.epoch)
+
+
+class EvaluationTime(TrainerCallback):
+    """Adds up the seconds the Trainer spends evaluating inside `train()`, which its train_runtime includes."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.seconds = 0.0
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self.seconds += float((metrics or {}).get("eval_runtime", 0.0))
+
+    def training_speed(self, train_metrics: dict[str, float]) -> dict[str, float]:
+        """train_runtime and train_samples_per_second without the evaluation time (Trainer's keep it)."""
+        runtime = train_metrics.get("train_runtime")
+        if not runtime or runtime <= self.seconds:
+            return {}
+        training = runtime - self.seconds
+        speed = {"train_runtime_excluding_eval": round(training, 4)}
+        if "train_samples_per_second" in train_metrics:
+            samples = train_metrics["train_samples_per_second"] * runtime
+            speed["train_samples_per_second_excluding_eval"] = round(samples / training, 3)
+        return speed
+
+
+__all__ = ["AugmentationEpochCallback", "EvaluationTime"]

@@ -1,0 +1,29 @@
+"""Process-group helpers for runs under `accelerate launch` (several processes): each is a no-op in a single
+process, so the same code runs either way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def broadcast_object(value: Any) -> Any:
+    """`value` from process 0 on every process (several-process runs); `value` itself in a single process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def end_process_group() -> None:
+    """Destroy the several-process group, if any, before the process exits: a gloo group left to interpreter
+    shutdown can abort the process ("terminate called without an active exception") after a complete run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+__all__ = ["broadcast_object", "end_process_group"]

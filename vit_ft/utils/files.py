@@ -1,0 +1,94 @@
+"""Atomic writes, in one place: every file or folder vit_ft writes for a user (run records, reports, figures,
+predictions, exported models, the digits data) is built under a hidden temporary name beside its target and
+renamed into place when complete, so that a death or an error while writing leaves the previous file (or
+none), never half of one.
+
+    write_text_atomically(path, text)           # a small text file
+    with staged_file(path) as partial: ...      # anything that writes to a path (savefig, copy2, ...)
+    with staged_folder(folder) as partial: ...  # a whole folder (an exported model, the examples)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def move_into_place(temporary: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Rename a finished temporary file (from `tempfile`, mode 0600) to `path`, with the mode `open()` would
+    have given it; whatever was at `path` is replaced."""
+    os.chmod(temporary, 0o666 & ~_umask())
+    os.replace(temporary, path)
+    return Path(path)
+
+
+def temporary_sibling(path: str | os.PathLike, suffix: str = ".part") -> Path:
+    """A new empty hidden file beside `path` (`.name.XXXX<suffix>`; the parent folder is created), for a
+    writer that keeps its file open, to hand to `move_into_place` when done. `suffix` keeps the format
+    visible to writers that choose it by extension (matplotlib's savefig)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(handle)
+    return Path(name)
+
+
+@contextmanager
+def staged_file(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary sibling of `path` to write; it replaces `path` when the block ends, and is removed
+    instead if the block raises. `suffix` defaults to `path`'s own (`.part.png` for `figure.png`)."""
+    path = Path(path)
+    partial = temporary_sibling(path, f".part{path.suffix}" if suffix is None else suffix)
+    try:
+        yield partial
+        move_into_place(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through a temporary sibling: a death while writing leaves the previous
+    file (or none), never half of one."""
+    with staged_file(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+@contextmanager
+def staged_folder(folder: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
+    """Yield an empty temporary sibling folder of `folder` to fill; when the block ends it becomes `folder`
+    (mode as `mkdir` would give it), and is removed instead if the block raises.
+
+    replace=True: an existing `folder` is removed first. replace=False: the rename fails with OSError when
+    another process created a non-empty `folder` meanwhile (the caller decides whether theirs will do).
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".part", dir=folder.parent))
+    try:
+        yield partial
+        partial.chmod(0o777 & ~_umask())  # mkdtemp's folders are private (0700)
+        if replace and folder.exists():
+            shutil.rmtree(folder)
+        os.rename(partial, folder)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+__all__ = [
+    "move_into_place",
+    "staged_file",
+    "staged_folder",
+    "temporary_sibling",
+    "write_text_atomically",
+]

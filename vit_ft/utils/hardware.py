@@ -1,0 +1,76 @@
+"""Hardware policy in one place: the accelerator torch finds, the CPU's vendor, and where bf16 helps.
+
+The CPU kernels (`vit_ft.kernels`), the inference tools' `--bf16 auto` and the fine-tune's precision checks all
+ask here, so that one measurement (BENCHMARKS.md) decides each of them once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.cache
+def cpuinfo(field: str) -> str:
+    """A field of the first processor in /proc/cpuinfo ("vendor_id", "model name"); "" where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.split(":", 1)[0].strip() == field:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_vendor() -> str:
+    """The CPU vendor ("AuthenticAMD", "GenuineIntel", ...); "" where /proc/cpuinfo does not say."""
+    return cpuinfo("vendor_id")
+
+
+def is_amd_cpu() -> bool:
+    """AMD x86 CPUs: where the oneDNN kernels and bf16 inference were measured to help."""
+    return cpu_vendor() == "AuthenticAMD"
+
+
+def accelerator_type() -> str:
+    """The type of the accelerator torch finds ("cuda", "mps", ...), or "cpu" when there is none."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return accelerator.current_accelerator().type if accelerator.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_device() -> torch.device:
+    """The inference tools' device: a CUDA GPU when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def onednn_bf16_supported() -> bool:
+    """This CPU has native bf16 products that oneDNN uses (AVX512_BF16 or AMX)."""
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(supported is not None and supported())
+
+
+def bf16_helps(device: torch.device) -> bool:
+    """True where bf16 autocast was measured to run inference faster: CUDA GPUs with bf16, and AMD CPUs with
+    native bf16 products (ViT-B/16 at 224, batch 8, on an AMD EPYC with AVX512_BF16: 16.1 images/s against 9.1
+    in float32). On an Intel Xeon that reports AVX512_BF16 too, bf16 ran at 4.2 images/s against 7.0 in float32,
+    kernels on or off (BENCHMARKS.md), so elsewhere float32 stays."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return onednn_bf16_supported() and is_amd_cpu()
+    return False
+
+
+__all__ = [
+    "accelerator_type",
+    "bf16_helps",
+    "cpu_vendor",
+    "cpuinfo",
+    "default_device",
+    "is_amd_cpu",
+    "onednn_bf16_supported",
+]
