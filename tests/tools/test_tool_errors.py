@@ -28,10 +28,12 @@ TOOLS = {
     "push": "scripts/push_to_hub.py",
     "demo": "demo/app.py",
     "bench": "scripts/bench.py",
+    "fewshot": "scripts/fewshot.py",
 }
 
 # id -> (tool, arguments, extra environment, words the error line must hold). In the arguments {model} is the
-# tiny fine-tune, {hf} the transformers classifier, {w} the case's workspace (photos/, keep.csv, trunc/, lora/).
+# tiny fine-tune, {hf} the transformers classifier, {data} the folder of its recorded test split, {w} the
+# case's workspace (photos/, keep.csv, own/results.png, classes/, trunc/, lora/).
 CASES = {
     "predict: missing model path, existing output kept": (
         "predict", ["--model", "{w}/no/such/model", "{w}/photos", "--output", "{w}/keep.csv"], {},
@@ -70,6 +72,50 @@ CASES = {
     "predict: figure would be the output": (
         "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/keep.csv", "--figure", "{w}/keep.csv"], {},
         "is the --output file",
+    ),
+    "predict: output exists and is not predict's": (
+        "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/keep.csv"], {},
+        "keep.csv exists and was not written by predict; pass --overwrite to replace it, or another --output",
+    ),
+    "predict: figure would replace a file that is not predict's": (
+        "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/own/results.csv"], {},
+        "own/results.png exists and was not written by predict; pass --overwrite to replace it, or another --figure",
+    ),
+    "predict: --figure names a file that is not predict's": (
+        "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/new.csv", "--figure", "{w}/own/results.png"],
+        {}, "own/results.png exists and was not written by predict",
+    ),
+    "evaluate: output is the model folder": (
+        "evaluate", ["--model", "{model}", "--output_dir", "{model}"], {}, "is inside the input folder",
+    ),
+    "evaluate: output inside the model folder": (
+        "evaluate", ["--model", "{model}", "--output_dir", "{model}/report"], {}, "is inside the input folder",
+    ),
+    "evaluate: output inside the --data_dir": (
+        "evaluate", ["--model", "{model}", "--data_dir", "{w}/classes", "--output_dir", "{w}/classes/cat"], {},
+        "classes/cat is inside the input folder",
+    ),
+    "evaluate: output inside the recorded data": (
+        "evaluate", ["--model", "{model}", "--output_dir", "{data}/report"], {}, "is inside the input folder",
+    ),
+    "evaluate: --data_dir missing": (
+        "evaluate", ["--model", "{model}", "--data_dir", "{w}/nowhere", "--output_dir", "{w}/report"], {},
+        "nowhere is not a directory; pass a folder laid out as <folder>/<class name>/<image file>",
+    ),
+    "evaluate: --data_dir without class folders": (
+        "evaluate", ["--model", "{model}", "--data_dir", "{w}/photos", "--output_dir", "{w}/report"], {},
+        "photos: images must sit directly in class sub-folders",
+    ),
+    "inspect: output is the model folder": (
+        "inspect", ["--model", "{model}", "--output_dir", "{model}"], {}, "is inside the input folder",
+    ),
+    "inspect: output inside the --data_dir": (
+        "inspect", ["--model", "{model}", "--data_dir", "{w}/classes", "--output_dir", "{w}/classes/figs"], {},
+        "classes/figs is inside the input folder",
+    ),
+    "fewshot: output inside the model folder": (
+        "fewshot", ["--model", "{model}", "--dataset", "{w}/classes", "--output_dir", "{model}/fewshot"], {},
+        "is inside the input folder",
     ),
     "evaluate: too many tokens": (
         "evaluate", ["--model", "{hf}", "--data_dir", "{w}/photos", "--output_dir", "{w}/report", "--image_size", "512"],
@@ -128,7 +174,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def make_workspace(folder: Path, model: Path) -> Path:
-    """Two tiny images, an existing predictions file, a copy of `model` with its weights cut short, one whose
+    """Two tiny images (photos/, and classes/<class>/ as an image folder), an existing predictions file and a
+    figure that predict did not write, a copy of `model` with its weights cut short, one whose
     run record says it did not finish, and a LoRA adapter folder whose recorded base model is a relative path
     that does not exist here."""
     (folder / "photos").mkdir(parents=True)
@@ -138,6 +185,11 @@ def make_workspace(folder: Path, model: Path) -> Path:
             folder / "photos" / f"{name}.png"
         )
     (folder / "keep.csv").write_text("path,label\nyesterday.png,cat\n")
+    (folder / "own").mkdir()
+    Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(folder / "own" / "results.png")
+    for name in ("cat", "dog"):  # an image folder with two classes
+        (folder / "classes" / name).mkdir(parents=True)
+        shutil.copy(folder / "photos" / f"{name}.png", folder / "classes" / name / "1.png")
     shutil.copytree(model, folder / "trunc", ignore=shutil.ignore_patterns("checkpoint-*", "runs"))
     weights = folder / "trunc" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
@@ -157,10 +209,11 @@ def results(tmp_path_factory, tiny_finetuned_dir, hf_classifier_dir):
     """Every case run once in its own workspace: {id: (result, workspace, snapshot before, model snapshot before)}."""
     root = tmp_path_factory.mktemp("tool_errors")
     model = Path(tiny_finetuned_dir)
+    data = json.loads((model / "vit_ft_run.json").read_text())["data"]["test_dir"]
     jobs = {}
     for i, (case, (tool, args, env, _)) in enumerate(CASES.items()):
         workspace = make_workspace(root / f"case{i}", model)
-        args = [a.format(w=workspace, model=model, hf=hf_classifier_dir) for a in args]
+        args = [a.format(w=workspace, model=model, hf=hf_classifier_dir, data=data) for a in args]
         jobs[case] = (tool, args, env, workspace, snapshot(workspace))
     model_before = snapshot(model)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -186,6 +239,18 @@ def test_a_mistake_is_one_line_and_changes_nothing(results, case):
     assert_one_line_error(result, CASES[case][3])
     assert snapshot(workspace) == before  # nothing changed, nothing added (no figure, no half-staged folder)
     assert snapshot(model) == model_before
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("evaluate: --data_dir")])
+def test_data_dir_mistakes_name_the_flag_not_a_training_field(results, case):
+    last = results[case][0].stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --data_dir ") and "train_dir" not in last, last
+
+
+def test_an_output_inside_the_recorded_data_is_refused_before_anything_is_written(results):
+    model = results["evaluate: output inside the recorded data"][4]
+    data = Path(json.loads((model / "vit_ft_run.json").read_text())["data"]["test_dir"])
+    assert data.is_dir() and not (data / "report").exists()
 
 
 def test_debug_shows_the_traceback(tmp_path):
@@ -217,12 +282,17 @@ def test_a_failed_figure_keeps_the_old_figure(tmp_path, hf_classifier_dir, monke
         raise OSError("disk full")
 
     monkeypatch.setattr(prediction, "plot_image_grid", broken_grid)
+    # overwrite=True: the old figure does not carry predict's mark (without it the run is refused, see below)
     with pytest.raises(OSError, match="disk full"):
-        prediction.run_prediction(hf_classifier_dir, [tmp_path / "photos"], tmp_path / "preds.csv")
+        prediction.run_prediction(
+            hf_classifier_dir, [tmp_path / "photos"], tmp_path / "preds.csv", overwrite=True
+        )
     assert old.read_bytes() == b"yesterday's figure"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["photos", "preds.csv", "preds.png"]  # no .part left
     monkeypatch.undo()
-    prediction.run_prediction(hf_classifier_dir, [tmp_path / "photos"], tmp_path / "preds.csv")
+    prediction.run_prediction(
+        hf_classifier_dir, [tmp_path / "photos"], tmp_path / "preds.csv", overwrite=True
+    )
     assert old.read_bytes().startswith(b"\x89PNG")  # a complete run replaces it
 
 

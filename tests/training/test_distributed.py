@@ -65,3 +65,26 @@ def test_two_cpu_processes_and_an_exact_resume(tmp_path):
     history = json.loads((resumed / "trainer_state.json").read_text())["log_history"]
     assert [e["loss"] for e in history if "loss" in e] == losses
     assert (resumed / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
+def test_two_processes_into_a_locked_folder_stop_at_once(tmp_path):
+    """Process 0 alone takes the output folder's lock; when another run holds it, every process stops with the
+    holder named (none waits for a process 0 that has gone)."""
+    from vit_ft.utils.lock import output_lock
+
+    recipe = write_tiny_recipe(tmp_path)
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(REPO / "recipes" / "accelerate_configs" / "cpu_2proc.yaml"),
+        str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe), "--use_cpu", "true",
+    ]  # fmt: skip
+    with output_lock(tmp_path / "out", "the test"):
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode != 0, result.stderr[-3000:]
+    assert len(errors) == 2 and all(
+        "is in use by another run" in line and "the test" in line for line in errors
+    )
+    # the launcher then reports its failed children with its own traceback; the processes print none
+    assert "Traceback" not in result.stderr[: result.stderr.rindex("error: ")], result.stderr[-3000:]
+    assert not (tmp_path / "out" / "checkpoint-1").exists()

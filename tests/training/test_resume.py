@@ -3,6 +3,7 @@ where an uninterrupted run ends: the same metrics, losses and final weights."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -131,6 +132,55 @@ def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
         not broken.exists() and (out / f"incomplete-{broken.name}").is_dir()
     )  # moved aside, good one intact
     assert checkpoint_is_complete(good)
+    result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_same_run(final_run(out), uninterrupted)
+
+
+def preempt_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> tuple[int, str]:
+    """Send `sig` once checkpoint-4 is complete (in epoch 1 of 4); the exit status and the last stderr line."""
+    out = cwd / "out"
+    with (cwd / "stderr.txt").open("w") as log:  # a file, not a pipe nobody reads while the run goes on
+        process = subprocess.Popen(
+            [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
+            cwd=cwd, stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+        deadline = time.monotonic() + 300
+        try:
+            while time.monotonic() < deadline and process.poll() is None:
+                if (out / "checkpoint-4").is_dir() and checkpoint_is_complete(out / "checkpoint-4"):
+                    break
+                time.sleep(0.05)
+            assert process.poll() is None, "the run finished before it could be preempted"
+            os.kill(process.pid, sig)
+            process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    stderr = (cwd / "stderr.txt").read_text()
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return process.returncode, stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_preempted_run_saves_at_the_next_step_and_resumes_to_the_same_result(tmp_path, uninterrupted, sig):
+    """SIGTERM (Slurm, Kubernetes, spot instances) or SIGUSR1 (Slurm's --signal) mid-epoch: a checkpoint at the
+    next step, one line naming it, exit 75; --resume then ends bit for bit like the uninterrupted run."""
+    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    status, last = preempt_after_first_checkpoint(recipe, tmp_path, sig)
+    named = re.fullmatch(
+        rf"error: stopped by {sig.name}; the run is saved in (\S+/checkpoint-(\d+))\. Run the same command "
+        r"with --resume to continue\.",
+        last,
+    )
+    assert status == 75 and named, (status, last)
+    step = int(named.group(2))
+    assert 4 < step < 24 and checkpoint_is_complete(named.group(1))
+    out = tmp_path / "out"
+    assert last_complete_checkpoint(out) == str(out / f"checkpoint-{step}")
+    assert not (out / "all_results.json").exists() and not (out / "vit_ft_run.json").exists()
+    if sig == signal.SIGUSR1:
+        return  # the same save as SIGTERM's; one resume is enough to show it is exact
     result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert_same_run(final_run(out), uninterrupted)

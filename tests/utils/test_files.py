@@ -6,6 +6,8 @@ import stat
 import pytest
 
 from vit_ft.utils.files import (
+    MAX_STEM_BYTES,
+    file_stem,
     move_into_place,
     staged_file,
     staged_folder,
@@ -85,3 +87,11 @@ def test_staged_folder_without_replace_leaves_a_folder_another_process_wrote(tmp
         (folder / "theirs").write_text("x")
     assert [p.name for p in folder.iterdir()] == ["theirs"]
     assert [p.name for p in tmp_path.iterdir()] == ["digits"]
+
+
+def test_file_stem_keeps_short_names_and_shortens_long_ones_with_a_hash():
+    assert file_stem("golden retriever/2") == "golden_retriever_2"
+    long_a, long_b = "x" * 300, "x" * 299 + "y"
+    assert len(file_stem(long_a).encode()) <= MAX_STEM_BYTES
+    assert file_stem(long_a).startswith("x" * 100) and file_stem(long_a) != file_stem(long_b)
+    assert len(file_stem("é" * 200).encode()) <= MAX_STEM_BYTES

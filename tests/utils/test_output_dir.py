@@ -56,3 +56,16 @@ def test_new_refuses_anything_that_exists(tmp_path):
     with pytest.raises(FileExistsError, match="exists; stage into a new folder"):
         check_output_dir(tmp_path / "f", flag="--local_dir", new="stage into a new folder")
     check_output_dir(tmp_path / "staged", flag="--local_dir", new="stage into a new folder")
+
+
+def test_an_input_reached_through_a_link_or_a_folder_not_made_yet_is_refused(tmp_path):
+    """The fine-tune's --model_name_or_path pre --output_dir pre (or pre/run, or a link to pre): refused."""
+    base = tmp_path / "pre"
+    base.mkdir()
+    (tmp_path / "link").symlink_to(base)
+    for output in (base, base / "run" / "deeper", tmp_path / "link", tmp_path / "link" / "run"):
+        with pytest.raises(ValueError, match="inside the input folder"):
+            check_output_dir(output, inputs=[base])
+    with pytest.raises(ValueError, match="inside the input folder"):
+        check_output_dir(base, inputs=[tmp_path / "link"])
+    check_output_dir(tmp_path / "pre-run", inputs=[base])  # a sibling whose name starts alike is not inside

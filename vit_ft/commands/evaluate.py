@@ -7,7 +7,8 @@ vit-ft evaluate --model outputs/digits --output_dir reports/mine --data_dir my_d
 (also `python scripts/evaluate_model.py ...`)
 
 Writes REPORT/report.md (open it), metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
-mistakes.png/.csv, predictions.csv and a copy of the fine-tune's training_curves.png.
+mistakes.png/.csv, predictions.csv and a copy of the fine-tune's training_curves.png. REPORT may not be, nor
+lie inside, the model's folder or a data folder the evaluation reads (refused before anything is written).
 """
 
 from __future__ import annotations

@@ -9,12 +9,14 @@ accelerate launch -m vit_ft.commands.finetune --recipe dogs --learning_rate 0.01
 accelerate launch -m vit_ft.commands.finetune --recipe dogs --resume  # continue an interrupted run
 
 A mistake prints one line, `error: <what is wrong>. <what to do>`, and exits 1; `--debug` (or VIT_FT_DEBUG=1)
-shows the traceback instead.
+shows the traceback instead. Ctrl-C exits 130. SIGTERM or SIGUSR1 (preemption) saves a checkpoint at the next
+step, prints where it is and exits 75 (EX_TEMPFAIL): run the same command with --resume to continue.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from transformers import TrainingArguments
 from ..tools.hub import push_output_dir
 from ..training.argv import parse_command
 from ..training.checkpoints import interrupted_message
+from ..training.preemption import PREEMPTED_EXIT, Preempted
 from ..training.stages import run_finetune
 from ..training.sweep import run_sweep, sweep_interrupted_message
 from ..utils.cli import run_tool
@@ -62,20 +65,24 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     command = parse_command(argv)
     model_args, data_args, training_args = command.parse()  # validates everything before any work
     setup_training_logging(training_args)
-    if (
-        command.sweep is not None
-    ):  # one fine-tune per value; the winner is copied into output_dir, which is pushed
-        on_interrupt.append(lambda: sweep_interrupted_message(training_args.output_dir))
-        metrics = run_sweep(command)
-    else:
-        on_interrupt.append(lambda: interrupted_message(training_args.output_dir))
-        metrics = run_finetune(
-            model_args,
-            data_args,
-            training_args,
-            recipe=command.recipe,
-            overwrite_output_dir=command.overwrite_output_dir,
-        )
+    try:
+        if command.sweep is not None:  # one fine-tune per value; the winner is copied into output_dir, pushed
+            on_interrupt.append(lambda: sweep_interrupted_message(training_args.output_dir))
+            metrics = run_sweep(command)
+        else:
+            on_interrupt.append(lambda: interrupted_message(training_args.output_dir))
+            metrics = run_finetune(
+                model_args,
+                data_args,
+                training_args,
+                recipe=command.recipe,
+                overwrite_output_dir=command.overwrite_output_dir,
+            )
+    except Preempted as stop:  # saved at a step boundary: say where, and exit for a requeue (not an error)
+        sys.stdout.flush()
+        print(f"error: {stop}", file=sys.stderr)
+        end_process_group()
+        sys.exit(PREEMPTED_EXIT)
     if training_args.push_to_hub and training_args.process_index == 0:
         push_finished_run(training_args)
     end_process_group()
@@ -83,7 +90,8 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`vit-ft finetune ARGS` (and `python -m vit_ft.commands.finetune`, `scripts/finetune.py`): exits 0, 1 or 130."""
+    """`vit-ft finetune ARGS` (and `python -m vit_ft.commands.finetune`, `scripts/finetune.py`): exits 0, 1, 130
+    (Ctrl-C) or 75 (preempted by SIGTERM / SIGUSR1, saved: continue with --resume)."""
     on_interrupt: list[Callable[[], str]] = []
     run_tool(
         finetune,

@@ -7,7 +7,8 @@ vit-ft inspect --model outputs/dogs --output_dir figures/dogs --images dog1.jpg 
 Writes patch_embedding_pca.png (first 28 principal components of the patch filters), position_similarity.png
 (a small map per patch position), attention_distance.png (mean attention distance per head against depth, on
 a sample of the model's evaluation data, or --data_dir / --recipe / the --images), attention_rollout.png
-(with --images) and inspection.json (the numbers behind the figures).
+(with --images) and inspection.json (the numbers behind the figures). --output_dir may not be, nor lie
+inside, the model's folder or a data folder it reads (refused before anything is written).
 """
 
 from __future__ import annotations

@@ -7,13 +7,16 @@ vit-ft predict --model outputs/dogs-lora photos/ --output preds.jsonl --top_k 3 
 Folders are searched recursively for image files. Columns: path, label, score (top-1), top_k_labels,
 top_k_scores (JSON arrays in CSV, highest first), error (why a file could not be read; then no labels).
 Also writes a grid of the first predicted images next to the output (preds.csv -> preds.png; --figure names
-it). Neither file may replace an input, and the output appears only once complete: an existing file with
-its name is kept as it was when the run fails or is interrupted.
+it). Neither file may replace an input, nor an existing file that predict did not write (a CSV without its
+header row, a PNG without its mark, ...) unless you pass --overwrite; a file from an earlier predict run is
+replaced. The output appears only once complete: an existing file with its name is kept as it was when the
+run fails or is interrupted (a full disk too), and no hidden .part file is left.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 from typing import Any
 
 from ..data.images import DEFAULT_MAX_PIXELS
@@ -36,7 +39,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--figure", default="auto",
                         help="PNG grid of the first predicted images (default 'auto': the --output name with .png, "
                         "preds.csv -> preds.png); 'none' writes none. Never an input file.")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Replace an existing --output or --figure file that predict did not write.")  # fmt: skip
     return parser.parse_args(argv)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (kill, Slurm, Kubernetes) ends the run as Ctrl-C does: .part removed
 
 
 def predict(argv: list[str] | None = None) -> dict[str, Any]:
@@ -58,11 +67,13 @@ def predict(argv: list[str] | None = None) -> dict[str, Any]:
         figure=None if args.figure.lower() == "none" else args.figure,
         max_tokens=args.max_tokens,
         bf16=args.bf16,
+        overwrite=args.overwrite,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     """`vit-ft predict ARGS` (and `scripts/predict.py`): exits 0, or 1 with one `error:` line."""
+    signal.signal(signal.SIGTERM, _terminated)
     run_tool(predict, argv)
 
 

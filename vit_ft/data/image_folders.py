@@ -1,10 +1,16 @@
 """Image folders laid out as <folder>/<class name>/<image file>: checked before anything loads (each mistake
 named with the argument that passed the folder), then loaded with datasets' imagefolder builder, the class
 being the sub-folder name. `vit_ft.data.datasets.load_image_datasets` loads `train_dir` / `validation_dir` /
-`test_dir` through `folder_splits`."""
+`test_dir` through `folder_splits`.
+
+Hidden entries (a name starting with "."; `.ipynb_checkpoints`, `.git`, `._photo.jpg`) are skipped, as
+datasets' imagefolder and `ls` skip them, and a skipped folder that holds images is said in the log; every
+other name is a class or an image, `__dunder` ones included (imagefolder alone would drop those too)."""
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
 from pathlib import Path
 
@@ -12,35 +18,51 @@ import datasets
 
 from .images import image_extensions
 
-__all__ = ["folder_splits"]
+logger = logging.getLogger("vit_ft")
+
+__all__ = ["check_class_folders", "check_image_folder", "folder_splits", "is_hidden"]
 
 
-def _check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
-    """Fail early, naming the argument, unless folder is laid out as <folder>/<class>/<image>."""
+def is_hidden(name: str) -> bool:
+    """A file or folder name that image folders skip: one starting with "." (Unix's hidden files)."""
+    return name.startswith(".")
+
+
+def _named(argument: str, folder: str | os.PathLike) -> str:
+    """How a message names the folder: `--data_dir photos` for a flag, `train_dir='photos'` for a field."""
+    return (
+        f"{argument} {os.fspath(folder)}"
+        if argument.startswith("--")
+        else f"{argument}={os.fspath(folder)!r}"
+    )
+
+
+def check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
+    """Fail early, naming the argument, unless folder is laid out as <folder>/<class>/<image>; returns it
+    resolved."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(
-            f"{argument}={os.fspath(folder)!r} is not a directory; pass a folder laid out as "
+            f"{_named(argument, folder)} is not a directory; pass a folder laid out as "
             "<folder>/<class name>/<image file>."
         )
     extensions = image_extensions()
     images = []
     for path in root.rglob("*"):
         relative = path.relative_to(root).parts
-        # imagefolder skips hidden (".x") and "__x" entries; mirror that so both see the same files
-        if any(part.startswith((".", "__")) for part in relative):
+        if any(is_hidden(part) for part in relative):
             continue
         if path.suffix.lower() in extensions and path.is_file():
             images.append(relative)
     if not images:
         raise FileNotFoundError(
-            f"{argument}={os.fspath(folder)!r} holds no image files (looked for "
+            f"{_named(argument, folder)} holds no image files (looked for "
             f"{', '.join(sorted(extensions)[:8])}, ...); expected <folder>/<class name>/<image file>."
         )
     misplaced = [parts for parts in images if len(parts) != 2]
     if misplaced:
         raise ValueError(
-            f"{argument}={os.fspath(folder)!r}: images must sit directly in class sub-folders "
+            f"{_named(argument, folder)}: images must sit directly in class sub-folders "
             f"(<folder>/<class name>/<image file>), but {len(misplaced)} do not, e.g. "
             f"{os.path.join(*misplaced[0])!r}. Move them into a class folder (nested sub-folders are not "
             "classes)."
@@ -48,30 +70,49 @@ def _check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
     return root.resolve()
 
 
-def _check_two_classes(root: Path, folder: str | os.PathLike) -> None:
-    """Fail unless the checked train folder `root` has image files in at least two class sub-folders."""
+def _holds_images(folder: Path) -> bool:
     extensions = image_extensions()
-    classes = sorted(
-        entry.name
-        for entry in root.iterdir()
-        if entry.is_dir()
-        and not entry.name.startswith((".", "__"))
-        and any(
-            p.suffix.lower() in extensions and not p.name.startswith((".", "__")) for p in entry.iterdir()
-        )
-    )
+    return any(p.suffix.lower() in extensions and not is_hidden(p.name) for p in folder.iterdir())
+
+
+def _class_folders(root: Path) -> tuple[list[str], list[str]]:
+    """(class folders, hidden folders skipped) of the checked folder `root`, sorted: sub-folders that hold
+    images, those with a hidden name apart."""
+    folders = sorted(entry.name for entry in root.iterdir() if entry.is_dir() and _holds_images(entry))
+    return [name for name in folders if not is_hidden(name)], [name for name in folders if is_hidden(name)]
+
+
+def _say_skipped(root: Path, folder: str | os.PathLike) -> list[str]:
+    """The class folders of `root`; the hidden ones that hold images are said in the log (the data report),
+    naming the folder only: the fine-tune's `train_dir` is evaluate's `--data_dir`."""
+    classes, skipped = _class_folders(root)
+    if skipped:
+        logger.warning(
+            "%s: skipped %d hidden class folder(s) %s (a name starting with '.' is hidden, not a class); "
+            "rename them without the leading '.' to use them as classes.",
+            os.fspath(folder), len(skipped), skipped,
+        )  # fmt: skip
+    return classes
+
+
+def check_class_folders(root: Path, folder: str | os.PathLike, argument: str = "train_dir") -> list[str]:
+    """The class names of the checked folder `root`; fails unless there are at least two."""
+    classes, _ = _class_folders(root)
     if len(classes) < 2:
         raise ValueError(
-            f"train_dir={os.fspath(folder)!r} has {len(classes)} class folder(s) {classes}; a classifier needs "
+            f"{_named(argument, folder)} has {len(classes)} class folder(s) {classes}; a classifier needs "
             "at least two. Add a sub-folder of images for each other class."
         )
+    return classes
 
 
-def _load_image_folder(root: Path, cache_dir: str | None) -> datasets.Dataset:
-    """<root>/<class>/<image> -> Dataset(image, label: ClassLabel of the sub-folder names) via imagefolder."""
+def _load_image_folder(root: Path, classes: list[str], cache_dir: str | None) -> datasets.Dataset:
+    """<root>/<class>/<image> -> Dataset(image, label: ClassLabel of the sub-folder names) via imagefolder.
+    One pattern per class folder, escaped: imagefolder's own `**` would also drop `__dunder` folders."""
+    patterns = [os.path.join(glob.escape(str(root)), glob.escape(name), "*") for name in classes]
     return datasets.load_dataset(
         "imagefolder",
-        data_files={"train": [os.path.join(str(root), "**")]},
+        data_files={"train": patterns},
         split="train",
         drop_labels=False,  # always label by sub-folder, even with a single class
         drop_metadata=True,  # the class is the sub-folder name, never a metadata file's column
@@ -87,7 +128,7 @@ def folder_splits(
 ) -> dict[str, tuple[datasets.Dataset, str]]:
     """Image folders -> {split: (dataset, description for errors)}; every folder is checked before any loads."""
     folders = {
-        split: (argument, folder, _check_image_folder(folder, argument))
+        split: (argument, folder, check_image_folder(folder, argument))
         for split, argument, folder in (
             ("train", "train_dir", train_dir),
             ("validation", "validation_dir", validation_dir),
@@ -95,8 +136,9 @@ def folder_splits(
         )
         if folder is not None
     }
-    _check_two_classes(folders["train"][2], train_dir)
+    check_class_folders(folders["train"][2], train_dir)
+    classes = {split: _say_skipped(root, folder) for split, (_, folder, root) in folders.items()}
     return {
-        split: (_load_image_folder(root, cache_dir), f"{argument}={os.fspath(folder)!r}")
+        split: (_load_image_folder(root, classes[split], cache_dir), _named(argument, folder))
         for split, (argument, folder, root) in folders.items()
     }

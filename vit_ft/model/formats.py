@@ -17,6 +17,7 @@ from typing import Any
 
 from transformers.utils import SAFE_WEIGHTS_NAME, cached_file
 
+from .checkpoint_checks import check_config_fits_weights
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .jax_format import JAX_NORMALIZATION, find_jax_checkpoint, jax_config_fields, read_npz_shapes
 from .timm_format import is_timm_config, read_safetensors_shapes, timm_config_fields, timm_normalization
@@ -40,6 +41,7 @@ class CheckpointInfo:
     format: str  # "vit_ft", "transformers ViTModel", "timm vit_base_patch16_224", "JAX npz", ...
     grid: tuple[int, int]
     id2label: dict[int, str] | None
+    weights: str | None = None  # the safetensors weights as the user names them ("folder/model.safetensors")
 
 
 def read_checkpoint_config(
@@ -112,17 +114,24 @@ def read_config_dict(
 
 def checkpoint_info(name_or_path: str | os.PathLike, **download: Any) -> CheckpointInfo | None:
     """What the checkpoint at `name_or_path` holds (format, patch grid, labels), read from its config as saved;
-    None for a checkpoint without a config."""
+    None for a checkpoint without a config. A config whose sizes disagree with its weights' header (or are
+    absurd) is a ValueError naming config.json and the field (`checkpoint_checks.py`)."""
     base_reading = super(ViTFTConfig, ViTFTConfig).get_config_dict  # transformers' own, without the hook
     config_dict, _, fmt = read_checkpoint_config(base_reading, name_or_path, **download)
     if not config_dict:
         return None
+    weights = None
+    if fmt == "vit_ft" or fmt.startswith("transformers"):  # timm's and JAX's sizes are read from the weights
+        weights = check_config_fits_weights(
+            config_dict, name_or_path, **download
+        )  # before any layer is built
     checkpoint = ViTFTConfig(**{k: v for k, v in config_dict.items() if k != "model_type"})
     return CheckpointInfo(
         source=str(name_or_path),
         format=fmt,
         grid=checkpoint.grid_size,
         id2label=checkpoint.id2label if checkpoint.num_labels > 0 else None,
+        weights=weights,
     )
 
 
@@ -146,7 +155,9 @@ def checkpoint_normalization(name_or_path: str | Path, cache_dir: str | None = N
     if is_timm_config(config_dict):
         return timm_normalization(config_dict)
     try:
-        processor = AutoImageProcessor.from_pretrained(str(name_or_path), cache_dir=cache_dir)
+        processor = AutoImageProcessor.from_pretrained(  # never a checkpoint's own code, never a prompt
+            str(name_or_path), cache_dir=cache_dir, trust_remote_code=False
+        )
     except (OSError, ValueError):
         return {}
     return {

@@ -101,7 +101,8 @@ def build_loading_report(model: torch.nn.Module, loading_info: Any, load: Active
         raise ValueError(f"{source}: {' '.join(load.errors)}")
     report = LoadingReport(source=source, source_format=info.format if info else "state dict")
     has_head = isinstance(getattr(model, "classifier", None), torch.nn.Linear)
-    report.discarded.update(_known_discards(loading_info, has_head, source))
+    weights = info.weights if info is not None and info.weights else source
+    report.discarded.update(_known_discards(loading_info, has_head, weights))
     report.discarded.update(load.discarded)
     for key, shape in load.replaced.items():
         report.discarded[key] = f"source head {shape} replaced by a new one (labels: {config.num_labels})"

@@ -261,6 +261,11 @@ class ViTFTModel(ViTFTPreTrainedModel):
 
     def forward_features(self, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """`(batch, channels, height, width)` -> normalised tokens `(batch, 1 + num_patches, hidden)`."""
+        if not pixel_values.is_floating_point():  # a dtype check: free, and static under torch.compile
+            raise ValueError(
+                f"pixel_values is {pixel_values.dtype}: pass float pixels normalised as the model's image processor "
+                "does (rescaled and normalised with its mean/std), not raw 0-255 integers."
+            )
         pixel_values = pixel_values.to(self.embeddings.patch_embeddings.projection.weight.dtype)
         hidden_states = self.embeddings(pixel_values)  # (B, 1 + N, hidden)
         for layer in self.layers:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 import datasets
 
 from ..data.images import load_image
-from ..utils.files import staged_folder
+from ..utils.files import file_stem, staged_folder
 from ..utils.run_record import EXAMPLES_DIR
 
 logger = logging.getLogger("vit_ft")
@@ -25,7 +24,7 @@ def write_examples(
     At most `limit` in all and `limit // classes` per class (at least one), taken in the split's order, which
     the data seed fixes: the same run writes the same files. Named `NN_<label>`: PNG up to 256 pixels a side,
     JPEG above (reduced to 512); an image that does not decode is skipped. The folder is written aside and
-    renamed, replacing an older one.
+    renamed, replacing an older one; a label too long for a file name keeps a prefix and a short hash.
     """
     rows = dataset.with_format(None)  # the stored images, not the eval transform's tensors
     per_class = max(1, limit // max(1, len(names)))
@@ -46,7 +45,7 @@ def write_examples(
             except Exception as error:  # noqa: BLE001 - an example is optional: one that fails is left out
                 logger.warning("Example image %d not written: %s", row, error)
                 continue
-            label = re.sub(r"[^\w.-]+", "_", names[rows[row]["label"]])
+            label = file_stem(names[rows[row]["label"]])  # a 255-byte class name stays a valid file name
             stem = f"{len(written):02d}_{label}"
             if max(image.size) <= 256:
                 image.save(partial / f"{stem}.png")

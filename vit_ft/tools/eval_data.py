@@ -17,6 +17,7 @@ import numpy as np
 
 from ..data.datasets import load_image_datasets
 from ..data.digits import write_digits_imagefolder
+from ..data.image_folders import check_class_folders, check_image_folder
 from ..utils.run_record import RUN_RECORD_FILE, recorded_seed
 from .trained import Origin
 
@@ -35,6 +36,7 @@ class EvalData:
     labels: np.ndarray  # (num_images,) int64 model label ids
     description: str
     notes: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)  # the local folders the images were read from
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -102,9 +104,12 @@ def data_from_fields(
         )
     source = fields.get("dataset_name") or fields.get(f"{split}_dir") or fields.get("train_dir")
     description = f"split {split!r} of {source} ({where}, seed {seed})"
-    return _as_eval_data(
+    data = _as_eval_data(
         splits[split], names, id2label, description, max_samples, seed, ", {n} random images"
     )
+    given = (fields.get(name) for name in ("dataset_name", "train_dir", "validation_dir", "test_dir"))
+    data.folders = [str(folder) for folder in given if folder and Path(folder).expanduser().is_dir()]
+    return data
 
 
 def recorded_eval_data(
@@ -156,11 +161,22 @@ def recipe_eval_data(
 def folder_eval_data(
     folder: str | os.PathLike, id2label: dict[int, str], max_samples: int | None = None, seed: int = 0
 ) -> EvalData:
-    """All images of `folder`/<class name>/<image>; class names are matched to the model's label names."""
+    """All images of `folder`/<class name>/<image>; class names are matched to the model's label names.
+    Hidden class folders are skipped, as the fine-tune skips them; mistakes name `--data_dir`."""
+    check_class_folders(check_image_folder(folder, "--data_dir"), folder, "--data_dir")
     splits, names = load_image_datasets(train_dir=folder, validation_split_percentage=0, seed=seed)
     description = f"image folder {os.fspath(folder)}"
     sampled = " ({n} random images, seed {seed})"
-    return _as_eval_data(splits["train"], names, id2label, description, max_samples, seed, sampled)
+    data = _as_eval_data(splits["train"], names, id2label, description, max_samples, seed, sampled)
+    data.folders = [os.fspath(folder)]
+    return data
+
+
+def folders_read(origin: Origin, data: EvalData | None = None) -> list[str]:
+    """The local folders an evaluation reads: the model's (its run folder and adapter too) and the data's;
+    a tool's output folder may be none of them, nor inside one (`check_output_dir`'s `inputs`)."""
+    model = [origin.path, origin.run_folder, origin.adapter]
+    return [str(folder) for folder in model if folder is not None] + (data.folders if data else [])
 
 
 def resolve_eval_data(
@@ -187,6 +203,7 @@ __all__ = [
     "EvalData",
     "data_from_fields",
     "folder_eval_data",
+    "folders_read",
     "recipe_eval_data",
     "recorded_eval_data",
     "resolve_eval_data",

@@ -35,7 +35,8 @@ from ..reports.reporting import (
     write_csv,
     write_report,
 )
-from .eval_data import EvalData, resolve_eval_data
+from ..utils.output_dir import check_output_dir
+from .eval_data import EvalData, folders_read, resolve_eval_data
 from .inference import describe_error, iter_batches
 from .trained import Trained, load_trained
 
@@ -267,13 +268,17 @@ def run_evaluation(
     report.md to `output_dir`. Returns the contents of metrics.json.
 
     `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
-    under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads.
+    under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads;
+    `output_dir` may not be, nor lie inside, a folder the evaluation reads (the model's, the data's).
     """
+    given = [model, *([data_dir] if data_dir is not None else [])]
+    check_output_dir(output_dir, inputs=given, holds="report.md and its files")  # before the model loads
     output_dir = Path(output_dir)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
-    output_dir.mkdir(parents=True, exist_ok=True)
     id2label = trained.id2label
     data = resolve_eval_data(trained.origin, id2label, recipe, data_dir, split, seed, max_samples)
+    check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
+    output_dir.mkdir(parents=True, exist_ok=True)
     logger.info("Evaluating %s on %s: %d images.", trained.source, data.description, len(data))
 
     started = time.perf_counter()

@@ -31,7 +31,7 @@ FORMATS = ("vit_ft", "transformers")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
 # what the fine-tune recorded, shared in both formats
 RECORD_FILES = ("labels.json", "training_curves.png", RUN_RECORD_FILE, "*_results.json", "trainer_state.json")
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", "*.py", PROCESSOR_FILE)
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "config.json", PROCESSOR_FILE)
 
 
 def stage_for_hub(
@@ -85,16 +85,22 @@ def _stage_model(origin: Origin, staging: Path, format: str) -> None:
 
         export_to_transformers(_load_merged(origin), staging, image_processor=_processor(origin))
         return
+    ours, complete = _our_code_files(), _has_complete_model(folder)
+    _check_code(folder, _code_files(folder) if complete else [], ours)  # before anything is staged
     staging.mkdir(parents=True)
-    if _has_complete_model(folder):
+    if complete:
         _copy_matching(folder, staging, (*WEIGHT_FILES, "config.json"))
-        for code_file in _code_files(folder):
-            shutil.copy2(folder / code_file, staging / code_file)
+        for name, path in ours.items():  # the installed vit_ft's code, never the folder's
+            shutil.copyfile(path, staging / name)
     else:  # an adapter only, or a folder saved without its code: write the model with its code
         _load_merged(origin).save_pretrained(staging)
     _write_processor(origin, staging)
-    if origin.adapter is not None:
+    if origin.adapter is not None:  # its config's code too is the installed vit_ft's
+        code = sorted(p.name for p in origin.adapter.glob("*.py"))
+        _check_code(origin.adapter, code, ours)
         _copy_matching(origin.adapter, staging / ADAPTER_DIR, ADAPTER_FILES)
+        for name in code:
+            shutil.copyfile(ours[name], staging / ADAPTER_DIR / name)
 
 
 def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = None) -> None:
@@ -135,8 +141,9 @@ def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = N
         details = "; ".join(
             f"{k.replace('_', ' ')} {[str(v) for v in keys[:3]]}" for k, keys in problems.items() if keys
         )
+        where = source if source is not None and (source / "config.json").is_file() else staging
         raise ValueError(
-            f"the weights in {staging} do not match its config.json ({details}); share the folder the fine-tune "
+            f"the weights in {where} do not match its config.json ({details}); share the folder the fine-tune "
             "saved, unedited."
         )
 
@@ -248,6 +255,48 @@ def _code_files(folder: Path) -> list[str]:
         files.add(path.name)
         files.update(Path(p).name for p in get_relative_import_files(str(path)))
     return sorted(files)
+
+
+# what a vit_ft folder's auto_map may name: the installed vit_ft's classes (save_pretrained writes these)
+OUR_AUTO_MAP = {
+    "configuration_vit_ft.ViTFTConfig",
+    "modeling_vit_ft.ViTFTModel",
+    "modeling_vit_ft.ViTFTForImageClassification",
+}
+
+
+def _our_code_files() -> dict[str, Path]:
+    """name -> file of the model code the installed vit_ft writes beside a model (as `save_pretrained` does):
+    the model and config files with their relative imports."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    from ..model import configuration_vit_ft, modeling_vit_ft
+
+    files = [Path(configuration_vit_ft.__file__), Path(modeling_vit_ft.__file__)]
+    files += [Path(p) for f in list(files) for p in get_relative_import_files(str(f))]
+    return {path.name: path for path in sorted(set(files))}
+
+
+def _check_code(folder: Path, names: list[str], ours: dict[str, Path]) -> None:
+    """Refuse a folder whose model code (`names`) is not the installed vit_ft's: every user of the repository
+    runs it with trust_remote_code=True, so a changed file (or an auto_map naming other code) is never
+    published."""
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    auto_map = config.get("auto_map", {})
+    foreign = sorted(str(ref) for ref in auto_map.values() if ref not in OUR_AUTO_MAP)
+    if foreign:
+        raise ValueError(
+            f"{config_file}: auto_map names code that is not vit_ft's ({', '.join(foreign)}); push "
+            "publishes only the installed vit_ft's model code. Restore the config.json the fine-tune saved."
+        )
+    for name in names:
+        if name not in ours or (folder / name).read_bytes() != ours[name].read_bytes():
+            raise ValueError(
+                f"{folder / name} differs from the model code of the installed vit_ft ({ours.get(name, 'none')}); "
+                "push publishes only vit_ft's own code, which users run with trust_remote_code=True. Restore the "
+                f"file, or delete the folder's .py files and push again (vit_ft then writes its own)."
+            )
 
 
 def _load_merged(origin: Origin):

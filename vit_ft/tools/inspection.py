@@ -30,7 +30,8 @@ from ..reports.inspection_figures import (
     plot_patch_embedding_components,
     plot_position_similarity,
 )
-from .eval_data import resolve_eval_data
+from ..utils.output_dir import check_output_dir
+from .eval_data import folders_read, resolve_eval_data
 from .inference import describe_error, iter_batches
 from .rollout import overlay_heatmap, rollout_maps
 from .trained import Trained, load_trained
@@ -205,9 +206,10 @@ def _sample_sources(
     data_dir: str | os.PathLike | None,
     num_images: int,
     seed: int | None,
-) -> tuple[list[Any], str]:
+) -> tuple[list[Any], str, list[str]]:
     """Images for the attention distances: a random sample of the evaluation data (see
-    `vit_ft.tools.eval_data.resolve_eval_data`), or the given images when there is no data to sample."""
+    `vit_ft.tools.eval_data.resolve_eval_data`), or the given images when there is no data to sample; their
+    description, and the folders read (`folders_read`)."""
     if recipe is None and data_dir is None and trained.run_record is None:
         if not images:
             raise ValueError(
@@ -215,11 +217,11 @@ def _sample_sources(
                 "--recipe to give the images the attention distances are computed on."
             )
         given = [str(image) for image in images][:num_images]
-        return given, f"the {len(given)} given images"
+        return given, f"the {len(given)} given images", folders_read(trained.origin)
     data = resolve_eval_data(
         trained.origin, trained.id2label, recipe, data_dir, seed=seed, max_samples=num_images
     )
-    return list(data.dataset["image"]), data.description
+    return list(data.dataset["image"]), data.description, folders_read(trained.origin, data)
 
 
 def _embedding_figures(network: torch.nn.Module, output_dir: Path, figures: dict[str, str]) -> dict[str, Any]:
@@ -279,14 +281,18 @@ def run_inspection(
     (with `images`) and inspection.json (the numbers behind them) to `output_dir`; returns that JSON.
 
     `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
-    under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads.
+    under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads;
+    `output_dir` may not be, nor lie inside, a folder the inspection reads (the model's, the data's).
     """
+    given = [model, *([data_dir] if data_dir is not None else [])]
+    check_output_dir(output_dir, inputs=given, holds="the figures")  # before the model loads
     output_dir = Path(output_dir)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
+    sources, sample, read = _sample_sources(trained, images, recipe, data_dir, num_images, seed)
+    check_output_dir(output_dir, inputs=read)  # the recorded data's folders too
     output_dir.mkdir(parents=True, exist_ok=True)
     figures: dict[str, str] = {}
     embedding = _embedding_figures(trained.model, output_dir, figures)
-    sources, sample = _sample_sources(trained, images, recipe, data_dir, num_images, seed)
     path = output_dir / "attention_distance.png"
     distance = _distance_figure(trained, sources, sample, batch_size, progress, path)
     figures["attention_distance"] = path.name

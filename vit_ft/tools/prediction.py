@@ -7,13 +7,10 @@ n_rows, n_errors = write_predictions(predict_files(classifier, files, top_k=5), 
 
 from __future__ import annotations
 
-import csv
 import glob
-import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,48 +19,25 @@ import torch
 from ..data.images import DEFAULT_MAX_PIXELS, image_extensions
 from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ..reports.figures import display_image, plot_image_grid, short
-from ..utils.files import move_into_place, staged_file, temporary_sibling
+from ..utils.files import staged_file
 from .inference import describe_error, iter_batches
+from .prediction_output import (
+    PREDICTION_COLUMNS,
+    Prediction,
+    PredictionWriter,
+    check_output_path,
+    disk_full_error,
+    mark_figure,
+    read_predictions,
+    refuse_replacing_others,
+)
 from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 
-PREDICTION_COLUMNS = ("path", "label", "score", "top_k_labels", "top_k_scores", "error")
-OUTPUT_FORMATS = (".csv", ".jsonl")
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Prediction on files
 # ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Prediction:
-    """One output row: the top-k labels with their probabilities (highest first), or the reason there are none."""
-
-    path: str
-    labels: list[str] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def label(self) -> str | None:
-        return self.labels[0] if self.labels else None
-
-    @property
-    def score(self) -> float | None:
-        return self.scores[0] if self.scores else None
-
-    def as_row(self) -> dict[str, Any]:
-        """A JSON-ready dict with the keys of PREDICTION_COLUMNS (error None when the file was read)."""
-        return {
-            "path": self.path,
-            "label": self.label,
-            "score": self.score,
-            "top_k_labels": self.labels,
-            "top_k_scores": self.scores,
-            "error": self.error,
-        }
 
 
 def collect_image_files(inputs: Iterable[str | os.PathLike]) -> list[Path]:
@@ -135,90 +109,6 @@ def predict_files(
         yield from (rows[i] for i in range(len(batch.sources)))
 
 
-def check_output_path(path: str | os.PathLike) -> Path:
-    """`path` as a Path when it can be a predictions file: a .csv or .jsonl name that is not a folder."""
-    path = Path(path)
-    if path.suffix.lower() not in OUTPUT_FORMATS:
-        raise ValueError(
-            f"--output {path} must end in {' or '.join(OUTPUT_FORMATS)} (the suffix picks the format)."
-        )
-    if path.is_dir():
-        raise ValueError(f"--output {path} is a folder; pass a file name such as {path / 'preds.csv'}.")
-    return path
-
-
-class PredictionWriter:
-    """Streams Predictions to a `.csv` (lists as JSON arrays, empty cells for None) or `.jsonl` file.
-
-    Rows go to a hidden temporary file in the same folder, renamed to `path` by `close()`: until then an
-    existing file at `path` is untouched, and `discard()` (or leaving a `with` block on an exception) removes
-    the temporary file and keeps it so.
-    """
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = check_output_path(path)
-        self.format = self.path.suffix.lower()
-        self._partial = temporary_sibling(self.path)
-        self._file = self._partial.open("w", encoding="utf-8", newline="")  # noqa: SIM115 - closed by close()
-        self._csv = (
-            csv.DictWriter(self._file, fieldnames=PREDICTION_COLUMNS) if self.format == ".csv" else None
-        )
-        if self._csv is not None:
-            self._csv.writeheader()
-
-    def write(self, prediction: Prediction) -> None:
-        row = prediction.as_row()
-        if self._csv is None:
-            self._file.write(json.dumps(row) + "\n")
-            return
-        row["top_k_labels"] = json.dumps(row["top_k_labels"])
-        row["top_k_scores"] = json.dumps(row["top_k_scores"])
-        self._csv.writerow({k: "" if v is None else v for k, v in row.items()})
-
-    def close(self) -> None:
-        """Finish the file and move it to `path` (replacing what was there)."""
-        if self._file.closed:
-            return
-        self._file.close()
-        move_into_place(self._partial, self.path)
-
-    def discard(self) -> None:
-        """Drop what was written; `path` keeps its old content (or stays absent)."""
-        if not self._file.closed:
-            self._file.close()
-            self._partial.unlink(missing_ok=True)
-
-    def __enter__(self) -> PredictionWriter:
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.discard()
-
-
-def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows written by PredictionWriter, as dicts like `Prediction.as_row()` (CSV lists and numbers parsed)."""
-    path = Path(path)
-    with path.open(encoding="utf-8", newline="") as f:
-        if path.suffix.lower() == ".jsonl":
-            return [json.loads(line) for line in f if line.strip()]
-        rows = []
-        for row in csv.DictReader(f):
-            rows.append(
-                {
-                    "path": row["path"],
-                    "label": row["label"] or None,
-                    "score": float(row["score"]) if row["score"] else None,
-                    "top_k_labels": json.loads(row["top_k_labels"]),
-                    "top_k_scores": json.loads(row["top_k_scores"]),
-                    "error": row["error"] or None,
-                }
-            )
-        return rows
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Figures
 # ---------------------------------------------------------------------------------------------------------
@@ -228,12 +118,20 @@ def plot_predictions(
     predictions: Sequence[Prediction], image_size: tuple[int, int], path: str | os.PathLike
 ) -> Path:
     """A grid of predicted images titled "label (p)", written to a hidden temporary file in the same folder and
-    renamed to `path` when complete (an existing file at `path` stays as it was if drawing fails)."""
+    renamed to `path` when complete (an existing file at `path` stays as it was if drawing fails). It carries
+    predict's mark (`mark_figure`), so that the next run may replace it."""
     images = [display_image(p.path, image_size) for p in predictions]
     titles = [f"{short(p.label or '?')} ({p.score:.2f})\n{short(Path(p.path).name, 24)}" for p in predictions]
     path = Path(path)
-    with staged_file(path, suffix=".part.png") as partial:
-        plot_image_grid(images, titles, partial, suptitle=f"Top-1 predictions ({len(predictions)} shown)")
+    try:
+        with staged_file(path, suffix=".part.png") as partial:
+            plot_image_grid(images, titles, partial, suptitle=f"Top-1 predictions ({len(predictions)} shown)")
+            partial.write_bytes(mark_figure(partial.read_bytes()))
+    except OSError as error:
+        replacement = disk_full_error(error, path, "--figure")
+        if replacement is error:
+            raise
+        raise replacement from error
     return path
 
 
@@ -278,11 +176,13 @@ def run_prediction(
     progress: bool | None = None,
     max_tokens: int | None = MAX_IMAGE_TOKENS,
     bf16: str | bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl).
 
     `figure="auto"` writes a grid of the first `figure_images` predicted images next to the output
-    (`preds.csv` -> `preds.png`); None writes none. Neither may replace an input file. The output appears only
+    (`preds.csv` -> `preds.png`); None writes none. Neither may replace an input file, nor an existing file
+    that predict did not write unless `overwrite` (`written_by_predict`). The output appears only
     when complete: a failure leaves an existing file as it was. `max_tokens` bounds the patch tokens per image
     at `image_size` (None: no bound); `bf16` runs the model under bf16 autocast ("auto": where the hardware
     has native bf16). Returns a summary: rows, errors, output and figure paths.
@@ -299,6 +199,7 @@ def run_prediction(
     )
     _refuse_overwriting_inputs(files, output, figure_path)
     classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
+    refuse_replacing_others({"--output": output, "--figure": figure_path}, overwrite)  # before any write
     shown: list[Prediction] = []
     rows = errors = 0
     with PredictionWriter(output) as writer:
@@ -315,7 +216,7 @@ def run_prediction(
     return summary
 
 
-__all__ = [
+__all__ = [  # the rows' format lives in prediction_output; its names are importable from here too
     "PREDICTION_COLUMNS",
     "Prediction",
     "PredictionWriter",

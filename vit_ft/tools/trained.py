@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image
 
-from ..data.images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
-from ..data.transforms import ImageClassificationTransform, build_transforms
+from ..data.images import DEFAULT_MAX_PIXELS
+from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
-from ..model.configuration_vit_ft import nearest_multiple, to_2tuple
+from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
+from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
+from ..model.timm_format import read_safetensors_shapes
 from ..utils.hardware import default_device
 from ..utils.hub_ids import looks_like_path
 from ..utils.run_record import (
@@ -41,6 +42,7 @@ from ..utils.run_record import (
     run_folder,
 )
 from .inference import use_bf16
+from .preprocessing import Preprocessing, check_image_size, preprocessing_from
 
 logger = logging.getLogger("vit_ft")
 
@@ -95,7 +97,8 @@ class Origin:
         try:
             from transformers import AutoImageProcessor
 
-            return AutoImageProcessor.from_pretrained(self.name).to_dict()
+            # never the repository's code, and never a prompt to run it in the middle of a run
+            return AutoImageProcessor.from_pretrained(self.name, trust_remote_code=False).to_dict()
         except ImportError:  # a timm repo: transformers reads it as its timm_wrapper, which needs timm
             return checkpoint_normalization(self.name) or None
         except (OSError, ValueError) as error:
@@ -142,21 +145,27 @@ def locate(model: str | os.PathLike) -> Origin:
 # ---- the model -------------------------------------------------------------------------------------------------
 
 
-def _from_pretrained(name: str | os.PathLike, **kwargs: Any) -> torch.nn.Module:
-    """`ViTFTForImageClassification.from_pretrained`, naming the weight file when a local one cannot be read."""
+def _from_pretrained(name: str | os.PathLike, new_head: bool = False, **kwargs: Any) -> torch.nn.Module:
+    """`ViTFTForImageClassification.from_pretrained` of a trained model, whole or not at all: a tensor missing,
+    left over or of another shape is a ValueError naming the weight file and the tensor (`check_complete`); a
+    local weight file that cannot be read is an OSError naming it. `new_head`: the head may be new (a LoRA
+    adapter's base model, whose head the adapter brings)."""
     try:
-        return ViTFTForImageClassification.from_pretrained(str(name), **kwargs)
+        model, info = ViTFTForImageClassification.from_pretrained(
+            str(name), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+        )
     except (OSError, ValueError):
         raise
     except Exception as error:  # safetensors' and torch's errors on a truncated file name no file
-        folder = Path(name)
-        weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
-        if not folder.is_dir() or not weights:
+        weights = weights_file_name(name)
+        if not Path(weights).is_file():
             raise
         raise OSError(
-            f"{weights[0]} cannot be read ({type(error).__name__}: {' '.join(str(error).split())}): "
+            f"{weights} cannot be read ({type(error).__name__}: {' '.join(str(error).split())}): "
             "the file is truncated or corrupt. Copy or save the model again."
         ) from error
+    check_complete(info, weights_file_name(name), allowed=HEAD_KEYS if new_head else ())
+    return model
 
 
 def _load_base_model(adapter: Path, config: Any) -> torch.nn.Module:
@@ -176,7 +185,12 @@ def _load_base_model(adapter: Path, config: Any) -> torch.nn.Module:
     if not exists and looks_like_path(base_name or "."):
         raise missing
     try:
-        return _from_pretrained(base_name, config=config)
+        found = weight_shapes(base_name)  # the adapter's sizes against the base's weights, before building
+        weights_name, shapes = found if found is not None else (None, None)
+        config_dict = json.loads((adapter / "config.json").read_text(encoding="utf-8"))
+        skip = ("num_labels", "positions")  # the fine-tune's own labels and resolution
+        check_sizes(config_dict, shapes, str(adapter / "config.json"), weights_name, skip=skip)
+        return _from_pretrained(base_name, new_head=True, config=config)
     except OSError as error:
         if exists:
             raise
@@ -186,7 +200,9 @@ def _load_base_model(adapter: Path, config: Any) -> torch.nn.Module:
 def load_model(model: str | os.PathLike | Origin, merge_lora: bool = False) -> torch.nn.Module:
     """The classifier `model` (a path or Hub id, or the `Origin` that `locate` made of one) in eval mode, with
     the CPU kernels swapped in (`kernels.kernelize`): a vit_ft folder or Hub id, or a LoRA adapter on its
-    recorded base model, merged when `merge_lora`. An unreadable weight file is an OSError that names it."""
+    recorded base model, merged when `merge_lora`. The model loads whole or not at all: a config whose sizes
+    disagree with its weights (checked before any layer is built), a tensor missing, left over or of another shape
+    is a ValueError naming the file and the field or tensor; an unreadable weight file is an OSError naming it."""
     origin = model if isinstance(model, Origin) else locate(model)
     if not origin.loads_adapter:
         return kernelize(_from_pretrained(origin.path or origin.name)).eval()
@@ -196,88 +212,27 @@ def load_model(model: str | os.PathLike | Origin, merge_lora: bool = False) -> t
 
     config = ViTFTConfig.from_pretrained(origin.adapter)  # the fine-tuned architecture, labels and resolution
     base = kernelize(_load_base_model(origin.adapter, config))  # before peft wraps its layers
-    loaded = PeftModel.from_pretrained(base, origin.adapter).eval()
+    weights = origin.adapter / "adapter_model.safetensors"
+    try:
+        loaded = PeftModel.from_pretrained(base, origin.adapter).eval()
+    except RuntimeError as error:  # torch's size mismatch, naming no file
+        raise ValueError(
+            f"{weights} does not fit its base model ({' '.join(str(error).split())[:300]}); a trained model loads "
+            "whole or not at all. Copy or save the adapter again."
+        ) from error
+    _check_adapter_complete(loaded, weights)
     return loaded.merge_and_unload() if merge_lora else loaded
 
 
-# ---- the preprocessing ------------------------------------------------------------------------------------------
+def _check_adapter_complete(loaded: Any, weights: Path) -> None:
+    """Every LoRA tensor (and saved module, the head) the adapter's model needs is in `weights`, and nothing
+    else is: peft itself initialises a missing one and only warns."""
+    from peft import get_peft_model_state_dict
 
-
-@dataclass(frozen=True)
-class Preprocessing:
-    """The evaluation geometry and normalisation: resize + centre crop to `image_size`, then normalise."""
-
-    image_size: tuple[int, int]  # (height, width)
-    mean: tuple[float, ...] = VIT_MEAN
-    std: tuple[float, ...] = VIT_STD
-    rescale_factor: float = RESCALE_FACTOR
-    resample: int = Image.Resampling.BICUBIC  # what vit_ft fine-tunes and evaluates with
-    max_pixels: int | None = DEFAULT_MAX_PIXELS
-
-    def transform(self) -> ImageClassificationTransform:
-        """The eval transform of `vit_ft.data.transforms.build_transforms` with these settings."""
-        return build_transforms(
-            self.image_size,
-            mean=self.mean,
-            std=self.std,
-            train=False,
-            rescale_factor=self.rescale_factor,
-            resample=self.resample,
-            max_pixels=self.max_pixels,
-        )
-
-
-def _as_hw(size: int | Sequence[int]) -> tuple[int, int]:
-    if not isinstance(size, int) and len(size) == 1:
-        size = size[0]
-    try:
-        return to_2tuple(size if isinstance(size, int) else tuple(int(v) for v in size), "image_size")
-    except (TypeError, ValueError):
-        raise ValueError(f"image_size={size!r} must be one int or a (height, width) pair.") from None
-
-
-def check_image_size(
-    config: Any, image_size: int | Sequence[int] | None, max_tokens: int | None = None
-) -> tuple[int, int]:
-    """The (height, width) to evaluate at: the config's, or `image_size`, which must be a multiple of the patch
-    size (the model resamples its position embeddings to the new grid) and give at most `max_tokens` patch
-    tokens (None: no bound)."""
-    size = tuple(config.image_hw) if image_size is None else _as_hw(image_size)
-    patch = tuple(config.patch_hw)
-    if size[0] % patch[0] or size[1] % patch[1] or min(size) <= 0:
-        near = nearest_multiple(size, patch)
-        raise ValueError(
-            f"image_size={size[0]}x{size[1]} is not a multiple of the model's patch size {patch[0]}x{patch[1]}; "
-            f"use e.g. --image_size {near[0]}"
-            + ("" if near[0] == near[1] else f" (or {near[0]}x{near[1]})")
-            + "."
-        )
-    tokens = (size[0] // patch[0]) * (size[1] // patch[1])
-    if image_size is not None and max_tokens is not None and tokens > max_tokens:
-        raise ValueError(
-            f"--image_size {size[0]}x{size[1]} makes {tokens} patch tokens per image ({patch[0]}x{patch[1]} "
-            f"patches), more than the bound of {max_tokens} (ViT-B/16 at 1024 px); pass a smaller --image_size, "
-            f"or --max_tokens {tokens} to run it anyway (attention's cost grows with the square of the tokens)."
-        )
-    return size
-
-
-def preprocessing_from(
-    settings: dict[str, Any] | None, size: tuple[int, int], max_pixels: int | None, name: str
-) -> Preprocessing:
-    """The Preprocessing at `size` that image processor `settings` describe (mean/std/rescale/resample)."""
-    if settings is None:
-        logger.warning("No %s for %s: normalising with mean 0.5, std 0.5.", PROCESSOR_FILE, name)
-        return Preprocessing(image_size=size, max_pixels=max_pixels)
-    normalize, rescale = settings.get("do_normalize", True), settings.get("do_rescale", True)
-    return Preprocessing(
-        image_size=size,
-        mean=tuple(float(v) for v in settings.get("image_mean", VIT_MEAN)) if normalize else (0.0,) * 3,
-        std=tuple(float(v) for v in settings.get("image_std", VIT_STD)) if normalize else (1.0,) * 3,
-        rescale_factor=float(settings.get("rescale_factor", RESCALE_FACTOR)) if rescale else 1.0,
-        resample=int(settings.get("resample", Image.Resampling.BICUBIC)),
-        max_pixels=max_pixels,
-    )
+    expected = set(get_peft_model_state_dict(loaded))
+    saved = set(read_safetensors_shapes(weights)) if weights.is_file() else set()
+    info = {"missing_keys": expected - saved, "unexpected_keys": saved - expected, "mismatched_keys": []}
+    check_complete(info, str(weights))
 
 
 # ---- the loaded model -------------------------------------------------------------------------------------------
@@ -317,7 +272,12 @@ class Trained:
 
     @torch.inference_mode()
     def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)` on CPU."""
+        """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)` on CPU.
+        Pixels that are not finite (NaN, inf) are a ValueError: they would give NaN logits, read as a label."""
+        if not torch.isfinite(pixel_values).all():
+            raise ValueError(
+                "pixel_values holds NaN or infinite values; pass normalised float pixels (the model's transform)."
+            )
         with self.autocast():
             out = self.model(pixel_values=pixel_values.to(self.device))
         return out.logits.float().cpu()

@@ -18,6 +18,7 @@ from vit_ft.model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from vit_ft.training.arguments import DataArguments, ModelArguments
 from vit_ft.training.recipe_fields import RecipeError, suggest
 from vit_ft.utils.hardware import accelerator_type
+from vit_ft.utils.hub_ids import looks_like_path
 
 
 def read_checkpoint_config(model_name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:
@@ -48,6 +49,21 @@ def read_checkpoint_config(model_name_or_path: str, cache_dir: str | None = None
         return json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def check_model_path(model_args: ModelArguments) -> None:
+    """Fail early when model_name_or_path is a path (not a Hub id) that does not exist and nothing will build it
+    (`pretrain_if_missing`), instead of transformers' "Repo id must be in the form ..." later."""
+    name = model_args.model_name_or_path
+    if (
+        model_args.pretrain_if_missing is None
+        and looks_like_path(name)
+        and not Path(name).expanduser().exists()
+    ):
+        raise RecipeError(
+            f"model_name_or_path={name!r}: no such folder; pass a checkpoint folder or a Hub id "
+            "(e.g. google/vit-base-patch16-224-in21k)."
+        )
 
 
 def _patch_size(config: dict[str, Any]) -> int | None:
@@ -224,6 +240,7 @@ def validate(model_args: ModelArguments, data_args: DataArguments, training_args
     (otherwise that check is left to the model loader). Data folders are not required to exist yet:
     `vit_ft.data.datasets.load_image_datasets` checks them, naming the argument, when it loads them.
     """
+    check_model_path(model_args)
     check_image_tokens(model_args)
     check_image_size(model_args)
     check_schedule(training_args)
@@ -238,6 +255,7 @@ __all__ = [
     "check_evaluation",
     "check_image_size",
     "check_image_tokens",
+    "check_model_path",
     "check_precision",
     "check_push",
     "check_schedule",

@@ -1,29 +1,98 @@
 """The output folder of a fine-tune between runs: which checkpoint-* folders are complete, which one `--resume`
-continues from, whether the folder may be written (a finished run is not replaced by accident), and what to
-print on Ctrl-C. Every process asks the same questions; process 0 alone moves a broken checkpoint aside."""
+continues from, whether the folder may be written (a finished run is not replaced by accident, an input is never
+an output), and what to print on Ctrl-C. Every process asks the same questions; process 0 alone moves a broken
+checkpoint aside.
+
+Each checkpoint gets a record, `vit_ft_checkpoint.json`, written by `CheckpointRecordCallback` right after the
+Trainer wrote the checkpoint: the run's id, the step, and the SHA-256 of every file in it. A checkpoint is
+complete only if its files are exactly those one run wrote at that step (a file cut short, rewritten by another
+run or by hand, or a death before the record, makes it incomplete).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
 from ..utils.distributed import broadcast_object
+from ..utils.files import write_text_atomically
 from ..utils.output_dir import check_output_dir as check_folder
 
 logger = logging.getLogger("vit_ft")
 
 _WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+CHECKPOINT_RECORD = "vit_ft_checkpoint.json"
+# the RNG states of processes other than 0, which they write themselves while process 0 writes the record
+_OTHER_PROCESSES_FILES = re.compile(r"rng_state_[1-9]\d*\.pth")
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _recorded_files(folder: Path) -> list[Path]:
+    return sorted(
+        path
+        for path in folder.rglob("*")
+        if path.is_file()
+        and path.name != CHECKPOINT_RECORD
+        and not _OTHER_PROCESSES_FILES.fullmatch(path.name)
+    )
+
+
+def write_checkpoint_record(folder: str | os.PathLike, run_id: str, step: int) -> Path:
+    """Record that `folder`'s files are the ones run `run_id` wrote at `step` (their SHA-256), atomically."""
+    folder = Path(folder)
+    files = {path.relative_to(folder).as_posix(): _digest(path) for path in _recorded_files(folder)}
+    record = {"run_id": run_id, "step": step, "sha256": files}
+    return write_text_atomically(folder / CHECKPOINT_RECORD, json.dumps(record, indent=1))
+
+
+def _record_problem(path: Path, step: int) -> str | None:
+    """Why `path`'s files are not all the ones one run wrote at `step`, or None."""
+    try:
+        record: dict[str, Any] = json.loads((path / CHECKPOINT_RECORD).read_text())
+        files = dict(record["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no readable {CHECKPOINT_RECORD} (the run died while saving, or an older vit_ft wrote it)"
+    if record.get("step") != step:
+        return f"its {CHECKPOINT_RECORD} is for step {record.get('step')}, not {step}"
+    for name, digest in files.items():
+        if not (path / name).is_file() or _digest(path / name) != digest:
+            return f"its {name} is not the file run {record.get('run_id')} wrote (cut short or replaced)"
+    extra = [p.name for p in _recorded_files(path) if p.relative_to(path).as_posix() not in files]
+    if extra:
+        return f"{', '.join(extra)} did not come with the checkpoint (another run wrote into it)"
+    return None
+
+
+class CheckpointRecordCallback(TrainerCallback):
+    """Writes each checkpoint's `vit_ft_checkpoint.json` (process 0) as soon as the Trainer has saved it."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            write_checkpoint_record(folder, self.run_id, state.global_step)
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
     """Why the checkpoint folder `path` cannot be resumed from, or None when it can.
 
-    Complete means: trainer_state.json (which Trainer writes last) parses and names the folder's step, and
-    the weights file is there and its safetensors header covers the whole file (a cut-short file fails that).
+    Complete means: trainer_state.json (which Trainer writes last) parses and names the folder's step, the
+    weights file is there and its safetensors header covers the whole file (a cut-short file fails that), and
+    `vit_ft_checkpoint.json` vouches for every file (all written by one run at that step, none changed since).
     """
     path = Path(path)
     try:
@@ -43,7 +112,7 @@ def checkpoint_problem(path: str | Path) -> str | None:
             pass
     except Exception as error:  # safetensors raises its own error type for a truncated or corrupt file
         return f"its weights {weights[0].name} cannot be loaded ({error})"
-    return None
+    return _record_problem(path, int(step))
 
 
 def checkpoint_is_complete(path: str | Path) -> bool:
@@ -82,14 +151,29 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     return None
 
 
-def check_output_dir(training_args: TrainingArguments, overwrite_output_dir: bool = False) -> None:
-    """Refuse an output_dir that is a file, or that holds a finished run, unless told to overwrite or resume."""
+def run_inputs(model_args: Any, data_args: Any) -> list[str]:
+    """What a fine-tune reads and must never write into: the starting checkpoint when it is a local folder, and
+    the image folders (train_dir, validation_dir, test_dir)."""
+    folders = [model_args.model_name_or_path]
+    folders += [getattr(data_args, name) for name in ("train_dir", "validation_dir", "test_dir")]
+    return [str(folder) for folder in folders if folder and Path(folder).expanduser().is_dir()]
+
+
+def check_output_dir(
+    training_args: TrainingArguments, overwrite_output_dir: bool = False, inputs: list[str] | None = None
+) -> None:
+    """Refuse an output_dir that is a file, that is or lies inside one of `inputs` (`run_inputs`), or that holds
+    a finished run unless told to overwrite or resume."""
     resume = training_args.resume_from_checkpoint not in (None, False, "false", "False")
     refusal = (
         "run, whose model this run would replace; pass --overwrite_output_dir to replace it, --resume to "
         "continue it, or another --output_dir."
     )
-    check_folder(training_args.output_dir, finished=None if overwrite_output_dir or resume else refusal)
+    check_folder(
+        training_args.output_dir,
+        inputs=inputs or (),
+        finished=None if overwrite_output_dir or resume else refusal,
+    )
 
 
 def interrupted_message(output_dir: str | Path) -> str:
@@ -126,6 +210,8 @@ def resolve_resume(training_args: TrainingArguments) -> str | None:
 
 
 __all__ = [
+    "CHECKPOINT_RECORD",
+    "CheckpointRecordCallback",
     "check_output_dir",
     "checkpoint_is_complete",
     "checkpoint_problem",
@@ -133,4 +219,6 @@ __all__ = [
     "last_complete_checkpoint",
     "newest_complete_checkpoint",
     "resolve_resume",
+    "run_inputs",
+    "write_checkpoint_record",
 ]

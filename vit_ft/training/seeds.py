@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..utils.files import write_text_atomically
+from ..utils.lock import output_lock
 from .argv import parse_command
 from .recipes import parse_args
 
@@ -86,26 +87,31 @@ def run_seeds(argv: list[str], seeds: list[int], output_dir: str | os.PathLike) 
     written to OUTPUT/seeds.json."""
     output_dir = Path(output_dir)
     commands = seed_commands(argv, seeds, output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for seed, command in commands.items():
-        log_path = output_dir / f"seed-{seed}.log"
-        logger.info("seed %d: %s (output in %s)", seed, " ".join(command[1:]), log_path)
-        start = time.perf_counter()
-        with open(log_path, "w") as log:
-            returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
-        seconds = time.perf_counter() - start
-        if returncode != 0:
-            lines = [line for line in log_path.read_text().splitlines() if line.strip()]
-            last = lines[-1] if lines else "(no output)"
-            raise ValueError(f"seed {seed} failed (exit {returncode}): {last} (full log: {log_path})")
-        metric, accuracy = _accuracy(output_dir / f"seed-{seed}")
-        runs.append({"seed": seed, metric: accuracy, "seconds": round(seconds, 1)})
-        logger.info("seed %d: %s %.4f in %.0f s", seed, metric, accuracy, seconds)
-    summary = _summarise(runs, metric, argv)
-    write_text_atomically(output_dir / SEEDS_JSON, json.dumps(summary, indent=2) + "\n")
-    write_text_atomically(output_dir / SEEDS_MD, to_markdown(summary))
+    with output_lock(
+        output_dir, "vit-ft seeds"
+    ):  # a second seeds loop into OUTPUT is refused, naming this one
+        runs = [_run_seed(seed, command, output_dir) for seed, command in commands.items()]
+        summary = _summarise(runs, next(k for k in runs[0] if k not in ("seed", "seconds")), argv)
+        write_text_atomically(output_dir / SEEDS_JSON, json.dumps(summary, indent=2) + "\n")
+        write_text_atomically(output_dir / SEEDS_MD, to_markdown(summary))
     return summary
+
+
+def _run_seed(seed: int, command: list[str], output_dir: Path) -> dict[str, Any]:
+    """Run one seed's fine-tune (its output in OUTPUT/seed-N.log); its accuracy and wall time."""
+    log_path = output_dir / f"seed-{seed}.log"
+    logger.info("seed %d: %s (output in %s)", seed, " ".join(command[1:]), log_path)
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+    seconds = time.perf_counter() - start
+    if returncode != 0:
+        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+        last = lines[-1] if lines else "(no output)"
+        raise ValueError(f"seed {seed} failed (exit {returncode}): {last} (full log: {log_path})")
+    metric, accuracy = _accuracy(output_dir / f"seed-{seed}")
+    logger.info("seed %d: %s %.4f in %.0f s", seed, metric, accuracy, seconds)
+    return {"seed": seed, metric: accuracy, "seconds": round(seconds, 1)}
 
 
 def _summarise(runs: list[dict[str, Any]], metric: str, argv: list[str]) -> dict[str, Any]:

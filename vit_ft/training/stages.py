@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,13 @@ from ..metrics import build_compute_metrics
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..reports.examples import write_examples
+from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import LABELS_FILE, mark_unfinished, write_run_record
 from .arguments import DataArguments, ModelArguments
 from .callbacks import AugmentationEpochCallback, EvaluationTime
-from .checkpoints import check_output_dir, resolve_resume
+from .checkpoints import CheckpointRecordCallback, check_output_dir, resolve_resume, run_inputs
+from .faults import check_base_checkpoint, disk_full_error, is_disk_full, refuse_pickled_code
+from .preemption import PreemptionCallback
 
 logger = logging.getLogger("vit_ft")
 
@@ -108,6 +112,7 @@ def load_data(
 
 def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTImageProcessorPil]:
     """The pre-trained ViT at the fine-tuning resolution with a new head, and its image processor."""
+    check_base_checkpoint(model_args.model_name_or_path)  # cut short, or pickled code: one line, nothing run
     id2label = dict(enumerate(names))
     model = ViTFTForImageClassification.from_pretrained(
         model_args.model_name_or_path,
@@ -249,12 +254,36 @@ def run_finetune(
 ) -> dict[str, float]:
     """Fine-tune as the recipe says and write the output folder; returns the final metrics.
 
-    A folder holding a finished run is refused unless `overwrite_output_dir` or resume_from_checkpoint is set;
-    the run record written last (`"finished": true`) marks the folder finished.
+    Refused before any work: an output_dir that is or lies inside an input (the starting checkpoint, an image
+    folder), and a folder holding a finished run unless `overwrite_output_dir` or resume_from_checkpoint is set.
+    The folder is locked for the run (`utils.lock`: a second run into it is refused, naming this one); the run
+    record written last (`"finished": true`) marks it finished. A full disk while saving is one line (OSError)
+    naming the last complete checkpoint; a preemption signal saves a checkpoint and raises Preempted.
     """
-    check_output_dir(training_args, overwrite_output_dir)
+    inputs = run_inputs(model_args, data_args)
+    check_output_dir(training_args, overwrite_output_dir, inputs)
+    index, world_size = training_args.process_index, training_args.world_size
+    with output_lock_in_process_zero(training_args.output_dir, "vit-ft finetune", index, world_size):
+        check_output_dir(training_args, overwrite_output_dir, inputs)  # again: no other run can change it now
+        try:
+            return _finetune(model_args, data_args, training_args, recipe)
+        except Exception as error:
+            if is_disk_full(error, training_args.output_dir):
+                raise disk_full_error(error, training_args.output_dir) from error
+            raise
+
+
+def _finetune(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    recipe: str | None,
+) -> dict[str, float]:
+    """`run_finetune`'s stages, in the locked output folder."""
     set_seed(training_args.seed)
     resume = resolve_resume(training_args)
+    if resume is not None:
+        refuse_pickled_code(resume)
 
     # data and checkpoint
     prepare_builtin_data(data_args, training_args)
@@ -263,11 +292,18 @@ def run_finetune(
     model, processor = load_model(model_args, names)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     trainer, evaluation_time = build_trainer(model, processor, splits, training_args, train_transform)
+    preemption = PreemptionCallback()
+    trainer.add_callback(preemption)
+    trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex))
 
     # train; a finished run being replaced or continued no longer counts as finished until the end
     if training_args.process_index == 0:
         mark_unfinished(training_args.output_dir)
-    result = trainer.train(resume_from_checkpoint=resume)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    finally:
+        preemption.restore()
+    preemption.check(training_args.output_dir)  # stopped on SIGTERM / SIGUSR1: saved, not finished
     train_metrics = {**result.metrics, **evaluation_time.training_speed(result.metrics)}
     trainer.log_metrics("train", train_metrics)
     trainer.save_metrics("train", train_metrics)

@@ -27,10 +27,11 @@ from typing import Any
 from transformers import TrainingArguments
 
 from ..utils.distributed import broadcast_object
+from ..utils.lock import output_lock_in_process_zero
 from ..utils.output_dir import check_output_dir as check_folder
 from ..utils.run_record import is_finished, mark_unfinished
 from .argv import SWEEP_FLAG, FinetuneCommand, given_as_flag
-from .checkpoints import check_output_dir, newest_complete_checkpoint
+from .checkpoints import check_output_dir, newest_complete_checkpoint, run_inputs
 from .recipe_fields import RecipeError, argument_fields, build_parser, suggest
 from .recipes import parse_args
 from .stages import run_finetune
@@ -123,9 +124,14 @@ def sweep_runs(argv: list[str], name: str, texts: list[str], output_dir: str | P
 
 
 def check_sweep_output_dir(
-    training_args: TrainingArguments, resume: bool, overwrite_output_dir: bool
+    training_args: TrainingArguments,
+    resume: bool,
+    overwrite_output_dir: bool,
+    inputs: list[str] | None = None,
 ) -> None:
-    """Refuse an OUTPUT that is a file, or holds a finished run or sweep, unless told to overwrite (or resume a sweep)."""
+    """Refuse an OUTPUT that is a file, is or lies inside one of `inputs` (every run's starting checkpoint and
+    image folders: the winner is copied into OUTPUT), or holds a finished run or sweep, unless told to overwrite
+    (or resume a sweep)."""
 
     def refusal(output_dir: Path) -> str | None:
         if not is_sweep_folder(output_dir):
@@ -140,7 +146,11 @@ def check_sweep_output_dir(
             )
         return None
 
-    check_folder(training_args.output_dir, finished=None if overwrite_output_dir else refusal)
+    check_folder(
+        training_args.output_dir,
+        inputs=inputs or (),
+        finished=None if overwrite_output_dir else refusal,
+    )
 
 
 def plan_runs(runs: list[SweepRun], resume: bool) -> list[str]:
@@ -209,6 +219,21 @@ def _finish(name: str, runs: list[SweepRun], training_args: TrainingArguments) -
     return summary
 
 
+def _run_all(name: str, runs: list[SweepRun], plan: list[str], command: FinetuneCommand) -> None:
+    """Run (or resume) every run the plan does not keep, one after another."""
+    for index, (run, action) in enumerate(zip(runs, plan, strict=True), start=1):
+        where = f"sweep run {index}/{len(runs)}: {name}={run.text} in {run.folder}"
+        if action == "done":
+            logger.info("%s finished before; kept.", where)
+            continue
+        logger.info("%s%s.", where, " (resuming)" if action == "resume" else "")
+        run_finetune(
+            *_with_resume(run.args, "last" if action == "resume" else None),
+            recipe=command.recipe,
+            overwrite_output_dir=command.overwrite_output_dir,
+        )
+
+
 def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
     """Run the sweep `command.sweep` (`ARG=V1,V2,...`) over the fine-tune the rest of `command` describes; returns
     sweep.json's content.
@@ -221,23 +246,18 @@ def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
     resume = _resumes(training_args)
     output_dir = Path(training_args.output_dir)
     runs = sweep_runs(list(command.flags), name, texts, output_dir)  # each run's resume is set from the plan
-    check_sweep_output_dir(training_args, resume, command.overwrite_output_dir)
-    plan = _agreed_plan(runs, training_args, resume, command.overwrite_output_dir)
-
-    if training_args.process_index == 0:  # until the new winner is copied, OUTPUT's model is not this sweep's
-        mark_unfinished(output_dir)
-    for index, (run, action) in enumerate(zip(runs, plan, strict=True), start=1):
-        where = f"sweep run {index}/{len(runs)}: {name}={run.text} in {run.folder}"
-        if action == "done":
-            logger.info("%s finished before; kept.", where)
-            continue
-        logger.info("%s%s.", where, " (resuming)" if action == "resume" else "")
-        run_finetune(
-            *_with_resume(run.args, "last" if action == "resume" else None),
-            recipe=command.recipe,
-            overwrite_output_dir=command.overwrite_output_dir,
-        )
-    summary = _finish(name, runs, training_args)
+    inputs = sorted({folder for run in runs for folder in run_inputs(*run.args[:2])})
+    check_sweep_output_dir(training_args, resume, command.overwrite_output_dir, inputs)
+    index, world_size = training_args.process_index, training_args.world_size
+    with output_lock_in_process_zero(output_dir, "vit-ft finetune --sweep", index, world_size):
+        check_sweep_output_dir(training_args, resume, command.overwrite_output_dir, inputs)
+        plan = _agreed_plan(runs, training_args, resume, command.overwrite_output_dir)
+        if (
+            training_args.process_index == 0
+        ):  # until the new winner is copied, OUTPUT's model is not this sweep's
+            mark_unfinished(output_dir)
+        _run_all(name, runs, plan, command)
+        summary = _finish(name, runs, training_args)
     logger.info(
         "Sweep finished: %s=%s chosen on %s; table in %s.",
         name,

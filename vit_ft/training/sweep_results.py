@@ -94,7 +94,8 @@ def copy_winner(run_dir: Path, output_dir: Path, sweep_info: dict[str, Any]) -> 
     """
     mark_unfinished(output_dir)
     for path in sorted(run_dir.iterdir()):
-        if path.is_file() and path.name != RUN_RECORD_FILE:
+        # hidden files (a lock a killed run left) are the run folder's own, never the model's
+        if path.is_file() and path.name != RUN_RECORD_FILE and not path.name.startswith("."):
             _copy_atomic(path, output_dir / path.name)
     adapter = run_dir / ADAPTER_DIR
     if adapter.is_dir():

@@ -88,7 +88,7 @@ def _message(error: BaseException) -> str:
 
 
 def _close_progress_bars() -> None:
-    """Close tqdm's open bars, so that none redraws itself after the interrupted line at exit."""
+    """Close tqdm's open bars, so that none redraws itself after the error line at exit."""
     tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)  # only bars that exist: never import tqdm here
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
@@ -119,8 +119,7 @@ def run_tool(
             traceback.print_exc()
         sys.stdout.flush()
         interrupt = isinstance(error, KeyboardInterrupt)
-        if interrupt:
-            _close_progress_bars()
+        _close_progress_bars()  # an error inside a loop (a full disk while saving) leaves its bar open
         line = f"error: {interrupted()}" if interrupt and interrupted is not None else error_line(error)
         print(line, file=sys.stderr)
         sys.exit(130 if interrupt else 1)

@@ -10,7 +10,9 @@ none), never half of one.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -32,13 +34,19 @@ def move_into_place(temporary: str | os.PathLike, path: str | os.PathLike) -> Pa
     return Path(path)
 
 
+def _hidden_prefix(name: str) -> str:
+    """`.name.`, the temporary name's start; a long name is shortened (`file_stem`), so that the temporary
+    name fits the file system's 255 bytes whenever `name` itself does."""
+    return f".{name if len(name.encode('utf-8')) <= MAX_STEM_BYTES else file_stem(name)}."
+
+
 def temporary_sibling(path: str | os.PathLike, suffix: str = ".part") -> Path:
     """A new empty hidden file beside `path` (`.name.XXXX<suffix>`; the parent folder is created), for a
     writer that keeps its file open, to hand to `move_into_place` when done. `suffix` keeps the format
     visible to writers that choose it by extension (matplotlib's savefig)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    handle, name = tempfile.mkstemp(prefix=_hidden_prefix(path.name), suffix=suffix, dir=path.parent)
     os.close(handle)
     return Path(name)
 
@@ -74,7 +82,7 @@ def staged_folder(folder: str | os.PathLike, replace: bool = True) -> Iterator[P
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".part", dir=folder.parent))
+    partial = Path(tempfile.mkdtemp(prefix=_hidden_prefix(folder.name), suffix=".part", dir=folder.parent))
     try:
         yield partial
         partial.chmod(0o777 & ~_umask())  # mkdtemp's folders are private (0700)
@@ -85,7 +93,25 @@ def staged_folder(folder: str | os.PathLike, replace: bool = True) -> Iterator[P
         shutil.rmtree(partial, ignore_errors=True)
 
 
+MAX_STEM_BYTES = 120  # file systems allow 255 bytes a name; room left for a prefix, a suffix and .part
+
+
+def file_stem(text: str, max_bytes: int = MAX_STEM_BYTES) -> str:
+    """`text` (a class name, a swept value) made a safe file name stem: characters other than letters, digits,
+    `.`, `-` and `_` become `_`; a stem over `max_bytes` (UTF-8) keeps a readable prefix and gains a short hash
+    of the whole text, so that two long names stay apart ("File name too long" never happens)."""
+    stem = re.sub(r"[^\w.-]+", "_", text)
+    encoded = stem.encode("utf-8")
+    if len(encoded) <= max_bytes:
+        return stem
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    prefix = encoded[: max_bytes - len(digest) - 1].decode("utf-8", errors="ignore")
+    return f"{prefix}-{digest}"
+
+
 __all__ = [
+    "MAX_STEM_BYTES",
+    "file_stem",
     "move_into_place",
     "staged_file",
     "staged_folder",

@@ -1,0 +1,245 @@
+"""predict's files: the rows (`.csv` or `.jsonl`, streamed by PredictionWriter and read back by
+`read_predictions`), the mark its figure carries, and the rule that keeps a user's files safe: predict
+replaces only a file that predict wrote (a CSV with its header row, a JSONL file of its rows, a PNG with its
+mark, or an empty file), anything else only with `--overwrite`; a full disk is one line, and no hidden
+`.part` file stays behind whatever fails.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..training.faults import is_disk_full
+from ..utils.files import move_into_place, temporary_sibling
+
+PREDICTION_COLUMNS = ("path", "label", "score", "top_k_labels", "top_k_scores", "error")
+OUTPUT_FORMATS = (".csv", ".jsonl")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FIGURE_MARK = b"vit_ft\x00predict"  # a PNG tEXt chunk's keyword and text: this figure is predict's own
+
+
+@dataclass
+class Prediction:
+    """One output row: the top-k labels with their probabilities (highest first), or the reason there are none."""
+
+    path: str
+    labels: list[str] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def label(self) -> str | None:
+        return self.labels[0] if self.labels else None
+
+    @property
+    def score(self) -> float | None:
+        return self.scores[0] if self.scores else None
+
+    def as_row(self) -> dict[str, Any]:
+        """A JSON-ready dict with the keys of PREDICTION_COLUMNS (error None when the file was read)."""
+        return {
+            "path": self.path,
+            "label": self.label,
+            "score": self.score,
+            "top_k_labels": self.labels,
+            "top_k_scores": self.scores,
+            "error": self.error,
+        }
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """`path` as a Path when it can be a predictions file: a .csv or .jsonl name that is not a folder."""
+    path = Path(path)
+    if path.suffix.lower() not in OUTPUT_FORMATS:
+        raise ValueError(
+            f"--output {path} must end in {' or '.join(OUTPUT_FORMATS)} (the suffix picks the format)."
+        )
+    if path.is_dir():
+        raise ValueError(f"--output {path} is a folder; pass a file name such as {path / 'preds.csv'}.")
+    return path
+
+
+def mark_figure(png: bytes) -> bytes:
+    """`png` with predict's mark: a tEXt chunk right after the header chunk (IHDR, always 25 bytes)."""
+    if not png.startswith(PNG_SIGNATURE):
+        raise ValueError("not a PNG file")
+    chunk = b"tEXt" + FIGURE_MARK
+    end = len(PNG_SIGNATURE) + 25
+    return (
+        png[:end]
+        + struct.pack(">I", len(FIGURE_MARK))
+        + chunk
+        + struct.pack(">I", zlib.crc32(chunk))
+        + png[end:]
+    )
+
+
+def written_by_predict(path: str | os.PathLike) -> bool:
+    """Whether the existing file `path` is one predict wrote (or is empty): only such a file is replaced
+    without `--overwrite`. Read from its first bytes: the CSV header row, a JSONL row's keys, the PNG mark."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        return True
+    if head.startswith(PNG_SIGNATURE):
+        return b"tEXt" + FIGURE_MARK in head
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    if first == ",".join(PREDICTION_COLUMNS).encode():
+        return True
+    try:
+        row = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and tuple(row) == PREDICTION_COLUMNS
+
+
+def refuse_replacing_others(files: dict[str, Path | None], overwrite: bool) -> None:
+    """Refuse (FileExistsError) to replace an existing file that predict did not write, unless `overwrite`.
+    `files` maps the flag that names each file (`--output`, `--figure`) to it (None: not written)."""
+    for flag, path in files.items():
+        if overwrite or path is None or not path.is_file() or written_by_predict(path):
+            continue
+        other = "preds.csv" if flag == "--output" else "preds.png, or --figure none"
+        raise FileExistsError(
+            f"{path} exists and was not written by predict; pass --overwrite to replace it, or another {flag} "
+            f"name (e.g. {other})."
+        )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def disk_full_error(error: BaseException, path: Path, flag: str, needed: int | None = None) -> BaseException:
+    """For a full disk while writing `path` (named on the command line by `flag`), the one line to say
+    (an OSError): which file, the space needed where known and the space free; any other error as it is."""
+    if not is_disk_full(error):
+        return error
+    free = shutil.disk_usage(path.parent if path.parent.is_dir() else Path.cwd()).free
+    need = f"at least {_size(needed)} needed, " if needed else ""
+    state = "an existing one is unchanged" if path.exists() else "nothing was written"
+    return OSError(
+        f"no space left on the disk holding {path} ({need}{_size(free)} free there); {state}. Free some space, "
+        f"or pass {flag} on another disk."
+    )
+
+
+class PredictionWriter:
+    """Streams Predictions to a `.csv` (lists as JSON arrays, empty cells for None) or `.jsonl` file.
+
+    Rows go to a hidden temporary file in the same folder, renamed to `path` by `close()`: until then an
+    existing file at `path` is untouched, and `discard()` (or leaving a `with` block on an exception) removes
+    the temporary file and keeps it so. The temporary file is removed on every failure, a full disk included
+    (then the error is one line that says so, see `disk_full_error`).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = check_output_path(path)
+        self.format = self.path.suffix.lower()
+        self._partial = temporary_sibling(self.path)
+        try:
+            self._file = self._partial.open("w", encoding="utf-8", newline="")  # noqa: SIM115 - closed by close()
+        except BaseException:
+            self._partial.unlink(missing_ok=True)
+            raise
+        self._csv = (
+            csv.DictWriter(self._file, fieldnames=PREDICTION_COLUMNS) if self.format == ".csv" else None
+        )
+        if self._csv is not None:
+            self._guarded(self._csv.writeheader)
+
+    def _guarded(self, step: Any, *args: Any) -> None:
+        """Run a step that writes; on any failure drop the temporary file, and say a full disk in one line."""
+        try:
+            step(*args)
+        except BaseException as error:
+            written = self._partial.stat().st_size if self._partial.exists() else 0
+            self.discard()
+            replacement = disk_full_error(error, self.path, "--output", written)
+            if replacement is error:
+                raise
+            raise replacement from error
+
+    def write(self, prediction: Prediction) -> None:
+        row = prediction.as_row()
+        if self._csv is None:
+            self._guarded(self._file.write, json.dumps(row) + "\n")
+            return
+        row["top_k_labels"] = json.dumps(row["top_k_labels"])
+        row["top_k_scores"] = json.dumps(row["top_k_scores"])
+        self._guarded(self._csv.writerow, {k: "" if v is None else v for k, v in row.items()})
+
+    def _finish(self) -> None:
+        self._file.close()
+        move_into_place(self._partial, self.path)
+
+    def close(self) -> None:
+        """Finish the file and move it to `path` (replacing what was there)."""
+        if not self._file.closed:
+            self._guarded(self._finish)
+
+    def discard(self) -> None:
+        """Drop what was written; `path` keeps its old content (or stays absent)."""
+        try:
+            if not self._file.closed:
+                self._file.close()  # may fail again on a full disk (the buffer is flushed first)
+        except OSError:
+            pass
+        finally:
+            self._partial.unlink(missing_ok=True)
+
+    def __enter__(self) -> PredictionWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
+
+
+def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows written by PredictionWriter, as dicts like `Prediction.as_row()` (CSV lists and numbers parsed)."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as f:
+        if path.suffix.lower() == ".jsonl":
+            return [json.loads(line) for line in f if line.strip()]
+        rows = []
+        for row in csv.DictReader(f):
+            rows.append(
+                {
+                    "path": row["path"],
+                    "label": row["label"] or None,
+                    "score": float(row["score"]) if row["score"] else None,
+                    "top_k_labels": json.loads(row["top_k_labels"]),
+                    "top_k_scores": json.loads(row["top_k_scores"]),
+                    "error": row["error"] or None,
+                }
+            )
+        return rows
+
+
+__all__ = [
+    "OUTPUT_FORMATS",
+    "PREDICTION_COLUMNS",
+    "Prediction",
+    "PredictionWriter",
+    "check_output_path",
+    "disk_full_error",
+    "mark_figure",
+    "read_predictions",
+    "refuse_replacing_others",
+    "written_by_predict",
+]

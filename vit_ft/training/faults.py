@@ -1,0 +1,135 @@
+"""Faults a fine-tune meets, each turned into one line that says what happened and how to go on: a full disk
+while saving (a checkpoint or the final model), and pickled code in a checkpoint's `.pt` / `.pth` files.
+
+The full disk is recognised however it arrives: an OSError with errno ENOSPC, or safetensors' own error
+type wrapping the operating system's `No space left on device` (os error 28).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+from transformers.trainer_pt_utils import safe_globals
+
+from .checkpoints import newest_complete_checkpoint
+
+_DISK_FULL_WORDS = ("no space left on device", "os error 28", "storagefull")
+# torch.save's C++ writer loses the errno: "basic_ios::clear: iostream error", "unexpected pos N vs M",
+# "PytorchStreamWriter failed writing file"; a full disk is then told by the space left
+_WRITE_FAILED_WORDS = ("iostream error", "unexpected pos", "pytorchstreamwriter failed")
+_NEARLY_FULL_BYTES = 16 * 2**20
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and the errors it was raised from or while handling."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _nearly_full(folder: Path) -> bool:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free < _NEARLY_FULL_BYTES
+
+
+def is_disk_full(error: BaseException, folder: str | os.PathLike = ".") -> bool:
+    """Whether `error`, or an error it was raised from, is a full disk (ENOSPC): said by its errno or words,
+    or a failed torch write while `folder`'s file system has (almost) no space left."""
+    for current in _chain(error):
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        text = str(current).lower()
+        if any(words in text for words in _DISK_FULL_WORDS):
+            return True
+        if any(words in text for words in _WRITE_FAILED_WORDS) and _nearly_full(Path(folder)):
+            return True
+    return False
+
+
+def _newest_file(folder: Path) -> Path | None:
+    """The file written last under `folder` (the one being written when the disk filled)."""
+    files = [path for path in folder.rglob("*") if path.is_file() and not path.name.startswith(".")]
+    return max(files, key=lambda path: path.stat().st_mtime_ns, default=None)
+
+
+def disk_full_error(error: BaseException, output_dir: str | os.PathLike) -> OSError:
+    """The one-line OSError (errno ENOSPC) for a disk that filled while the fine-tune wrote into `output_dir`."""
+    output_dir = Path(output_dir)
+    name = getattr(error, "filename", None) or _newest_file(output_dir)
+    free = shutil.disk_usage(output_dir).free / 2**20 if output_dir.is_dir() else 0.0
+    last = newest_complete_checkpoint(output_dir)
+    where = (
+        f"the last complete checkpoint {last} is intact. Free some space, then run the same command with "
+        "--resume to continue"
+        if last
+        else "no checkpoint was complete yet. Free some space, then run the same command again"
+    )
+    full = OSError(
+        f"no space left on the device while writing {name or output_dir} ({free:.1f} MiB free); {where}."
+    )
+    full.errno = errno.ENOSPC  # set after: OSError(errno, text) would print "[Errno 28]" in the line
+    return full
+
+
+def _unsafe_globals(path: Path) -> list[str]:
+    """What `path` (a torch file) would need beyond tensors and the numpy arrays of RNG states, read without
+    unpickling; a file that is not in torch's zip format (a bare pickle) is refused whole."""
+    import torch
+
+    if not zipfile.is_zipfile(path):
+        return ["a bare pickle, not a file torch.save wrote"]
+    with safe_globals():
+        try:
+            return list(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
+        except Exception as error:  # noqa: BLE001 - unreadable: refused, with torch's reason
+            return [f"unreadable: {error}"]
+
+
+def refuse_pickled_code(checkpoint: str | os.PathLike) -> None:
+    """Refuse, naming the file, a checkpoint whose `.pt` / `.pth` files hold pickled objects other than tensors
+    (what could run code when loaded); nothing is loaded to find out (ValueError)."""
+    for path in sorted(Path(checkpoint).glob("*.pt*")):
+        if path.suffix in (".pt", ".pth") and (unsafe := _unsafe_globals(path)):
+            raise ValueError(
+                f"{path} holds pickled objects that are not tensors ({', '.join(unsafe[:3])}), which could run "
+                "code when loaded; vit_ft loads none. If you did not write it, delete that checkpoint folder "
+                "(--resume then continues from the one before)."
+            )
+
+
+def check_base_checkpoint(model_name_or_path: str | os.PathLike) -> None:
+    """Refuse, naming the file, a local starting checkpoint whose safetensors weights are cut short or corrupt,
+    or whose pickled weights (`pytorch_model.bin`, `.pt`, `.pth`) hold objects other than tensors (ValueError).
+    A Hub id, or a folder not written yet (the built-in pre-training), is left to the loader."""
+    folder = Path(model_name_or_path).expanduser()
+    if not folder.is_dir():
+        return
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except Exception as error:  # noqa: BLE001 - safetensors raises its own type for a truncated file
+            raise ValueError(
+                f"{path} (--model_name_or_path) cannot be read ({' '.join(str(error).split())}): it is cut "
+                "short or corrupt. Copy or download the checkpoint again."
+            ) from None
+    for path in sorted(folder.glob("*")):
+        if path.suffix in (".bin", ".pt", ".pth") and (unsafe := _unsafe_globals(path)):
+            raise ValueError(
+                f"{path} (--model_name_or_path) holds pickled objects that are not tensors "
+                f"({', '.join(unsafe[:3])}), which could run code when loaded; vit_ft loads none. Use a "
+                "safetensors checkpoint (model.safetensors)."
+            )
+
+
+__all__ = ["check_base_checkpoint", "disk_full_error", "is_disk_full", "refuse_pickled_code"]
