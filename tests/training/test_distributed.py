@@ -82,9 +82,11 @@ def test_two_processes_into_a_locked_folder_stop_at_once(tmp_path):
         result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert result.returncode != 0, result.stderr[-3000:]
-    assert len(errors) == 2 and all(
+    # each process refuses on its own; the launcher may stop the second as soon as the first exits, before it
+    # prints, so at least one line comes back, and every line that does names the holder
+    assert 1 <= len(errors) <= 2 and all(
         "is in use by another run" in line and "the test" in line for line in errors
-    )
+    ), result.stderr[-3000:]
     # the launcher then reports its failed children with its own traceback; the processes print none
     assert "Traceback" not in result.stderr[: result.stderr.rindex("error: ")], result.stderr[-3000:]
     assert not (tmp_path / "out" / "checkpoint-1").exists()

@@ -57,24 +57,33 @@ def assert_same_run(resumed: dict, uninterrupted: dict) -> None:
     assert resumed["weights"] == uninterrupted["weights"]
 
 
-def kill_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> Path:
+def signal_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> tuple[int, str]:
+    """Start a fine-tune and send `sig` once checkpoint-4 is complete (in epoch 1 of 4); its exit status and
+    stderr (kept in a file, not a pipe nobody reads while the run goes on)."""
     out = cwd / "out"
-    process = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
-        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline and process.poll() is None:
-            if (out / "checkpoint-4").is_dir() and checkpoint_is_complete(out / "checkpoint-4"):
-                break
-            time.sleep(0.05)
-        assert process.poll() is None, "the run finished before it could be interrupted"
-        os.kill(process.pid, sig)
-        process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    with (cwd / "stderr.txt").open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
+            cwd=cwd, stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+        deadline = time.monotonic() + 300
+        try:
+            while time.monotonic() < deadline and process.poll() is None:
+                if (out / "checkpoint-4").is_dir() and checkpoint_is_complete(out / "checkpoint-4"):
+                    break
+                time.sleep(0.05)
+            assert process.poll() is None, "the run finished before the signal could be sent"
+            os.kill(process.pid, sig)
+            process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    return process.returncode, (cwd / "stderr.txt").read_text()
+
+
+def kill_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> Path:
+    signal_after_first_checkpoint(recipe, cwd, sig)
+    out = cwd / "out"
     assert not (out / "all_results.json").exists(), "the run was not interrupted"
     return out
 
@@ -138,28 +147,10 @@ def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
 
 
 def preempt_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> tuple[int, str]:
-    """Send `sig` once checkpoint-4 is complete (in epoch 1 of 4); the exit status and the last stderr line."""
-    out = cwd / "out"
-    with (cwd / "stderr.txt").open("w") as log:  # a file, not a pipe nobody reads while the run goes on
-        process = subprocess.Popen(
-            [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
-            cwd=cwd, stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
-        deadline = time.monotonic() + 300
-        try:
-            while time.monotonic() < deadline and process.poll() is None:
-                if (out / "checkpoint-4").is_dir() and checkpoint_is_complete(out / "checkpoint-4"):
-                    break
-                time.sleep(0.05)
-            assert process.poll() is None, "the run finished before it could be preempted"
-            os.kill(process.pid, sig)
-            process.wait(timeout=120)
-        finally:
-            if process.poll() is None:
-                process.kill()
-    stderr = (cwd / "stderr.txt").read_text()
+    """Send `sig` once checkpoint-4 is complete; the exit status and the last stderr line."""
+    status, stderr = signal_after_first_checkpoint(recipe, cwd, sig)
     assert "Traceback" not in stderr, stderr[-3000:]
-    return process.returncode, stderr.strip().splitlines()[-1]
+    return status, stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])

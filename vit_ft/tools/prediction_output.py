@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..training.faults import is_disk_full
-from ..utils.files import move_into_place, temporary_sibling
+from ..utils.files import is_disk_full, move_into_place, temporary_sibling
 
 PREDICTION_COLUMNS = ("path", "label", "score", "top_k_labels", "top_k_scores", "error")
 OUTPUT_FORMATS = (".csv", ".jsonl")

@@ -31,12 +31,13 @@ from ..metrics import build_compute_metrics
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..reports.examples import write_examples
+from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import LABELS_FILE, mark_unfinished, write_run_record
 from .arguments import DataArguments, ModelArguments
 from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .checkpoints import CheckpointRecordCallback, check_output_dir, resolve_resume, run_inputs
-from .faults import check_base_checkpoint, disk_full_error, is_disk_full, refuse_pickled_code
+from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .preemption import PreemptionCallback
 
 logger = logging.getLogger("vit_ft")

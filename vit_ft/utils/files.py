@@ -10,6 +10,7 @@ none), never half of one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -109,7 +110,45 @@ def file_stem(text: str, max_bytes: int = MAX_STEM_BYTES) -> str:
     return f"{prefix}-{digest}"
 
 
+_DISK_FULL_WORDS = ("no space left on device", "os error 28", "storagefull")
+# torch.save's C++ writer loses the errno: "basic_ios::clear: iostream error", "unexpected pos N vs M",
+# "PytorchStreamWriter failed writing file"; a full disk is then told by the space left
+_WRITE_FAILED_WORDS = ("iostream error", "unexpected pos", "pytorchstreamwriter failed")
+_NEARLY_FULL_BYTES = 16 * 2**20
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and the errors it was raised from or while handling."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _nearly_full(folder: Path) -> bool:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free < _NEARLY_FULL_BYTES
+
+
+def is_disk_full(error: BaseException, folder: str | os.PathLike = ".") -> bool:
+    """Whether `error`, or an error it was raised from, is a full disk (ENOSPC): said by its errno or words,
+    or a failed torch write while `folder`'s file system has (almost) no space left."""
+    for current in _chain(error):
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        text = str(current).lower()
+        if any(words in text for words in _DISK_FULL_WORDS):
+            return True
+        if any(words in text for words in _WRITE_FAILED_WORDS) and _nearly_full(Path(folder)):
+            return True
+    return False
+
+
 __all__ = [
+    "is_disk_full",
     "MAX_STEM_BYTES",
     "file_stem",
     "move_into_place",
