@@ -12,15 +12,20 @@ from vit_ft.utils import hardware
 from ..conftest import randomize, tiny_ft_config
 
 
-def test_iter_batches_reports_bad_images_and_keeps_order(tmp_path):
+def tiny_classifier() -> trained.Trained:
+    """A random 3-label tiny model at 16x16, on the CPU, as the tools hold one."""
     model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
-    classifier = trained.Trained(
+    return trained.Trained(
         model,
         trained.Preprocessing((16, 16)),
         {0: "a", 1: "b", 2: "c"},
         trained.Origin("tiny"),
         torch.device("cpu"),
     )
+
+
+def test_iter_batches_reports_bad_images_and_keeps_order(tmp_path):
+    classifier = tiny_classifier()
     from PIL import Image
 
     good = tmp_path / "good.png"
@@ -41,14 +46,7 @@ def test_iter_batches_decodes_the_next_batch_while_the_model_runs(tmp_path):
 
     from PIL import Image
 
-    model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
-    classifier = trained.Trained(
-        model,
-        trained.Preprocessing((16, 16)),
-        {0: "a", 1: "b", 2: "c"},
-        trained.Origin("tiny"),
-        torch.device("cpu"),
-    )
+    classifier = tiny_classifier()
     sources = []
     for i in range(7):
         Image.new("RGB", (20, 20), (30 * i, 0, 0)).save(tmp_path / f"{i}.png")
