@@ -17,7 +17,7 @@ from PIL import Image
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
 from vit_ft.utils.hardware import cpuinfo
 
-SECTIONS = ("model", "ceiling", "profile", "compile", "lora", "data", "pipeline", "gpu")
+SECTIONS = ("model", "ceiling", "profile", "compile", "onnx", "lora", "data", "pipeline", "gpu")
 # autocast dtype per precision name; None runs without autocast
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 MEAN = STD = (0.5, 0.5, 0.5)  # google/vit-base-patch16-224-in21k's processor

@@ -1,20 +1,31 @@
 """The "data" section: vit_ft's training transform (the JPEG decoded for the crop) against the textbook full
-decode, on synthetic photos, in one worker."""
+decode, on synthetic photos, in one worker; and the cost of a DeiT-style augmentation (RandAugment + random
+erasing) at the fine-tuning resolution, with the DataLoader workers it would take to feed an H100."""
 
 from __future__ import annotations
 
 import io
 import logging
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
+from vit_ft.data.augmentation import AugmentationSpec
 from vit_ft.data.images import random_resized_crop_box, to_normalized_tensor
 from vit_ft.data.transforms import build_transforms
+from vit_ft.model.configuration_vit_ft import ViTFTConfig
 
 from .common import MEAN, STD, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from .flops import forward_flops
+from .gpu import BF16_PEAKS
+
+# DeiT's fine-tuning augmentation (timm rand-m9-n2, --reprob 0.25): the heaviest per-image work a recipe asks
+AUGMENTATION = AugmentationSpec("randaugment", 2, 9, random_erasing_prob=0.25, random_erasing_mode="pixel")
+# the assumed H100 training rate: the gpu section's utilisation target (never measured here: no GPU lent)
+H100_UTILISATION = float(TARGETS["gpu_utilisation"].split()[1])
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +96,50 @@ def bench_data(settings: BenchmarkSettings) -> list[Row]:
                     TARGETS["data_large"] if largest else None,
                 )
             )
+        rows.append(augmented_row(settings))
     finally:
         torch.set_num_threads(threads)
     return rows
+
+
+def h100_training_rate() -> tuple[float, float]:
+    """(images/s, forward GFLOP per image) of ViT-B/16 at 384 px training on an H100 SXM, assumed: 3x the
+    forward's FLOPs per image at the gpu section's target utilisation of the datasheet's dense bf16 peak."""
+    config = ViTFTConfig.from_variant("base", patch_size=16, image_size=384, num_labels=1000)
+    forward = forward_flops(config, 1)["total"]
+    return H100_UTILISATION * dict(BF16_PEAKS)["H100"] / (3 * forward), forward / 1e9
+
+
+def augmented_row(settings: BenchmarkSettings) -> Row:
+    """images/s of one worker: the train transform with RandAugment + random erasing against crop + flip only,
+    at the gpu section's resolution (384 px) on photo-sized JPEGs; the note says how many workers an H100
+    would need at that rate."""
+    width, height = settings.photo_sizes[0]  # 500x375: a typical photo
+    size = settings.gpu_image_size
+    photos = [synthetic_photo(width, height, seed=i) for i in range(settings.photos_per_round)]
+    batch = {"image": [{"bytes": p, "path": None} for p in photos], "label": [0] * len(photos)}
+    augmented = build_transforms(size, MEAN, STD, train=True, augmentation=AUGMENTATION)
+    plain = build_transforms(size, MEAN, STD, train=True)
+    logger.info(
+        "train transform with %s on %dx%d JPEGs -> %d px", AUGMENTATION.describe(), width, height, size
+    )
+    times = interleave(
+        {"augmented": lambda: augmented(batch), "plain": lambda: plain(batch)},
+        settings.warmup,
+        settings.rounds,
+    )
+    row = throughput_row(
+        "data",
+        f"train transform + {AUGMENTATION.describe()}, {width}x{height} JPEG (q90) -> {size} px, one worker",
+        len(photos),
+        ("with the augmentation (kornia)", times["augmented"]),
+        ("crop + flip only", times["plain"]),
+    )
+    rate, gflop = h100_training_rate()
+    row.note = (
+        f"at {row.candidate_value:.1f} images/s per worker ({size} px), an H100 SXM training ViT-B/16 at 384 px "
+        f"at about {rate:.0f} images/s (assumed: 3 x {gflop:.0f} GFLOP per image at {H100_UTILISATION:.2f} of "
+        f"the {dict(BF16_PEAKS)['H100'] / 1e12:.0f} TFLOP/s bf16 datasheet peak, the gpu section's target) "
+        f"needs {math.ceil(rate / row.candidate_value)} DataLoader workers"
+    )
+    return row

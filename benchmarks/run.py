@@ -25,6 +25,7 @@ from .data import bench_data
 from .gpu import bench_gpu, gpu_available
 from .lora import bench_lora
 from .model import bench_model
+from .onnx import bench_onnx, onnx_available
 from .pipeline import bench_pipeline
 from .profile import bench_profile
 from .report import repeated_markdown, summarize_runs, to_markdown, write_results
@@ -53,9 +54,12 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
             f"No {settings.gpu_device} device here: the gpu rows ({settings.gpu_image_size} px, bf16, batch "
             f"{settings.gpu_batch_size}) were not measured."
         )
+    onnx = "onnx" in settings.sections and onnx_available()
+    if "onnx" in settings.sections and not onnx:
+        notes.append("onnx, onnxscript or onnxruntime is not installed: the onnx rows were not measured.")
     with tempfile.TemporaryDirectory() as folder:
         model_sections = [s for s in ("model", "ceiling") if s in settings.sections]
-        if {"model", "ceiling", "profile", "compile"} & set(settings.sections):
+        if {"model", "ceiling", "profile", "compile"} & set(settings.sections) or onnx:
             ours, theirs = build_contenders(settings, folder)
             if model_sections:
                 rows.extend(bench_model(settings, ours, theirs, model_sections))
@@ -63,6 +67,8 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
                 rows.extend(bench_profile(settings, ours))
             if "compile" in settings.sections:
                 rows.extend(bench_compile(settings, ours, theirs))
+            if onnx:
+                rows.extend(bench_onnx(settings, ours, folder))
             del ours, theirs
         elif {"lora", "pipeline"} & set(settings.sections):
             build_contenders(settings, folder)  # both load the checkpoint it writes to `folder`

@@ -1,12 +1,15 @@
 #!/usr/bin/env python
-"""Gradio demo: the top-5 labels of an uploaded image and an attention-rollout heat map over it.
+"""Gradio demo: the top-5 labels of an image and an attention-rollout heat map over the crop the model sees.
 
 python demo/app.py --model me/vit-dogs                          # a Hub id (vit_ft or transformers format)
 python demo/app.py --model outputs/dogs                         # a fine-tune output folder
 python demo/app.py --model outputs/dogs/adapter --port 7861     # a LoRA adapter folder
 python demo/app.py --model outputs/dogs --host 0.0.0.0          # reachable from other machines
 
-Runs on CPU with the model's own resolution and normalisation. The prediction is also an API endpoint:
+Runs on CPU with the model's own resolution and normalisation. An upload, or a click on an example, is
+classified at once (Classify runs it again). Probabilities are divided by the temperature the fine-tune fitted
+on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure.
+The prediction is also an API endpoint:
 `gradio_client.Client(url).predict(handle_file("cat.jpg"), api_name="/predict")` returns the label
 confidences; `api_name="/rollout"` returns the heat map image.
 """
@@ -23,6 +26,7 @@ from typing import Any
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home: the demo only talks to its users
 
 import gradio as gr  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image, UnidentifiedImageError  # noqa: E402
 
@@ -33,6 +37,7 @@ from vit_ft.data.images import (  # noqa: E402
     resize_and_center_crop,
     to_normalized_tensor,
 )
+from vit_ft.metrics.calibration import softmax_with_temperature  # noqa: E402
 from vit_ft.tools.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
@@ -41,6 +46,9 @@ from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
 logger = logging.getLogger("vit_ft")
 
 TOP_K = 5
+LOW_CONFIDENCE = 0.5  # a top-1 probability (calibrated) below this is reported as unsure
+HEAT_ALPHA = 0.6  # overlay_heatmap's default: the legend shows the same blend
+READY = "Upload an image or click an example: it is classified at once."
 DISPLAY_SIDE = 448  # the heat map is drawn at about this size (longer side), whatever the model's resolution
 # what a Hub id is downloaded with; never the repository's code: the demo runs vit_ft's own
 HUB_FILES = ["*.json", "*.safetensors", f"{EXAMPLES_DIR}/*", f"{ADAPTER_DIR}/*"]
@@ -50,7 +58,10 @@ THEME = gr.themes.Default(
 )
 # the input preview fills its box (Gradio's default "scale-down" leaves a 32x32 digit a dot), enlarged with
 # nearest neighbour (sharp pixels, as in the rollout panel: `display_view`)
-CSS = "#image img { object-fit: contain !important; width: 100%; height: 100%; image-rendering: pixelated; }"
+CSS = (
+    "#image img { object-fit: contain !important; width: 100%; height: 100%; image-rendering: pixelated; }"
+    " #examples img { image-rendering: pixelated; }"
+)
 
 
 class Classifier:
@@ -78,6 +89,7 @@ class Classifier:
             pre.resample,
         )
         self.max_pixels = max_pixels
+        self.temperature = trained.temperature  # 1.0 when the fine-tune fitted none
         examples = trained.origin.examples_dir
         suffixes = image_extensions()
         self.examples = sorted(
@@ -85,6 +97,7 @@ class Classifier:
             for p in (examples.iterdir() if examples is not None else [])
             if p.suffix.lower() in suffixes
         )
+        self.captions = [example_caption(path) for path in self.examples]
         scale = DISPLAY_SIDE / max(self.size)
         self.display_size = (round(self.size[0] * scale), round(self.size[1] * scale))
 
@@ -98,9 +111,7 @@ class Classifier:
         """
         path = upload.get("path") if isinstance(upload, dict) else upload
         if path is None:
-            raise _rejected(
-                "No image yet: upload an image (JPEG, PNG, WebP, ...) or pick an example, then Classify."
-            )
+            raise _rejected("No image yet: upload an image (JPEG, PNG, WebP, ...) or click an example.")
         name = (upload.get("orig_name") if isinstance(upload, dict) else None) or Path(path).name
         try:
             # JPEGs are decoded at a reduced scale that still covers the display size (faster on big photos)
@@ -131,17 +142,75 @@ class Classifier:
 
     @torch.inference_mode()
     def predict(self, upload: str | dict | None) -> dict[str, float]:
-        """The top-5 labels with their probabilities."""
+        """The top-5 labels with their probabilities, calibrated: softmax of the logits / temperature."""
         logits = self.model(pixel_values=self.pixel_values(self.open(upload))).logits[0]
-        probs = logits.float().softmax(-1)
+        probs = softmax_with_temperature(logits, self.temperature)
         top = probs.topk(min(TOP_K, probs.numel()))
         return {self.labels[int(i)]: float(p) for p, i in zip(top.values, top.indices, strict=True)}
+
+    def example(self, selected: gr.SelectData) -> str:
+        """The path of the example clicked in the gallery."""
+        return self.examples[selected.index]
+
+    def status(self, upload: str | dict | None, labels: dict | None) -> tuple[str, Any]:
+        """The line above the answer, and the image input's update: the top label and how sure the model is
+        (unsure below LOW_CONFIDENCE); or, when there is no answer, why, kept on the page (the toast fades),
+        with a file that is not a readable image taken out of the input (no broken-image outline)."""
+        confidences = (labels or {}).get("confidences") or []
+        if confidences:
+            top = confidences[0]
+            return describe_prediction(
+                top["label"], top["confidence"], len(self.labels), self.temperature
+            ), gr.skip()
+        try:
+            self.open(upload)
+        except gr.Error as error:
+            return f"**Not classified.** {error.message}", (gr.skip() if upload is None else None)
+        return "**Not classified.** The model failed on this image; see the server's log.", gr.skip()
 
     def rollout(self, upload: str | dict | None) -> Image.Image:
         """The image (cropped as the model sees it) with the attention-rollout map laid over it."""
         image = self.open(upload)
         heat = rollout_maps(self.model, self.pixel_values(image))[0]  # (grid_h, grid_w)
         return overlay_heatmap(display_view(image, self.display_size, self.resample), heat)
+
+
+def describe_prediction(label: str, probability: float, num_classes: int, temperature: float) -> str:
+    """The status line of an answer: the label and its probability, and a warning below LOW_CONFIDENCE."""
+    calibrated = (
+        f"calibrated, temperature {temperature:.2f}" if temperature != 1.0 else "no temperature fitted"
+    )
+    line = f"**{label}**: {100 * probability:.0f} % ({calibrated})."
+    if probability >= LOW_CONFIDENCE:
+        return line
+    return (
+        f"{line}\n\n**Unsure:** the top probability is below {100 * LOW_CONFIDENCE:.0f} %. The model only knows "
+        f"its {num_classes} classes: this image may show none of them, or look unlike its training images."
+    )
+
+
+def example_caption(path: str) -> str:
+    """An example's label from its file name, `NN_<label>.<ext>` (`reports.examples.write_examples`)."""
+    stem = Path(path).stem
+    number, _, label = stem.partition("_")
+    return label if number.isdigit() and label else stem
+
+
+def legend_html() -> str:
+    """The heat map's colour legend: the blend `overlay_heatmap` draws over a mid-grey image, from no
+    attention (the image as it is) to the most (red), as a CSS gradient."""
+    from matplotlib import colormaps
+
+    stops = []
+    for heat in np.linspace(0, 1, 9):
+        rgb = (1 - HEAT_ALPHA * heat) * 0.5 + HEAT_ALPHA * heat * np.asarray(colormaps["jet"](heat)[:3])
+        stops.append(f"rgb({', '.join(str(round(255 * c)) for c in rgb)}) {100 * heat:.0f}%")
+    return (
+        '<div id="legend-bar" style="height: 14px; border-radius: 3px; '
+        f'background: linear-gradient(to right, {", ".join(stops)});"></div>'
+        '<div style="display: flex; justify-content: space-between; font-size: 0.85em;">'
+        "<span>least attention (image as it is)</span><span>most attention</span></div>"
+    )
 
 
 def display_view(image: Image.Image, size: tuple[int, int], resample: int) -> Image.Image:
@@ -185,7 +254,8 @@ def build_demo(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     concurrency_limit: int = 1,
 ) -> gr.Blocks:
-    """The app: upload -> Classify -> top-5 labels (`/predict`) then the rollout heat map (`/rollout`).
+    """The app: an upload, a click on an example or Classify -> the top-5 labels (`/predict`), a status line
+    (the answer and how sure it is, or why there is none), then the rollout heat map (`/rollout`).
 
     Requests wait in Gradio's queue (unbounded) and run `concurrency_limit` at a time; both endpoints share
     that limit, as they share the model.
@@ -195,8 +265,10 @@ def build_demo(
     with gr.Blocks(title=f"vit-ft: {classifier.name}") as demo:
         gr.Markdown(
             f"## {classifier.name}\nA ViT fine-tuned with vit-ft: {len(classifier.labels)} classes at "
-            f"{height}x{width}. Upload an image and press **Classify** for the top-5 labels and an "
-            "attention-rollout map (Abnar & Zuidema 2020) of where the class token's information comes from."
+            f"{height}x{width}. Upload an image or click an example for the top-5 labels and an attention-rollout "
+            "map (Abnar & Zuidema 2020) of where the class token's information comes from. The model only knows "
+            f"its {len(classifier.labels)} classes; a top probability under {100 * LOW_CONFIDENCE:.0f} % is "
+            "flagged as unsure."
         )
         with gr.Row():
             with gr.Column():
@@ -208,23 +280,67 @@ def build_demo(
                     elem_id="image",
                 )
                 button = gr.Button("Classify", variant="primary", elem_id="classify")
-                if classifier.examples:
-                    gr.Examples(
-                        examples=classifier.examples, inputs=image, label="Examples", elem_id="examples"
-                    )
+                examples = _examples_gallery(classifier)
             with gr.Column():
+                status = gr.Markdown(READY, elem_id="status")
                 labels = gr.Label(num_top_classes=TOP_K, label="Top-5 labels", elem_id="labels")
-                heatmap = gr.Image(
-                    type="pil", format="png", label="Attention rollout", interactive=False, elem_id="rollout"
+                gr.Markdown(
+                    f"**Attention rollout** on the centre crop the model sees ({height}x{width}, enlarged):",
+                    elem_id="rollout-caption",
                 )
-        # a new image clears the previous answer, so that no stale result sits next to it
-        image.change(lambda: (None, None), outputs=[labels, heatmap], queue=False, api_visibility="private")
-        # preprocess=False: the functions get the upload's path unopened and check the file themselves
-        shared = {"inputs": image, "preprocess": False, "concurrency_id": "model"}
-        predicted = button.click(classifier.predict, outputs=labels, api_name="predict", **shared)
-        predicted.success(classifier.rollout, outputs=heatmap, api_name="rollout", **shared)
+                heatmap = gr.Image(
+                    type="pil", format="png", show_label=False, interactive=False, elem_id="rollout"
+                )
+                gr.HTML(legend_html(), elem_id="legend")
+        image.clear(lambda: (None, None, READY), outputs=[labels, heatmap, status], queue=False,
+                    api_visibility="private")  # fmt: skip
+        outputs = (image, labels, heatmap, status)
+        _classify_on(button.click, classifier, outputs, public=True)
+        _classify_on(image.upload, classifier, outputs)
+        if examples is not None:
+            picked = examples.select(classifier.example, outputs=image, queue=False, api_visibility="private")
+            _classify_on(picked.then, classifier, outputs)
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=None)
     return demo
+
+
+def _examples_gallery(classifier: Classifier) -> gr.Gallery | None:
+    """The fine-tune's example images with their labels as captions; a click classifies one."""
+    if not classifier.examples:
+        return None
+    return gr.Gallery(
+        value=list(zip(classifier.examples, classifier.captions, strict=True)),
+        label="Examples: click one to classify it",
+        columns=min(5, len(classifier.examples)),
+        height="auto",
+        allow_preview=False,
+        object_fit="contain",
+        interactive=False,
+        buttons=[],
+        elem_id="examples",
+    )
+
+
+def _classify_on(trigger: Any, classifier: Classifier, outputs: tuple, public: bool = False) -> None:
+    """On `trigger`: clear the previous answer, predict, write the status line, then draw the rollout.
+
+    preprocess=False: the functions get the upload's path unopened and check the file themselves. Only the
+    Classify button's chain is the API (`/predict`, `/rollout`); the others are private.
+    """
+    image, labels, heatmap, status = outputs
+    visibility: dict[str, Any] = {} if public else {"api_visibility": "private"}
+    shared = {"inputs": image, "preprocess": False, "concurrency_id": "model"}
+    cleared = trigger(lambda: (None, None, "Classifying…"), outputs=[labels, heatmap, status], queue=False,
+                      api_visibility="private")  # fmt: skip
+    predicted = cleared.then(
+        classifier.predict, outputs=labels, **shared, **({"api_name": "predict"} if public else visibility)
+    )
+    for after in (predicted.success, predicted.failure):  # `then` does not run after an error
+        after(classifier.status, inputs=[image, labels], outputs=[status, image], preprocess=False, queue=False,
+              api_visibility="private")  # fmt: skip
+    predicted.success(
+        classifier.rollout, outputs=heatmap, **shared, **({"api_name": "rollout"} if public else visibility)
+    )
 
 
 def launch(

@@ -8,7 +8,7 @@ python scripts/bench.py --threads 2 --output-dir outputs/benchmark
 python scripts/bench.py --sections gpu                   # on a GPU: ViT-B/16 at 384 px, bf16, batch 64
 
 Method and sections: see benchmarks/ (the package's docstring); the latest numbers and what they mean:
-BENCHMARKS.md.
+docs/benchmarks.md.
 """
 
 from __future__ import annotations

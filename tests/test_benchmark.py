@@ -147,12 +147,19 @@ def test_quick_run_covers_every_section_with_sane_rows():
         profile = [row for row in rows if row["section"] == "profile" and f", {dtype}," in row["measurement"]]
         assert math.isclose(sum(row["ratio"] for row in profile), 1.0, rel_tol=1e-6)
         assert "vit_ft, matrix products" in {row["candidate"] for row in profile}
+    (augmented,) = [row for row in rows if row["section"] == "data" and "RandAugment" in row["measurement"]]
+    assert "-> 48 px" in augmented["measurement"] and "DataLoader workers" in augmented["note"]
     pipeline = [row for row in rows if row["section"] == "pipeline"]
     assert len(pipeline) == 1 and "(6 images, 2 decode workers)" in pipeline[0]["measurement"]
     compiled = [row for row in rows if row["section"] == "compile"]
     assert len(compiled) == 8  # inference and training, fp32 and bf16: compiled vs eager, best vs best
     assert sum("torch.compile (eager) against eager" in row["measurement"] for row in compiled) == 4
     assert {row["target"] for row in compiled} == {">= 1.00", ">= 1.10"}
+    onnx = [row for row in rows if row["section"] == "onnx"]  # fp32 and int8, each against eager and compiled
+    assert [(row["candidate"], row["reference"]) for row in onnx] == [
+        (graph, ours) for graph in ("onnxruntime fp32", "onnxruntime int8 (dynamic)")
+        for ours in ("vit_ft eager", "vit_ft + torch.compile")]  # fmt: skip
+    assert float(onnx[0]["note"].split()[-1]) <= 1e-4 and "logit difference" in onnx[2]["note"]
     gpu = [row for row in rows if row["section"] == "gpu"]
     assert all("bf16, 48 px, batch 4, on cpu" in row["measurement"] for row in gpu), gpu
     # inference and training: eager ours / theirs, compiled / eager, best / best; then the FLOP utilisation

@@ -190,21 +190,49 @@ def test_concurrent_requests_are_queued_not_dropped(client, images, reference):
     assert [job.result()["label"] for job in jobs] == [expected] * 8
 
 
-def test_examples_are_the_fine_tunes_validation_images(app, model_dir, tmp_path):
+def test_examples_are_the_fine_tunes_validation_images_captioned_with_their_labels(app, model_dir, tmp_path):
     import gradio as gr
 
     classifier = app.Classifier(model_dir)
     names = [Path(p).name for p in classifier.examples]
-    # 10 digit classes and at most 8 examples: one image each of the first 8 classes in the split's order
-    assert names == sorted(names) and len(names) == 8
-    assert len({name.removesuffix(".png").split("_", 1)[1] for name in names}) == 8
+    assert names == sorted(names) and len(names) == len(list((model_dir / "examples").iterdir()))
+    # every class the folder has an example of is offered, captioned with its label
+    folder_classes = {name.removesuffix(".png").split("_", 1)[1] for name in names}
+    assert set(classifier.captions) == folder_classes and set(classifier.captions) <= set(
+        classifier.labels.values()
+    )
+    assert classifier.captions == [name.removesuffix(".png").split("_", 1)[1] for name in names]
+    assert (
+        app.example_caption("07_Great_Dane.jpg") == "Great_Dane" and app.example_caption("cat.png") == "cat"
+    )
     with Image.open(classifier.examples[0]) as example:
         assert example.size == (8, 8)  # sklearn's digits as stored, not the model's 32x32 input tensor
     demo = app.build_demo(classifier)
-    assert any(isinstance(block, gr.Dataset) for block in demo.blocks.values())
+    (gallery,) = [block for block in demo.blocks.values() if isinstance(block, gr.Gallery)]
+    assert [item["caption"] for item in gallery.value] == classifier.captions
+    assert [item["image"]["orig_name"] for item in gallery.value] == names
     bare = tmp_path / "bare"
     shutil.copytree(model_dir, bare, ignore=shutil.ignore_patterns("examples"))
     assert app.Classifier(bare).examples == []
+
+
+def test_predictions_use_the_recorded_temperature_and_say_when_unsure(app, model_dir, images, reference):
+    classifier = app.Classifier(model_dir)
+    assert classifier.temperature == 1.0  # the tiny fine-tune records none
+    classifier.temperature = 4.0
+    calibrated = classifier.predict(str(images["rgb.png"]))
+    pixels = classifier.pixel_values(load_image(images["rgb.png"]))
+    with torch.no_grad():
+        probs = classifier.model(pixel_values=pixels).logits[0].div(4.0).softmax(-1)
+    assert calibrated == {
+        classifier.labels[int(i)]: pytest.approx(float(probs[i]), abs=1e-6)
+        for i in probs.argsort(descending=True)[:5]
+    }
+    sure = app.describe_prediction("7", 0.93, 10, 1.0)
+    assert sure == "**7**: 93 % (no temperature fitted)." and "Unsure" not in sure
+    unsure = app.describe_prediction("8", 0.42, 10, 1.7)
+    assert "42 % (calibrated, temperature 1.70)" in unsure
+    assert "**Unsure:** the top probability is below 50 %. The model only knows its 10 classes" in unsure
 
 
 @pytest.mark.parametrize(("classes", "per_class"), [(2, 4), (3, 2), (20, 1)])
@@ -276,7 +304,9 @@ def test_command_line_defaults_are_local_and_private(app):
 @pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (.ci/run installs it)"
 )
-def test_browser_upload_classify_and_bad_file(server, model_dir, images, reference, tmp_path):
+def test_browser_upload_and_example_click_classify_at_once_and_errors_stay(
+    server, model_dir, images, reference, tmp_path
+):
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package (dev extra)")
     external = []
 
@@ -295,37 +325,57 @@ def test_browser_upload_classify_and_bad_file(server, model_dir, images, referen
             page.goto(server)
             upload = page.locator('#image input[type="file"]')
             top = page.locator('#labels [data-testid="label-output-value"]')
-
+            status = page.locator("#status")
             preview = page.locator("#image img")
 
-            upload.set_input_files(images["rgb.png"])
-            preview.wait_for(timeout=30_000)  # uploaded
-            page.locator("#classify").click()
-            top.wait_for(timeout=30_000)
-            assert top.inner_text().strip() == next(iter(reference(images["rgb.png"])))
-            page.locator("#rollout img").wait_for(timeout=30_000)
-            page.screenshot(path=tmp_path / "prediction.png", full_page=True)
+            # the heat map explains itself: what it shows, a colour legend, no label badge over the image
+            assert "the centre crop the model sees" in page.locator("#rollout-caption").inner_text()
+            assert page.locator("#legend-bar").is_visible()
+            assert "most attention" in page.locator("#legend").inner_text()
 
-            example = sorted((model_dir / "examples").iterdir())[1]  # the fine-tune's second example image
-            page.locator("#examples button").nth(1).click()
-            top.wait_for(state="detached", timeout=30_000)  # a new image clears the previous answer
+            upload.set_input_files(images["rgb.png"])  # an upload is classified without pressing Classify
+            top.wait_for(timeout=30_000)
+            expected = next(iter(reference(images["rgb.png"])))
+            assert top.inner_text().strip() == expected
+            page.locator("#rollout img").wait_for(timeout=30_000)
+            assert page.locator('#rollout [data-testid="block-label"]:visible').count() == 0  # no badge over the map
+            page.wait_for_function(
+                "document.querySelector('#status').innerText.includes(' %')", timeout=30_000
+            )
+            assert status.inner_text().startswith(expected + ":")
+
+            # clicking an example classifies it: its top label appears without pressing Classify
+            examples = page.locator("#examples button")
+            names = sorted(p.name for p in (model_dir / "examples").iterdir())
+            assert examples.count() == len(names)
+            caption = names[1].removesuffix(".png").split("_", 1)[1]
+            assert caption in page.locator("#examples").inner_text()  # the examples are captioned
+            examples.nth(1).click()
+            example_top = next(iter(reference(model_dir / "examples" / names[1])))
+            page.wait_for_function(
+                "label => { const t = document.querySelector('#labels [data-testid=\"label-output-value\"]');"
+                " return t && t.innerText.trim() === label && document.querySelector('#status').innerText.includes(label + ':'); }",
+                arg=example_top,
+                timeout=30_000,
+            )
             preview.wait_for(timeout=30_000)
-            # the 8x8 digit is shown at a readable size, its pixels sharp (nearest neighbour)
             shown = preview.evaluate(
                 "img => [img.naturalWidth, img.getBoundingClientRect().width, getComputedStyle(img).objectFit,"
                 " getComputedStyle(img).imageRendering]"
             )
             assert shown[0] == 8 and shown[1] >= 224 and shown[2:] == ["contain", "pixelated"], shown
-            page.locator("#classify").click()
-            top.wait_for(timeout=30_000)
-            assert top.inner_text().strip() == next(iter(reference(example)))
+            page.screenshot(path=tmp_path / "example.png", full_page=True)
 
+            # a file that is not an image: the reason stays on the page, and no broken image is left
             upload.set_input_files(images["text_named.png"])
-            top.wait_for(state="detached", timeout=30_000)
-            page.locator("#classify").click()
-            toast = page.locator('[data-testid="toast-body"]', has_text="text_named.png is not an image file")
-            toast.wait_for(timeout=30_000)
-            assert toast.is_visible()
+            reason = "text_named.png is not an image file"
+            page.wait_for_function(
+                f"document.querySelector('#status').innerText.includes({reason!r})", timeout=30_000
+            )
+            page.wait_for_timeout(1_000)  # longer than the toast takes to show; the status is still there
+            assert reason in status.inner_text() and status.inner_text().startswith("Not classified.")
+            assert preview.count() == 0
+            page.screenshot(path=tmp_path / "error.png", full_page=True)
         finally:
             browser.close()
     assert external == []

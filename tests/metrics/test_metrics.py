@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score, f1_score, top_k_accuracy_score
+from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score, top_k_accuracy_score
 from transformers import EvalPrediction
 
 from vit_ft.metrics import METRIC_NAMES, METRIC_PATH, build_compute_metrics, load_metric
@@ -63,7 +63,7 @@ def test_loads_and_computes_with_the_hub_offline():
         "import numpy as np\n"
         "from vit_ft.metrics import build_compute_metrics\n"
         "out = build_compute_metrics()((np.eye(3, dtype=np.float32), np.arange(3)))\n"
-        "assert out == {'accuracy': 1.0, 'top5_accuracy': 1.0, 'f1': 1.0}, out\n"
+        "assert out == {'accuracy': 1.0, 'top5_accuracy': 1.0, 'f1': 1.0, 'balanced_accuracy': 1.0}, out\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     result = subprocess.run(
@@ -94,13 +94,14 @@ def test_metrics_match_sklearn(metric, seed, num_examples, num_classes, k):
     logits, labels = _random(seed, num_examples, num_classes)
     predictions = logits.argmax(-1)
     result = metric.compute(predictions=logits, references=labels, k=k)
-    assert list(result) == ["accuracy", f"top{k}_accuracy", "f1"]
+    assert list(result) == ["accuracy", f"top{k}_accuracy", "f1", "balanced_accuracy"]
     assert result["accuracy"] == pytest.approx(accuracy_score(labels, predictions))
     top_k = top_k_accuracy_score(labels, logits, k=k, labels=np.arange(num_classes))
     assert result[f"top{k}_accuracy"] == pytest.approx(top_k)
     assert 0.0 < result[f"top{k}_accuracy"] < 1.0  # the case is not degenerate
     assert result["f1"] == pytest.approx(f1_score(labels, predictions, average="macro"))
     assert result["f1"] != pytest.approx(f1_score(labels, predictions, average="weighted"), abs=1e-9)
+    assert result["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(labels, predictions))
 
 
 def test_top_k_defaults_to_5_and_clips_k_to_the_number_of_classes(metric):
@@ -135,6 +136,16 @@ def test_f1_counts_a_never_predicted_class_as_zero(metric):
     assert result == pytest.approx((1.0 + 2 / 3 + 0.0) / 3)
 
 
+def test_balanced_accuracy_sees_through_a_majority_class_predictor(metric):
+    """On 90 % class 0, always predicting 0 has accuracy 0.9 but balanced accuracy 1/3 (scikit-learn's value)."""
+    labels = np.array([0] * 90 + [1] * 6 + [2] * 4)
+    predictions = np.zeros_like(labels)
+    result = metric.compute(predictions=np.eye(3)[predictions], references=labels)
+    assert result["accuracy"] == pytest.approx(0.9)
+    assert result["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(labels, predictions))
+    assert result["balanced_accuracy"] == pytest.approx(1 / 3)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The Trainer's compute_metrics
 # ----------------------------------------------------------------------------------------------------------------
@@ -144,13 +155,14 @@ def test_f1_counts_a_never_predicted_class_as_zero(metric):
 def test_compute_metrics_matches_sklearn(compute_metrics, seed, num_classes):
     logits, labels = _random(seed, 800, num_classes)
     result = compute_metrics(EvalPrediction(predictions=logits, label_ids=labels))
-    assert set(result) == set(METRIC_NAMES) == {"accuracy", "top5_accuracy", "f1"}
+    assert set(result) == set(METRIC_NAMES) == {"accuracy", "top5_accuracy", "f1", "balanced_accuracy"}
     predictions = logits.argmax(-1)
     assert result["accuracy"] == pytest.approx(accuracy_score(labels, predictions))
     assert result["top5_accuracy"] == pytest.approx(
         top_k_accuracy_score(labels, logits, k=5, labels=np.arange(num_classes))
     )
     assert result["f1"] == pytest.approx(f1_score(labels, predictions, average="macro"))
+    assert result["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(labels, predictions))
     assert all(type(value) is float for value in result.values())  # JSON-serialisable for the Trainer's logs
 
 

@@ -104,3 +104,76 @@ def test_mistakes_grid_titles_with_real_class_names_do_not_overlap(saved_figures
         for other in axes:
             assert other is ax or not boxes_overlap(box, titles[other]), (ax.get_title(), other.get_title())
             assert not boxes_overlap(box, other.get_window_extent(renderer)), ax.get_title()  # nor an image
+
+
+def test_confusion_matrix_shows_counts_beside_fractions_and_errors_on_their_own_scale(
+    saved_figures, tmp_path
+):
+    counts = np.array([[97, 3, 0], [0, 50, 0], [1, 0, 9]])
+    plot_confusion_matrix(counts, {0: "cat", 1: "dog", 2: "fox"}, tmp_path / "cm.png")
+    (fig,) = saved_figures
+    ax = fig.axes[0]
+    cells = {t.get_text() for t in ax.texts}
+    assert cells == {"0.97\n(97)", "0.03\n(3)", "1.00\n(50)", "0.10\n(1)", "0.90\n(9)"}  # no "0.00" cells
+    right, errors = ax.get_images()
+    assert right.get_clim() == (0, 1) and errors.get_clim() == (0, 0.1)  # errors scaled to the largest error
+    # the smallest error is drawn clearly coloured, not near-white as on one 0..1 scale
+    r, g, b, _ = errors.cmap(errors.norm(0.03))
+    assert r > 0.8 and g < 0.6 and b < 0.6
+    labels = {cbar_ax.get_ylabel() for cbar_ax in fig.axes[1:]}
+    assert labels == {"right: fraction of the true class", "errors: fraction of the true class"}
+
+
+def test_per_class_chart_has_precision_and_recall_bars_and_its_legend_off_them(saved_figures, tmp_path):
+    from vit_ft.reports.figures import plot_per_class
+    from vit_ft.tools.evaluation import per_class_table
+
+    counts = np.array([[8, 2, 0], [1, 9, 0], [0, 0, 0]])  # "fox" never seen nor predicted: left out
+    plot_per_class(
+        per_class_table(counts, {0: "cat", 1: "dog", 2: "fox"}), tmp_path / "pc.png", "test split, 20 images"
+    )
+    (fig,) = saved_figures
+    ax = fig.axes[0]
+    widths = [round(patch.get_width(), 3) for patch in ax.patches]
+    assert widths == [0.889, 0.818, 0.8, 0.9]  # precision of cat, dog, then recall of cat, dog
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["cat (n=10)", "dog (n=10)"]
+    assert "test split, 20 images" in ax.get_title() and ax.get_xlim() == (0, 1)
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert legend.y0 >= ax.get_window_extent(renderer).y1 - 1  # above the bars
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["precision", "recall"]
+
+
+def test_per_class_chart_of_many_classes_shows_the_lowest_f1(saved_figures, tmp_path):
+    from vit_ft.reports.figures import PER_CLASS_CHART_MAX_CLASSES, plot_per_class
+
+    table = [{"class": f"c{i}", "support": 5, "predicted": 5, "precision": i / 100, "recall": i / 100,
+              "f1": i / 100} for i in range(100)]  # fmt: skip
+    plot_per_class(table, tmp_path / "pc.png", "validation")
+    (fig,) = saved_figures
+    shown = [t.get_text().split(" ")[0] for t in fig.axes[0].get_yticklabels()]
+    assert shown == [f"c{i}" for i in range(PER_CLASS_CHART_MAX_CLASSES)]
+    assert fig.get_size_inches()[1] < 12
+
+
+def test_reliability_diagram_draws_the_bins_the_diagonal_and_states_the_ece(saved_figures, tmp_path):
+    from vit_ft.metrics.calibration import reliability_bins
+    from vit_ft.reports.figures import plot_reliability_diagram
+
+    bins = reliability_bins(np.array([0.95, 0.97, 0.62, 0.5, 0.6]), np.array([1, 0, 1, 1, 0]))
+    plot_reliability_diagram(
+        bins, tmp_path / "rel.png", "test split, 5 images", temperature=1.5, uncalibrated_ece=0.6
+    )
+    (fig,) = saved_figures
+    top, bottom = fig.axes
+    assert "ECE 0.480 (15 bins; temperature 1.50, ECE 0.600 before)" in top.get_title()
+    assert "test split, 5 images" in top.get_title()
+    accuracy, gaps = top.containers
+    assert accuracy.get_label() == "accuracy" and gaps.get_label() == "gap to confidence"
+    # the filled bins (0.467, 0.533], (0.533, 0.6], (0.6, 0.667], (0.933, 1]
+    assert [round(bar.get_x(), 3) for bar in accuracy] == [0.467, 0.533, 0.6, 0.933]
+    assert [bar.get_height() for bar in accuracy] == [1.0, 0.0, 1.0, 0.5]
+    assert [round(bar.get_height(), 3) for bar in gaps] == [0.5, 0.6, 0.38, 0.46]
+    (diagonal,) = top.get_lines()
+    assert list(diagonal.get_xdata()) == [0, 1] and list(diagonal.get_ydata()) == [0, 1]
+    assert [p.get_height() for p in bottom.patches] == bins.counts.tolist()  # the images per bin

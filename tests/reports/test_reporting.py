@@ -8,14 +8,13 @@ import yaml
 from PIL import Image
 
 from vit_ft.reports import reporting
+from vit_ft.reports.card import model_card, write_model_card
 from vit_ft.reports.reporting import (
     NO_LOGS,
     PER_CLASS_COLUMNS,
     markdown_table,
-    model_card,
     plot_training_curves,
     write_csv,
-    write_model_card,
     write_report,
 )
 
@@ -58,14 +57,48 @@ def panel_texts(ax) -> str:
 def test_training_curves_draw_accuracy_and_f1_apart(tmp_path, saved_figures):
     path = plot_training_curves(HISTORY, tmp_path / "curves.png")
     with Image.open(path) as image:
-        assert image.format == "PNG" and image.size == (1200, 800)
+        assert image.format == "PNG" and image.size == (1200, 880)
     (fig,) = saved_figures
     lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
-    assert set(lines) == {"train loss", "eval loss", "learning rate", "top-1", "top-5", "macro-F1"}
+    marks = {"best: step 5, accuracy 0.800", "final: step 10, accuracy 0.800"}  # equal accuracies: the first
+    assert set(lines) == {"train loss", "eval loss", "learning rate", "top-1", "top-5", "macro-F1", *marks}
     top1, f1 = lines["top-1"], lines["macro-F1"]
     assert list(top1.get_ydata()) == list(f1.get_ydata())  # the same values ...
     assert top1.axes is not f1.axes and top1.get_marker() != f1.get_marker()  # ... drawn where both show
     assert not any(NO_LOGS in panel_texts(ax) for ax in fig.axes)
+
+
+def test_training_curves_legends_off_the_data_axes_zoomed_best_and_final_marked(tmp_path, saved_figures):
+    history = [{"step": s, "loss": 1.0 / s, "learning_rate": 1e-3} for s in range(1, 31)] + [
+        {"step": s, "eval_loss": 0.3 - s / 100, "eval_accuracy": acc, "eval_top5_accuracy": 0.99, "eval_f1": acc - 0.01,
+         "eval_runtime": 0.5, "eval_samples_per_second": 288.0}
+        for s, acc in ((10, 0.88), (20, 0.98), (30, 0.95))
+    ]  # fmt: skip
+    plot_training_curves(history, tmp_path / "curves.png")
+    plot_training_curves(history, tmp_path / "named.png", evaluated_on="test split, 9 images", best_step=30)
+    fig, named = saved_figures
+    assert (
+        fig._suptitle.get_text() == "Training curves; evaluation on validation, 144 images"
+    )  # 0.5 s x 288/s
+    assert named._suptitle.get_text().endswith("evaluation on test split, 9 images")
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        marks = {
+            line.get_label(): line.get_xdata()[0]
+            for line in ax.get_lines()
+            if line.get_label()[:4] in ("best", "fina")
+        }
+        assert marks == {"best: step 20, accuracy 0.980": 20, "final: step 30, accuracy 0.950": 30}
+        legend, panel = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert legend.y0 >= panel.y1 - 1  # above the panel: on no curve
+        assert ax.title.get_window_extent(renderer).y0 >= legend.y1 - 1  # and under the title
+    loss, lr, accuracy, f1 = fig.axes
+    low, high = accuracy.get_ylim()
+    assert 0.8 < low < 0.88 and 0.99 <= high <= 1.01  # zoomed to 0.88..0.99, not 0..1
+    assert 0.8 < f1.get_ylim()[0] < 0.87 and f1.get_ylim()[1] < 0.99
+    assert {line.get_label() for line in named.axes[2].get_lines()} >= {
+        "best = final: step 30, accuracy 0.950"
+    }
 
 
 def test_short_run_panels_say_there_are_no_training_logs(tmp_path, saved_figures):
@@ -76,7 +109,10 @@ def test_short_run_panels_say_there_are_no_training_logs(tmp_path, saved_figures
     short, empty = saved_figures
     loss, lr, accuracy, f1 = short.axes
     assert not lr.get_lines() and NO_LOGS in panel_texts(lr)
-    assert [line.get_label() for line in loss.get_lines()] == ["eval loss"] and NO_LOGS in panel_texts(loss)
+    mark = "best = final: step 3, accuracy 0.800"
+    assert [line.get_label() for line in loss.get_lines()] == ["eval loss", mark] and NO_LOGS in panel_texts(
+        loss
+    )
     assert accuracy.get_lines() and f1.get_lines() and NO_LOGS not in panel_texts(accuracy) + panel_texts(f1)
     renderer = short.canvas.get_renderer()
     for ax in (loss, lr):  # the words are inside their panel

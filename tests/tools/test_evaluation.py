@@ -53,13 +53,13 @@ def test_report_holds_every_artefact_and_links_them(report):
     out, _ = report
     for name in ("report.md", "metrics.json", "per_class.csv", "per_class.md", "confusion_matrix.png",
                  "confusion_matrix.csv", "confusion_matrix.npy", "mistakes.png", "mistakes.csv",
-                 "predictions.csv", "training_curves.png"):  # fmt: skip
+                 "predictions.csv", "training_curves.png", "per_class.png", "reliability.png"):  # fmt: skip
         assert (out / name).is_file(), name
     text = (out / "report.md").read_text()
     for link in ("(confusion_matrix.png)", "(mistakes.png)", "(training_curves.png)", "(metrics.json)",
-                 "(per_class.csv)"):  # fmt: skip
+                 "(per_class.csv)", "(per_class.png)", "(reliability.png)"):  # fmt: skip
         assert link in text, link
-    for name in ("confusion_matrix.png", "mistakes.png"):
+    for name in ("confusion_matrix.png", "mistakes.png", "per_class.png", "reliability.png"):
         with Image.open(out / name) as image:
             assert image.format == "PNG" and min(image.size) > 200
 
@@ -185,3 +185,29 @@ def test_bf16_autocast_is_recorded_and_close_to_float32(tiny_finetuned_dir, tmp_
     with pytest.raises(ValueError, match="--bf16 maybe must be one of auto, true, false"):
         run_evaluation(tiny_finetuned_dir, tmp_path / "bad", bf16="maybe")
     assert not (tmp_path / "bad").exists()
+
+
+def test_recorded_temperature_calibrates_the_reported_probabilities_and_ece(
+    report, tiny_finetuned_dir, tmp_path
+):
+    from vit_ft.metrics.calibration import reliability_bins
+
+    out, metrics = report
+    assert metrics["temperature"] == 1.0 and metrics["ece"] == pytest.approx(metrics["ece_uncalibrated"])
+    model = tmp_path / "calibrated"
+    shutil.copytree(tiny_finetuned_dir, model, ignore=shutil.ignore_patterns("checkpoint-*"))
+    record = json.loads((model / "vit_ft_run.json").read_text())
+    (model / "vit_ft_run.json").write_text(json.dumps({**record, "calibration": {"temperature": 3.0}}))
+    calibrated = run_evaluation(model, tmp_path / "eval", progress=False, bf16=False)
+    assert calibrated["temperature"] == 3.0 and calibrated["accuracy"] == metrics["accuracy"]  # argmax kept
+    assert calibrated["ece_uncalibrated"] == pytest.approx(metrics["ece"])
+    for folder, numbers in ((out, metrics), (tmp_path / "eval", calibrated)):
+        rows = read_csv(folder / "predictions.csv")
+        confidence = np.array([float(r["probability"]) for r in rows])
+        bins = reliability_bins(confidence, np.array([r["correct"] == "True" for r in rows]))
+        assert numbers["ece"] == pytest.approx(bins.ece, abs=1e-6)  # the ECE of the probabilities reported
+        assert "Calibration" in (folder / "report.md").read_text()
+    before = np.array([float(r["probability"]) for r in read_csv(out / "predictions.csv")])
+    after = np.array([float(r["probability"]) for r in read_csv(tmp_path / "eval" / "predictions.csv")])
+    assert (after < before).all()  # T = 3 > 1: less sure of every prediction
+    assert "temperature 3.000" in (tmp_path / "eval" / "report.md").read_text()

@@ -9,14 +9,18 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import ViTImageProcessorPil
+from PIL import Image
+from transformers import ViTForImageClassification, ViTImageProcessorPil
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.tools.hub import push_output_dir, stage_for_hub
+from vit_ft.tools.prediction import predict_files
+from vit_ft.tools.trained import load_trained
 
 from ..conftest import REPO, WITHOUT_VIT_FT
 from ..fake_hub import FakeHub, git_blob_id
@@ -32,23 +36,24 @@ RECORD_FILES = {
 }
 
 # A fresh interpreter in which `import vit_ft` fails, as on a machine that only has transformers: loads the
-# received vit_ft repo with its own code and the transformers one with none, and runs both on the same pixels.
+# received vit_ft repo with its own code and the default push with none (AutoModel and pipeline(), as a user
+# and the Hub's widget do), and runs them on the same pixels and images.
 CLEAN_PROCESS = WITHOUT_VIT_FT + textwrap.dedent(
     """
     import json, sys
-    import numpy as np, torch
-    from PIL import Image
-    from transformers import AutoModelForImageClassification, ViTForImageClassification, pipeline
-    vit_ft_repo, transformers_repo, pixels_path, out_path = sys.argv[1:5]
+    import torch
+    from transformers import AutoModelForImageClassification, pipeline
+    vit_ft_repo, default_repo, pixels_path, out_path, *images = sys.argv[1:]
     remote = AutoModelForImageClassification.from_pretrained(vit_ft_repo, trust_remote_code=True).eval()
-    plain = ViTForImageClassification.from_pretrained(transformers_repo).eval()
+    plain = AutoModelForImageClassification.from_pretrained(default_repo).eval()
+    classify = pipeline("image-classification", model=default_repo)
     assert "vit_ft" not in sys.modules
     pixels = torch.load(pixels_path)
     with torch.no_grad():
         out = {"remote_cls": type(remote).__module__ + "." + type(remote).__name__,
+               "plain_cls": type(plain).__module__ + "." + type(plain).__name__,
                "remote": remote(pixels).logits.tolist(), "plain": plain(pixels).logits.tolist()}
-    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8))
-    out["pipeline"] = pipeline("image-classification", model=transformers_repo)(image, top_k=3)
+    out["pipeline"] = [classify(image, top_k=5) for image in images]
     json.dump(out, open(out_path, "w"))
     """
 )
@@ -69,12 +74,13 @@ def push_env(hub: FakeHub, tmp: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def pushed(tiny_finetuned_dir, tmp_path_factory):
-    """Both formats pushed by `scripts/push_to_hub.py` (two processes at once) to one fake Hub."""
+    """The default push and `--format vit_ft` by `scripts/push_to_hub.py` (two processes at once) to one fake
+    Hub."""
     tmp = tmp_path_factory.mktemp("push")
     script = str(REPO / "scripts" / "push_to_hub.py")
     runs = {
-        "vit_ft": [tiny_finetuned_dir, "--hub_model_id", "me/vit-digits", "--private"],
-        "transformers": [tiny_finetuned_dir, "--hub_model_id", "vit-digits-hf", "--format", "transformers"],
+        "vit_ft": [tiny_finetuned_dir, "--hub_model_id", "me/vit-digits", "--private", "--format", "vit_ft"],
+        "default": [tiny_finetuned_dir, "--hub_model_id", "vit-digits-hf"],
     }
     with FakeHub() as hub:
         env = push_env(hub, tmp)
@@ -148,9 +154,10 @@ def test_push_sends_a_complete_vit_ft_repo(pushed, tiny_finetuned_dir):
     assert "Recipe: `tiny`" in body and "32x32" in body and "Fine-tuning: full" in body
     assert f"| test | {run['metrics']['test_accuracy']:.4f} |" in body
     assert 'from_pretrained("me/vit-digits", trust_remote_code=True)' in body
+    assert "- Format: vit_ft" in body and "asked for with `--format vit_ft`" in body
 
 
-def test_push_transformers_format_sends_a_plain_vit(pushed):
+def test_default_push_of_a_plain_vit_sends_transformers_own_class(pushed):
     hub, stdout = pushed
     created = {c["name"]: c for c in hub.created}
     assert created["vit-digits-hf"]["organization"] is None and "visibility" not in created["vit-digits-hf"]
@@ -171,17 +178,26 @@ def test_push_transformers_format_sends_a_plain_vit(pushed):
     assert (
         'pipeline("image-classification", model="vit-digits-hf")' in body and "trust_remote_code" not in body
     )
-    assert f"{hub.url}/tester/vit-digits-hf/commit/" in stdout["transformers"]
+    assert "- Format: transformers `ViTForImageClassification`, no remote code" in body
+    assert "a plain ViT: exactly transformers' `ViTForImageClassification`" in body
+    assert f"{hub.url}/tester/vit-digits-hf/commit/" in stdout["default"]
+    assert "in the transformers format" in stdout["default"]  # the log says which format, and why
 
 
 def test_received_repos_load_in_a_clean_process(pushed, tiny_finetuned_dir, tmp_path):
-    """The pushed repos load by id without vit_ft: ours with its code, the export with none; same logits."""
+    """The pushed repos load by id without vit_ft: ours with its code, the default push with none, through
+    AutoModelForImageClassification and pipeline(); same logits, and the same top-5 as vit-ft's predict."""
     hub, _ = pushed
     pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     torch.save(pixels, tmp_path / "pixels.pt")
+    # square images, resized (40x40) or not (the fine-tune's 32x32 examples): transformers' ViT processor squashes
+    # a non-square image where vit-ft's eval transform crops its centre, so only square inputs compare
+    images = [tmp_path / "noise.png", *sorted((tiny_finetuned_dir / "examples").iterdir())[:2]]
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(images[0])
     result = subprocess.run(
         [sys.executable, "-c", CLEAN_PROCESS, "me/vit-digits", "tester/vit-digits-hf",
-         str(tmp_path / "pixels.pt"), str(tmp_path / "out.json")],
+         str(tmp_path / "pixels.pt"), str(tmp_path / "out.json"), *map(str, images)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env=push_env(hub, tmp_path),  # the token reads the private repo; an empty cache: everything downloads
     )  # fmt: skip
@@ -190,11 +206,16 @@ def test_received_repos_load_in_a_clean_process(pushed, tiny_finetuned_dir, tmp_
     assert hub.downloaded() == {"me/vit-digits", "tester/vit-digits-hf"}
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["remote_cls"].startswith("transformers_modules.")
+    assert out["plain_cls"] == "transformers.models.vit.modeling_vit.ViTForImageClassification"
     with torch.no_grad():
         expected = ViTFTForImageClassification.from_pretrained(tiny_finetuned_dir).eval()(pixels).logits
     assert (torch.tensor(out["remote"]) - expected).abs().max().item() <= 1e-5
     assert (torch.tensor(out["plain"]) - expected).abs().max().item() <= 1e-5
-    assert len(out["pipeline"]) == 3 and {e["label"] for e in out["pipeline"]} <= {str(i) for i in range(10)}
+    # pipeline() on the default push gives vit-ft's own predictions: the same top-5 labels, scores within 1e-4
+    ours = list(predict_files(load_trained(tiny_finetuned_dir, device="cpu"), images, progress=False))
+    for theirs, prediction in zip(out["pipeline"], ours, strict=True):
+        assert [e["label"] for e in theirs] == prediction.labels
+        assert np.allclose([e["score"] for e in theirs], prediction.scores, atol=1e-4), (theirs, prediction)
 
 
 def write_lora_run(base_checkpoint: str | Path, output_dir: Path) -> PeftModel:
@@ -218,8 +239,20 @@ def write_lora_run(base_checkpoint: str | Path, output_dir: Path) -> PeftModel:
 
 
 def test_stage_lora_run_merges_the_adapter(hf_classifier_dir, tmp_path):
+    """vit_ft format: the merged model with our code and the adapter itself; by default: transformers' ViT of the
+    merged weights, and the card says where the adapter is."""
     peft_model = write_lora_run(hf_classifier_dir, tmp_path / "out")
-    staged = stage_for_hub(tmp_path / "out", tmp_path / "staged", "me/vit-lora")
+    pixels = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(1))
+    plain = stage_for_hub(tmp_path / "out", tmp_path / "plain", "me/vit-lora")
+    with torch.no_grad():
+        logits = ViTForImageClassification.from_pretrained(plain).eval()(pixels).logits
+        assert (logits - peft_model(pixel_values=pixels).logits).abs().max().item() <= 1e-5
+    assert (
+        not (plain / "adapter").exists()
+        and "the adapter alone stays in the fine-tune's output" in (plain / "README.md").read_text()
+    )
+
+    staged = stage_for_hub(tmp_path / "out", tmp_path / "staged", "me/vit-lora", format="vit_ft")
     assert {"config.json", "model.safetensors", "preprocessor_config.json", "README.md"} | CODE_FILES <= {
         p.name for p in staged.iterdir()
     }
@@ -227,7 +260,6 @@ def test_stage_lora_run_merges_the_adapter(hf_classifier_dir, tmp_path):
         p.name for p in (staged / "adapter").iterdir()
     }
     merged = ViTFTForImageClassification.from_pretrained(staged).eval()
-    pixels = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert (merged(pixels).logits - peft_model(pixel_values=pixels).logits).abs().max().item() <= 1e-5
     assert json.loads((staged / "preprocessor_config.json").read_text())["size"] == {

@@ -94,3 +94,22 @@ def test_bf16_auto_only_where_it_was_measured_faster(monkeypatch):
     assert inference.use_bf16(True, cpu) is True
     with pytest.raises(ValueError, match="--bf16 yes must be one of auto, true, false"):
         inference.use_bf16("yes", cpu)
+
+
+def test_the_recorded_temperature_divides_every_tools_logits(tmp_path):
+    from PIL import Image
+
+    Image.new("RGB", (20, 20), "red").save(tmp_path / "a.png")
+    plain = tiny_classifier()
+    assert plain.temperature == 1.0  # no run record, no temperature
+    record = {"calibration": {"temperature": 2.5, "split": "validation"}}
+    calibrated = trained.Trained(plain.model, plain.preprocessing, plain.id2label, trained.Origin("tiny", record=record),
+                                 plain.device)  # fmt: skip
+    assert calibrated.temperature == 2.5
+    (batch,) = inference.iter_batches(calibrated, [str(tmp_path / "a.png")], progress=False)
+    torch.testing.assert_close(batch.probabilities, torch.softmax(batch.outputs / 2.5, dim=-1))
+    pixels = calibrated.transform.transform_image(str(tmp_path / "a.png"))[None]
+    torch.testing.assert_close(calibrated.probabilities(pixels), batch.probabilities)
+    for broken in ({"calibration": {"temperature": -1}}, {"calibration": "2"}, {}):
+        assert trained.Trained(plain.model, plain.preprocessing, plain.id2label, trained.Origin("t", record=broken),
+                               plain.device).temperature == 1.0  # fmt: skip

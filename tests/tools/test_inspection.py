@@ -127,6 +127,53 @@ def test_inspection_numbers_have_the_models_shapes(inspected):
     assert summary["attention_distance"]["images"] == 12
     assert summary["attention_distance"]["max_distance"] == pytest.approx(math.hypot(28, 28))
     assert (distances > 0).all() and (distances <= summary["attention_distance"]["max_distance"]).all()
+    from vit_ft.tools.inspection import uniform_attention_distance
+
+    assert summary["attention_distance"]["uniform_distance"] == pytest.approx(
+        uniform_attention_distance((8, 8), (4, 4))
+    )
     rollout = summary["rollout"]
     assert [r["error"] is None for r in rollout] == [True, True, False]
     assert all(r["label"] in [str(i) for i in range(10)] for r in rollout[:2])
+
+
+def test_uniform_attention_distance_is_the_reference_every_uniform_head_sits_on():
+    from vit_ft.tools.inspection import uniform_attention_distance
+
+    grid, patch = (3, 4), (5, 5)
+    uniform = torch.full((1, 2, 13, 13), 1 / 13)  # every token attends to all 13 equally
+    distances = mean_attention_distance([uniform], grid, patch)
+    torch.testing.assert_close(distances, torch.full((1, 1, 2), uniform_attention_distance(grid, patch)))
+    pairs = [math.dist((r1 * 5, c1 * 5), (r2 * 5, c2 * 5)) for r1 in range(3) for c1 in range(4)
+             for r2 in range(3) for c2 in range(4)]  # fmt: skip
+    assert uniform_attention_distance(grid, patch) == pytest.approx(sum(pairs) / len(pairs))
+
+
+def test_rollout_figure_is_bounded_and_ends_with_the_mean_map(tmp_path, monkeypatch):
+    from vit_ft.reports import figures
+    from vit_ft.tools.inspection import MAX_ROLLOUT_PANELS, plot_rollout
+
+    from .test_inference import tiny_classifier
+
+    saved, close = [], figures.plt.close
+    monkeypatch.setattr(figures.plt, "close", saved.append)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(14):
+        paths.append(tmp_path / f"image_{i}.png")
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(paths[-1])
+    try:
+        path, records = plot_rollout(tiny_classifier(), paths, tmp_path / "rollout.png")
+        (fig,) = saved
+        titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    finally:
+        for figure in saved:
+            close(figure)
+    assert len(records) == 14 and all(r["error"] is None for r in records)
+    assert len(titles) == MAX_ROLLOUT_PANELS + 1 and titles[-1] == "mean map over 14 images"
+    assert titles[0].startswith("image_0.png\n")
+    assert f"{MAX_ROLLOUT_PANELS} of 14 images shown" in fig._suptitle.get_text()
+    with Image.open(path) as image:
+        assert (
+            image.size[0] <= 1000 and image.size[1] <= 1100
+        )  # any number of images (37 made 920x5550 before)

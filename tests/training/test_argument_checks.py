@@ -113,3 +113,65 @@ def test_push_to_hub_offline_is_refused_before_training(monkeypatch):
     with pytest.raises(RecipeError, match="offline"):
         check_push(_training(push_to_hub=True))
     check_push(_training())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The fine-tuning toolkit's keys (issue 23): each bad value or combination is one RecipeError, before any data
+# ----------------------------------------------------------------------------------------------------------------
+
+TOOLKIT_MISTAKES = [
+    (["--mixup_alpha", "-0.1"], r"mixup_alpha=-0\.1 must be >= 0"),
+    (["--cutmix_alpha", "-1"], r"cutmix_alpha=-1\.0 must be >= 0"),
+    (["--mixup_prob", "1.5"], r"mixup_prob=1\.5 must be in \[0, 1\]"),
+    (["--auto_augment", "autoaugment"], r"auto_augment='autoaugment' is not supported; use one of randaugment"),
+    (["--auto_augment", "randaugment", "--rand_augment_magnitude", "11"], r"rand_augment_magnitude=11 must be in"),
+    (["--random_erasing_mode", "noise"], r"random_erasing_mode='noise' is not supported"),
+    (["--random_erasing_prob", "2"], r"random_erasing_prob=2\.0 must be in \[0, 1\]"),
+    (["--drop_path_rate", "1.0"], r"drop_path_rate=1\.0 is not a probability"),
+    (["--layer_decay", "0"], r"layer_decay=0\.0 must be in \(0, 1\]"),
+    (["--layer_decay", "1.2"], r"layer_decay=1\.2 must be in \(0, 1\]"),
+    (["--ema_decay", "1.0"], r"ema_decay=1\.0 must be in \(0, 1\)"),
+    (["--ema_as_final_model", "true"], r"ema_as_final_model needs an EMA of the weights: set --ema_decay"),
+    (["--metric_for_best_model", "ema_accuracy"], r"metric_for_best_model=ema_accuracy needs an EMA"),
+    (["--ema_decay", "0.99", "--ema_as_final_model", "true", "--load_best_model_at_end", "true"],
+     r"set --metric_for_best_model ema_accuracy"),
+    (["--ema_decay", "0.99", "--metric_for_best_model", "ema_accuracy", "--load_best_model_at_end", "true"],
+     r"set --ema_as_final_model true"),
+    (["--early_stopping_patience", "0"], r"early_stopping_patience=0 must be at least 1"),
+    (["--early_stopping_patience", "3", "--eval_strategy", "no"], r"has no validation metric to watch"),
+    (["--early_stopping_patience", "3"], r"needs --load_best_model_at_end true"),
+    (["--early_stopping_threshold", "0.01"], r"early_stopping_patience is not"),
+    (["--class_weights", "cat:2"], r"class_weights='cat:2' is neither 'balanced' nor a label->weight mapping"),
+    (["--class_weights", "3=-1"], r"class_weights\['3'\]='-1' must be positive"),
+    (["--class_weights", "balanced", "--balanced_sampler", "true"], r"keep one of them"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "pattern"), TOOLKIT_MISTAKES)
+def test_toolkit_mistakes_are_one_error_before_any_data(flags, pattern):
+    from vit_ft.training.recipes import parse_args
+
+    with pytest.raises(RecipeError, match=pattern) as error:
+        parse_args(["--recipe", "digits", *flags])
+    assert "\n" not in str(error.value)
+
+
+def test_toolkit_keys_parse_from_flags_and_yaml(tmp_path):
+    from vit_ft.training.recipes import parse_args
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("builtin_dataset: digits\ntrain_dir: d/train\nclass_weights: {0: 2, 7: 0.5}\n")
+    _, _, training_args = parse_args(["--recipe", str(recipe)])
+    assert training_args.class_weights == {"0": 2.0, "7": 0.5}
+    model_args, data_args, training_args = parse_args([
+        "--recipe", "digits", "--class_weights", '{"3": 2}', "--layer_decay", "0.75", "--ema_decay", "0.999",
+        "--ema_as_final_model", "true", "--metric_for_best_model", "ema_accuracy", "--load_best_model_at_end", "true",
+        "--early_stopping_patience", "2", "--mixup_alpha", "0.8", "--auto_augment", "trivialaugment",
+        "--drop_path_rate", "0.1",
+    ])  # fmt: skip
+    assert training_args.class_weights == {"3": 2.0} and training_args.layer_decay == 0.75
+    assert data_args.mixes_batches and data_args.augmentation_spec().auto_augment == "trivialaugment"
+    assert model_args.drop_path_rate == 0.1
+    defaults = parse_args(["--recipe", "digits"])
+    assert defaults[0].drop_path_rate is None and not defaults[1].mixes_batches
+    assert defaults[1].augmentation_spec() is None and defaults[2].ema_decay is None

@@ -22,7 +22,7 @@ NO_DIR = {"train_dir": None}
         ({"model_name_or_path": ""}, "model_name_or_path is empty", "set it to a Hub id"),
         ({"image_size": 0}, "image_size=0", "e.g. 224 or 384"),
         ({"image_size": -32}, "image_size=-32", "unset to keep the checkpoint's resolution"),
-        ({"pooling": "max"}, "pooling='max'", "use one of: cls, mean."),
+        ({"pooling": "max"}, "pooling='max'", "use one of: cls, mean"),
         ({"hidden_dropout_prob": 1.0}, "hidden_dropout_prob=1.0", "set --hidden_dropout_prob to e.g. 0.1"),
         ({"attention_probs_dropout_prob": -0.1}, "attention_probs_dropout_prob=-0.1", "(or 0 to disable)"),
         ({"lora_dropout": 1.5}, "lora_dropout=1.5", "set --lora_dropout to e.g. 0.1"),

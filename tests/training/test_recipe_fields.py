@@ -8,6 +8,7 @@ import pytest
 from transformers import TrainingArguments
 
 from vit_ft.training.arguments import DataArguments, ModelArguments
+from vit_ft.training.training_arguments import FineTuneTrainingArguments
 from vit_ft.training.recipe_fields import (
     ARGUMENT_DATACLASSES,
     RecipeError,
@@ -26,8 +27,8 @@ def _explicit_parser():
 
 
 def test_every_dataclass_field_has_its_flag():
-    classes = (ModelArguments, DataArguments, TrainingArguments)
-    assert classes == ARGUMENT_DATACLASSES
+    classes = (ModelArguments, DataArguments, FineTuneTrainingArguments)
+    assert classes == ARGUMENT_DATACLASSES and issubclass(FineTuneTrainingArguments, TrainingArguments)
     fields = argument_fields(build_parser())
     expected = {field.name for cls in classes for field in dataclasses.fields(cls) if field.init}
     assert set(fields) == expected

@@ -175,3 +175,42 @@ def test_a_preempted_run_saves_at_the_next_step_and_resumes_to_the_same_result(t
     result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert_same_run(final_run(out), uninterrupted)
+
+
+# Every random draw of the fine-tuning toolkit on at once (issue 23): RandAugment, random erasing, mixup/cutmix
+# with label smoothing, drop path, EMA (the saved model) and layer decay; 2 epochs of 6 steps, checkpoint-8 mid-epoch.
+TOOLKIT = {
+    **SETTINGS,
+    "num_train_epochs": 2,
+    "auto_augment": "randaugment",
+    "random_erasing_prob": 0.5,
+    "mixup_alpha": 0.8,
+    "cutmix_alpha": 1.0,
+    "label_smoothing_factor": 0.1,
+    "drop_path_rate": 0.1,
+    "ema_decay": 0.9,
+    "ema_warmup": True,
+    "ema_as_final_model": True,
+    "layer_decay": 0.75,
+    "weight_decay": 0.05,
+}
+
+
+def test_resume_with_every_augmentation_drop_path_and_ema_is_exact(tmp_path):
+    """An uninterrupted run, then its checkpoint-8 (2 steps into epoch 2) resumed in a fresh folder: the same
+    metrics, losses and final weights (the EMA's), so every draw replays and the EMA comes back from the checkpoint."""
+    first = tmp_path / "first"
+    first.mkdir()
+    recipe = write_tiny_recipe(first, **TOOLKIT)
+    result = run_finetune_script("--recipe", str(recipe), cwd=first)
+    assert result.returncode == 0, result.stderr[-4000:]
+    uninterrupted = final_run(first / "out")
+    history = json.loads((first / "out" / "trainer_state.json").read_text())["log_history"]
+    assert any("eval_ema_accuracy" in entry and "eval_accuracy" in entry for entry in history)
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copytree(first / "out" / "checkpoint-8", out / "checkpoint-8")
+    assert (out / "checkpoint-8" / "ema.safetensors").is_file()
+    result = run_finetune_script("--recipe", str(recipe), "--output_dir", str(out), "--resume", cwd=first)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_same_run(final_run(out), uninterrupted)

@@ -143,7 +143,7 @@ def test_the_final_validation_pass_is_reused_not_repeated(finetuned):
 def test_evaluated_final_model_picks_the_best_or_last_step_and_none_when_unevaluated():
     from types import SimpleNamespace
 
-    from vit_ft.training.stages import evaluated_final_model
+    from vit_ft.training.trainer import evaluated_final_model
 
     history = [
         {"loss": 1.0, "step": 2},
@@ -159,3 +159,22 @@ def test_evaluated_final_model_picks_the_best_or_last_step_and_none_when_unevalu
     assert evaluated_final_model(best, args)["eval_accuracy"] == 0.6  # the last step's weights
     unevaluated = SimpleNamespace(global_step=5, epoch=2.5, log_history=history, best_model_checkpoint=None)
     assert evaluated_final_model(unevaluated, args) is None
+
+
+def test_with_the_ema_as_final_model_its_logged_metrics_are_the_final_ones():
+    from types import SimpleNamespace
+
+    from vit_ft.training.trainer import evaluated_final_model
+
+    entry = {"eval_loss": 0.5, "eval_accuracy": 0.7, "eval_ema_loss": 0.4, "eval_ema_accuracy": 0.8,
+             "eval_runtime": 1.5, "step": 4}  # fmt: skip
+    state = SimpleNamespace(global_step=4, epoch=2.0, log_history=[entry], best_model_checkpoint=None)
+    args = SimpleNamespace(load_best_model_at_end=False, ema_as_final_model=True)
+    assert evaluated_final_model(state, args) == {
+        "eval_loss": 0.4,
+        "eval_accuracy": 0.8,
+        "eval_runtime": 1.5,
+        "epoch": 2.0,
+    }
+    args.ema_as_final_model = False
+    assert evaluated_final_model(state, args)["eval_ema_accuracy"] == 0.8  # reported beside the model's

@@ -25,6 +25,7 @@ COMMANDS = {
     "inspect": "attention maps and rollout of a trained model",
     "fewshot": "the few-shot linear probe of the ViT paper",
     "push": "push a fine-tune output folder to the Hugging Face Hub",
+    "export": "export a trained model to ONNX (and int8) for onnxruntime",
 }
 
 

@@ -1,10 +1,13 @@
-"""Push a fine-tune output folder to the Hugging Face Hub: weights, config, processor, code and model card.
+"""Push a fine-tune output folder to the Hugging Face Hub: weights, config, processor, labels and model card.
 
-vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs                          # vit_ft format (remote code)
-vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --format transformers    # plain ViT
-vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --local_dir staged       # look, don't push
+vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs                      # plain ViT where the model is one
+vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --format vit_ft      # vit-ft's code (trust_remote_code)
+vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --local_dir staged   # look, don't push
 (also `python scripts/push_to_hub.py ...`)
 
+The default (--format auto) pushes transformers' own ViTForImageClassification wherever the model is exactly
+one (a plain ViT with CLS pooling): it loads with pipeline() and runs in the Hub's widget, no remote code. A
+model transformers cannot express (mean pooling, ...) is pushed with vit-ft's code, and its card says why.
 Log in first (`hf auth login`) or set HF_TOKEN. Checkpoints, runs and pickles are never uploaded.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..tools.hub import FORMATS, push_output_dir, stage_for_hub
+from ..tools.hub import AUTO, FORMAT_CHOICES, push_output_dir, stage_for_hub
 from ..utils.cli import ToolArgumentParser, run_tool
 from ..utils.logs import setup_logging
 
@@ -23,9 +26,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hub_model_id", required=True, help="the repository, e.g. me/vit-dogs")
     parser.add_argument(
         "--format",
-        choices=FORMATS,
-        default="vit_ft",
-        help="vit_ft: our code with auto_map (trust_remote_code=True); transformers: a standard ViT (no remote code)",
+        choices=FORMAT_CHOICES,
+        default=AUTO,
+        help="auto (default): transformers' ViT where the model is exactly one, else vit_ft; transformers: a "
+        "standard ViT (no remote code); vit_ft: vit-ft's code with auto_map (trust_remote_code=True)",
     )
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--token", default=None, help="a Hub write token (default: the logged-in one)")
@@ -43,7 +47,7 @@ def push(argv: list[str] | None = None) -> str:
     setup_logging(timestamps=False)
     if args.local_dir:
         staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format)
-        print(f"Staged {args.output_dir} for {args.hub_model_id} ({args.format} format) in {staged}")
+        print(f"Staged {args.output_dir} for {args.hub_model_id} in {staged}")
         return str(staged)
     url = push_output_dir(
         args.output_dir,
@@ -54,7 +58,7 @@ def push(argv: list[str] | None = None) -> str:
         commit_message=args.commit_message,
         revision=args.revision,
     )
-    print(f"Pushed {args.output_dir} ({args.format} format): {url}")
+    print(f"Pushed {args.output_dir}: {url}")
     return url
 
 

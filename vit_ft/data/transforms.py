@@ -9,6 +9,8 @@ then JPEGs are decoded at reduced size (draft mode) and a bad file cannot crash 
 Augmentation randomness is a function of (seed, epoch, sample index) when the train transform has a seed and
 the split an `INDEX_COLUMN`: a run resumed mid-epoch, whose Trainer skips the consumed batches without loading
 them, then draws exactly the crops and flips of an uninterrupted run, whatever the workers or processes.
+The optional `augmentation` (RandAugment, TrivialAugment, colour jitter, random erasing:
+`vit_ft.data.augmentation`) draws from the same per-sample generator.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from PIL import Image
@@ -42,6 +44,9 @@ __all__ = [
     "build_transforms",
     "collate_fn",
 ]
+
+if TYPE_CHECKING:  # kornia (behind the augmentation) loads only when a spec is built
+    from .augmentation import AugmentationSpec
 
 # The train split's column of row positions (vit_ft.training.stages.attach_transforms adds it): a seeded train transform
 # draws each image's crop and flip from a generator seeded by (seed, epoch, this index).
@@ -74,6 +79,7 @@ class ImageClassificationTransform:
     max_pixels: int | None
     draft: bool
     seed: int | None = None
+    augmentation: AugmentationSpec | None = None
 
     def __post_init__(self) -> None:
         self.mean = tuple(float(m) for m in self.mean)
@@ -88,14 +94,29 @@ class ImageClassificationTransform:
         self.min_decode_size = (
             math.ceil(max(self.image_size) / self.crop_pct) if self.draft and not self.train else None
         )
+        # train only: eval never augments
+        self._augment = self.augmentation.build() if self.train and self.augmentation is not None else None
+        self._mean_t = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
+        self._std_t = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
 
     def __repr__(self) -> str:
         mode = "train" if self.train else "eval"
         return (
             f"{type(self).__name__}({mode}, image_size={self.image_size}, mean={self.mean}, std={self.std}, "
             f"crop_scale={self.crop_scale}, horizontal_flip={self.horizontal_flip}, crop_pct={self.crop_pct}, "
-            f"resample={Image.Resampling(self.resample).name}, draft={self.draft}, seed={self.seed})"
+            f"resample={Image.Resampling(self.resample).name}, draft={self.draft}, seed={self.seed}"
+            + (f", augmentation={self.augmentation.describe()!r})" if self._augment is not None else ")")
         )
+
+    def describe(self) -> str:
+        """What the transform does to an image, in a few words (figure titles, logs)."""
+        if not self.train:
+            return f"resize + centre crop (crop_pct {self.crop_pct:g}) to {self.image_size[0]}x{self.image_size[1]}"
+        low, high = self.crop_scale
+        parts = [f"random resized crop (scale {low:g}-{high:g}) to {self.image_size[0]}x{self.image_size[1]}"]
+        parts += ["flip"] if self.horizontal_flip else []
+        parts += [self.augmentation.describe()] if self._augment is not None else []
+        return " + ".join(parts)
 
     @property
     def epoch(self) -> int:
@@ -117,7 +138,8 @@ class ImageClassificationTransform:
     def transform_image(self, image: Any, generator: torch.Generator | None = None) -> torch.Tensor:
         """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width).
 
-        Train draws the crop and flip from `generator`, or from torch's global RNG when None.
+        Train draws the crop, the flip and the augmentation from `generator`, or from torch's global RNG
+        when None.
         """
         if self.train:
             img = random_resized_crop(
@@ -132,10 +154,19 @@ class ImageClassificationTransform:
             )
             if self.horizontal_flip and torch.rand(1, generator=generator).item() < 0.5:
                 img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            if self._augment is not None:
+                return self._augmented(img, generator)
         else:
             img = load_image(image, min_size=self.min_decode_size, max_pixels=self.max_pixels)
             img = resize_and_center_crop(img, self.image_size, self.crop_pct, self.resample)
         return to_normalized_tensor(img, self.mean, self.std, self.rescale_factor)
+
+    def _augmented(self, img: Image.Image, generator: torch.Generator | None) -> torch.Tensor:
+        """The augmentation of the cropped, flipped `img`, normalised; its draws seeded from `generator`."""
+        pixels = to_normalized_tensor(img, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), self.rescale_factor)  # [0, 1]
+        # one 32-bit seed (all a CPU generator keeps) for kornia, which draws from the global RNG
+        seed = None if generator is None else int(torch.randint(2**32, (1,), generator=generator))
+        return self._augment(pixels, self._mean_t, self._std_t, seed)
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         if self.image_column not in batch:
@@ -166,6 +197,8 @@ class ImageClassificationTransform:
         output: dict[str, list] = {"pixel_values": pixel_values}
         if self.label_column in batch:
             output["labels"] = [int(label) for label in batch[self.label_column]]
+        if self.train and INDEX_COLUMN in batch:  # for a batch-level mix seeded by its images (data.mixup)
+            output[INDEX_COLUMN] = [int(i) for i in batch[INDEX_COLUMN]]
         return output
 
 
@@ -185,6 +218,7 @@ def build_transforms(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     draft: bool = True,
     seed: int | None = None,
+    augmentation: AugmentationSpec | None = None,
 ) -> ImageClassificationTransform:
     """Batch transform {image_column: [...], label_column: [...]} -> {"pixel_values": [(3, height, width)
     float32 tensor, ...], "labels": [int, ...]} for `Dataset.with_transform` / `set_transform`.
@@ -195,12 +229,14 @@ def build_transforms(
     bad file raises there), paths or bytes. Every image becomes 8-bit RGB first (see `vit_ft.data.images.to_rgb`).
 
     Train: torchvision's RandomResizedCrop(image_size, crop_scale, crop_ratio) then a horizontal flip with
-    p=0.5. With `seed`, an image whose batch carries its row position in `INDEX_COLUMN` draws both from a
-    generator seeded by (seed, epoch, index), the epoch set with `set_epoch` (the fine-tune's callback does it
-    at each epoch's start): the augmentation of a sample then depends on nothing else, not on the order of
-    loading, the batches a resumed run skips, the DataLoader workers or the process. Otherwise they are drawn
-    from torch's global RNG (seed with `transformers.set_seed`). Eval: resize to cover
-    image_size / crop_pct, then centre-crop image_size. Then (pixel * rescale_factor - mean) / std.
+    p=0.5, then `augmentation` if given. With `seed`, an image whose batch carries its row position in
+    `INDEX_COLUMN` draws all of them from a generator seeded by (seed, epoch, index), the epoch set with
+    `set_epoch` (the fine-tune's callback does it at each epoch's start): the augmentation of a sample then
+    depends on nothing else, not on the order of loading, the batches a resumed run skips, the DataLoader
+    workers or the process. Otherwise they are drawn from torch's global RNG (seed with
+    `transformers.set_seed`). The train output passes `INDEX_COLUMN` on, for `vit_ft.data.mixup` (the plain
+    `collate_fn` drops it). Eval: resize to cover image_size / crop_pct, then centre-crop image_size. Then
+    (pixel * rescale_factor - mean) / std.
 
     Args:
         image_size: (height, width), or one int for a square.
@@ -217,11 +253,14 @@ def build_transforms(
             downscale: of the resize in eval, of each drawn crop in train (the crop is drawn on the header's
             size before decoding).
         seed: train only; makes the augmentation a function of (seed, epoch, sample index), see above.
+        augmentation: train only: RandAugment / TrivialAugment / colour jitter on the crop, then random
+            erasing after normalisation (`vit_ft.data.augmentation`); its draws come from the same
+            per-sample generator. None (default) or an inactive spec: crop and flip only, as before.
     """
     _check_statistics_and_crops(mean, std, crop_scale, crop_ratio, crop_pct)
     return ImageClassificationTransform(  # the fields in the signature's order
         _height_width(image_size), mean, std, train, crop_scale, crop_ratio, horizontal_flip, crop_pct,
-        rescale_factor, resample, image_column, label_column, max_pixels, draft, seed)  # fmt: skip
+        rescale_factor, resample, image_column, label_column, max_pixels, draft, seed, augmentation)  # fmt: skip
 
 
 def augmentation_seed(seed: int, epoch: int, index: int) -> int:

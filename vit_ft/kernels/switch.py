@@ -2,7 +2,7 @@
 
 `auto` (the default) runs them only on AMD x86 CPUs, where MKL's fp32 GEMM runs AVX2 code at about half
 oneDNN's AVX-512 speed and torch's flash attention leaves the bf16 units idle; on Intel and ARM they were not
-measured to help (BENCHMARKS.md "Where the CPU kernels run"). `1` runs them wherever oneDNN is available, `0`
+measured to help (docs/benchmarks.md "Where the CPU kernels run"). `1` runs them wherever oneDNN is available, `0`
 never. Being read at each call, the switch can be flipped in a running process.
 """
 

@@ -2,7 +2,8 @@
 
 `evaluate.load("accuracy")` fetches its module from the Hub; ours lives in
 `vit_ft/metrics/classification/classification.py` (package data, see pyproject) and loads from there, so
-evaluation works without a network. It computes accuracy, top-k accuracy and macro-F1 together from the logits.
+evaluation works without a network. It computes accuracy, top-k accuracy, macro-F1 and balanced accuracy
+(mean per-class recall) together from the logits.
 """
 
 import uuid
@@ -14,7 +15,7 @@ import numpy as np
 
 METRIC_PATH = Path(__file__).resolve().parent / "classification" / "classification.py"
 # Keys of the dict that build_compute_metrics' function returns (Trainer logs them as eval_<key>).
-METRIC_NAMES = ("accuracy", "top5_accuracy", "f1")
+METRIC_NAMES = ("accuracy", "top5_accuracy", "f1", "balanced_accuracy")
 
 
 def load_metric(**kwargs: Any):
@@ -56,7 +57,8 @@ def _logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_compute_metrics(top_k: int = 5) -> Callable[[Any], dict[str, float]]:
-    """Return a Trainer `compute_metrics`: EvalPrediction -> {"accuracy", "top5_accuracy", "f1"} (macro-F1).
+    """Return a Trainer `compute_metrics`: EvalPrediction -> {"accuracy", "top5_accuracy", "f1" (macro-F1),
+    "balanced_accuracy" (mean per-class recall)}.
 
     The metric module is loaded once, here, not at every evaluation. With top_k != 5 the key is
     f"top{top_k}_accuracy"; with fewer than top_k classes it is 1.0 by definition.

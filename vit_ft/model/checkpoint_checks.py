@@ -39,6 +39,7 @@ Shapes = dict[str, tuple[int, ...]]
 def sizes_in_weights(shapes: Shapes) -> dict[str, tuple[Any, str]]:
     """field -> (the value the weights imply, the tensor that implies it), for the fields the shapes show."""
     found: dict[str, tuple[Any, str]] = {}
+    shapes = {k: v for k, v in shapes.items() if not k.startswith("text_model.")}  # CLIP/SigLIP: vision only
     for key, shape in sorted(shapes.items()):
         if key.endswith("embeddings.cls_token"):
             found["hidden_size"] = (shape[-1], key)
@@ -46,7 +47,7 @@ def sizes_in_weights(shapes: Shapes) -> dict[str, tuple[Any, str]]:
             found["num_channels"] = (shape[1], key)
             found["patch_size"] = ((shape[2], shape[3]), key)
         elif key.endswith("embeddings.position_embeddings") and len(shape) == 3:
-            found["positions"] = (shape[1] - 1, key)
+            found["positions"] = (shape[1], key)  # the patch grid and the prefix tokens' slots
         elif _FC1.search(key):
             found["intermediate_size"] = (shape[0], key)
         elif key == "classifier.weight":
@@ -65,7 +66,12 @@ def _configured(config_dict: dict[str, Any], field: str) -> Any:
         return len(id2label) if isinstance(id2label, dict) else config_dict.get("num_labels")
     if field == "positions":
         (h, w), (ph, pw) = (_configured(config_dict, name) for name in ("image_size", "patch_size"))
-        return (h // ph) * (w // pw)
+        fields = {
+            k: v
+            for k, v in config_dict.items()
+            if k in ("class_token", "distillation_token", "no_embed_class")
+        }
+        return (h // ph) * (w // pw) + ViTFTConfig(**fields).num_position_prefix
     value = config_dict.get(field, getattr(ViTFTConfig, field, None))  # a field left out has its default
     return to_2tuple(value, field) if field in ("image_size", "patch_size") else value
 

@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
 
 from .sizes import VIT_SIZES
 
@@ -19,7 +20,8 @@ VIT_CONFIG_FIELDS = (
     "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
     "image_size", "patch_size", "num_channels", "qkv_bias",
 )  # fmt: skip
-POOLING_CHOICES = ("cls", "mean")
+# "cls+mean" concatenates both (DINOv2's linear heads); "map" is attention pooling (SigLIP's head)
+POOLING_CHOICES = ("cls", "mean", "cls+mean", "map")
 # Patch tokens per image that the tools run without being told to: ViT-B/16 at 1024x1024. Attention's time and
 # memory grow with the square of the tokens, so a typo (--image_size 4096: 65536 tokens) would run for minutes
 # at many GB before anything fails. The fine-tune raises it with $VIT_FT_MAX_IMAGE_TOKENS, predict with --max_tokens.
@@ -44,7 +46,18 @@ class ViTFTConfig(PretrainedConfig):
     Args:
         image_size: resolution the position embeddings are laid out for, an int or (height, width).
         patch_size: side of the square patches (an int; a (height, width) pair is accepted too).
-        pooling: "cls" takes the CLS token (the paper's choice), "mean" averages the patch tokens.
+        pooling: "cls" takes the CLS token (the paper's choice), "mean" averages the patch tokens, "cls+mean"
+            concatenates both (DINOv2's linear heads), "map" attends over the tokens with a learned query (SigLIP).
+        drop_path_rate: stochastic depth, rising linearly from 0 at the first block to this at the last (DeiT).
+
+    The fields after `pooling` (timm's `VisionTransformer` options) default to the plain ViT of the paper:
+        layerscale_value: init value of per-channel layer scale on both residual branches (DINOv2), None for none.
+        class_token / distillation_token / num_register_tokens: the prefix tokens (DeiT's distillation token,
+            DINOv2's registers), in that order before the patch tokens.
+        no_embed_class: position embeddings for the patch tokens only (timm's option; SigLIP, DeiT III); otherwise
+            the class and distillation tokens have a slot, the registers never do.
+        pre_norm: a LayerNorm before the blocks (CLIP); the patch projection then has no bias, as in timm.
+        pos_embed_antialias: resample position embeddings with antialiased bicubic (DINOv2 with registers).
     """
 
     model_type = "vit_ft"
@@ -63,6 +76,14 @@ class ViTFTConfig(PretrainedConfig):
     num_channels: int = 3
     qkv_bias: bool = True
     pooling: str = "cls"
+    drop_path_rate: float = 0.0
+    layerscale_value: float | None = None
+    class_token: bool = True
+    distillation_token: bool = False
+    num_register_tokens: int = 0
+    no_embed_class: bool = False
+    pre_norm: bool = False
+    pos_embed_antialias: bool = False
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._validate()
@@ -84,9 +105,18 @@ class ViTFTConfig(PretrainedConfig):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}.")
         if self.pooling not in POOLING_CHOICES:
             raise ValueError(f"pooling must be one of {POOLING_CHOICES}, got {self.pooling!r}.")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}.")
+        if not self.class_token and (self.pooling in ("cls", "cls+mean") or self.distillation_token):
+            raise ValueError(
+                f"pooling={self.pooling!r} and distillation_token need the class token (class_token=False): "
+                "use pooling 'mean' or 'map'."
+            )
+        if not isinstance(self.num_register_tokens, int) or self.num_register_tokens < 0:
+            raise ValueError(f"num_register_tokens must be an int >= 0, got {self.num_register_tokens!r}.")
+        if self.hidden_act not in ACT2FN:
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not in transformers' ACT2FN: e.g. 'gelu'.")
 
     # How checkpoints of other formats (transformers ViT, timm, the ViT paper's JAX .npz) are read as this config:
     # `checkpoint_reader(get_config_dict, name_or_path, **kwargs) -> (config_dict, kwargs)`, installed by
@@ -135,6 +165,16 @@ class ViTFTConfig(PretrainedConfig):
         """Number of patches along (height, width) at `image_size`."""
         (h, w), (ph, pw) = self.image_hw, self.patch_hw
         return (h // ph, w // pw)
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patch tokens: class, distillation and register tokens."""
+        return int(self.class_token) + int(self.distillation_token) + self.num_register_tokens
+
+    @property
+    def num_position_prefix(self) -> int:
+        """Prefix tokens with a slot in the position-embedding table (class and distillation tokens)."""
+        return 0 if self.no_embed_class else int(self.class_token) + int(self.distillation_token)
 
     @classmethod
     def from_variant(cls, variant: str, **kwargs: Any) -> ViTFTConfig:

@@ -39,6 +39,12 @@ def export_to_transformers(
             f"transformers' ViTForImageClassification classifies the CLS token; this model uses pooling="
             f"{config.pooling!r}, which it cannot express. Share it in the vit_ft format instead."
         )
+    family = family_features(config)
+    if family:
+        raise ValueError(
+            f"transformers' ViT cannot express this model's {', '.join(family)}; share it in the vit_ft format "
+            "(save_pretrained: loads with trust_remote_code=True) instead."
+        )
     if with_head and config.num_labels < 1:
         raise ValueError(
             "The model has no classification head (num_labels=0); nothing to export as a classifier."
@@ -77,6 +83,11 @@ def export_to_timm(
     about 1e-5 under timm. Written to a temporary sibling and renamed into place.
     """
     config = model.config
+    if family_features(config):
+        raise ValueError(
+            f"vit_ft writes timm's layout for the plain ViT only; this model has {', '.join(family_features(config))}: "
+            "share it in the vit_ft format (save_pretrained) instead."
+        )
     mean = list(image_mean) if image_mean is not None else [0.5] * config.num_channels
     std = list(image_std) if image_std is not None else [0.5] * config.num_channels
     timm_config = timm_config_dict(config, mean, std)
@@ -93,6 +104,21 @@ def export_to_timm(
         (staging / "config.json").write_text(json.dumps(timm_config, indent=2) + "\n", encoding="utf-8")
         save_file(state_dict, staging / "model.safetensors", metadata={"format": "pt"})
     return Path(output_dir)
+
+
+def family_features(config: ViTFTConfig) -> list[str]:
+    """What `config` has beyond the plain ViT (the options of DeiT, DINOv2, CLIP and SigLIP), named."""
+    plain = ViTFTConfig()
+    names = {
+        "layerscale_value": "layer scale",
+        "class_token": "class token setting",
+        "distillation_token": "distillation token",
+        "num_register_tokens": "register tokens",
+        "no_embed_class": "position embeddings without class slot",
+        "pre_norm": "norm before the blocks",
+        "pos_embed_antialias": "antialiased position resampling",
+    }
+    return [what for name, what in names.items() if getattr(config, name) != getattr(plain, name)]
 
 
 def _vit_config(config: ViTFTConfig, with_head: bool) -> ViTConfig:

@@ -19,6 +19,7 @@ from transformers.utils import SAFE_WEIGHTS_NAME, cached_file
 
 from .checkpoint_checks import check_config_fits_weights
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
+from .families import FAMILY_MODEL_TYPES, family_config_fields, is_family_config
 from .jax_format import JAX_NORMALIZATION, find_jax_checkpoint, jax_config_fields, read_npz_shapes
 from .timm_format import is_timm_config, read_safetensors_shapes, timm_config_fields, timm_normalization
 
@@ -50,9 +51,21 @@ def read_checkpoint_config(
     """(our config dict, the kwargs left, the checkpoint's format) for a checkpoint in any format vit_ft reads.
 
     `get_config_dict` is transformers' own config reading. A transformers ViT config (`model_type: vit`, e.g.
-    google/vit-base-patch16-224-in21k) keeps its architecture fields, and its labels only with a head; a timm
-    `config.json` is checked against its weights' header; the paper's `.npz` gives sizes from its arrays' shapes.
+    google/vit-base-patch16-224-in21k) keeps its architecture fields, and its labels only with a head; DeiT,
+    DINOv2, CLIP and SigLIP configs become ours (`families.py`); a timm `config.json` is checked against its
+    weights' header; the paper's `.npz` gives sizes from its arrays' shapes. `drop_path_rate="checkpoint"` takes the
+    checkpoint's own stochastic-depth rate (timm's `model_args`, DINOv2's config; 0 where it states none).
     """
+    fields, kwargs, fmt = _read_checkpoint_config(get_config_dict, name_or_path, **kwargs)
+    checkpoint_rate = fields.pop("_drop_path_rate", fields.get("drop_path_rate", 0.0))
+    if kwargs.get("drop_path_rate") == "checkpoint":
+        kwargs["drop_path_rate"] = float(checkpoint_rate or 0.0)
+    return fields, kwargs, fmt
+
+
+def _read_checkpoint_config(
+    get_config_dict: GetConfigDict, name_or_path: str | os.PathLike, **kwargs: Any
+) -> tuple[dict[str, Any], dict[str, Any], str]:
     npz = find_jax_checkpoint(name_or_path)
     if npz is not None:  # the paper's JAX file: the architecture is read from the arrays' shapes
         for name in (*DOWNLOAD_KWARGS, *CONFIG_READING_KWARGS):
@@ -67,10 +80,14 @@ def read_checkpoint_config(
         fields = timm_config_fields(config_dict, shapes, str(name_or_path))
         return fields, kwargs, f"timm {config_dict['architecture']}"
     model_type = config_dict.get("model_type")
+    if is_family_config(config_dict):
+        architecture = (config_dict.get("architectures") or [model_type])[0]
+        return family_config_fields(config_dict, str(name_or_path)), kwargs, f"transformers {architecture}"
     if model_type not in ("vit", ViTFTConfig.model_type):
         raise ValueError(
             f"{name_or_path} has model_type {model_type!r}; vit_ft loads transformers ViT "
-            "checkpoints (model_type 'vit', e.g. google/vit-base-patch16-224-in21k), timm ViTs (a config.json "
+            "checkpoints (model_type 'vit', e.g. google/vit-base-patch16-224-in21k), the ViT family "
+            f"({', '.join(sorted(FAMILY_MODEL_TYPES))}), timm ViTs (a config.json "
             "with 'architecture'), the ViT paper's .npz files and its own folders (model_type 'vit_ft')."
         )
     if model_type == "vit":

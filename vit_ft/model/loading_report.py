@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .conversion import DISCARDED_KEYS, HEAD_KEYS
+from .families import FAMILY_DISCARDS
 from .formats import CheckpointInfo
 
 logger = logging.getLogger(__name__)
@@ -121,20 +122,27 @@ def build_loading_report(model: torch.nn.Module, loading_info: Any, load: Active
 
 def _known_discards(loading_info: Any, has_head: bool, source: str) -> dict[str, str]:
     """The unexpected keys vit_ft drops on purpose, taken out of `loading_info`; any other one is an error."""
-    discarded, unknown = {}, []
+    discarded, unknown, groups = {}, [], {}
+    heads = (*HEAD_KEYS, "distillation_classifier.weight", "distillation_classifier.bias")
     for key in sorted(loading_info.unexpected_keys):
         short = key.removeprefix("vit.")
+        family = next((prefix for prefix in FAMILY_DISCARDS if short.startswith(prefix)), None)
         if short in DISCARDED_KEYS:
             discarded[short] = "pre-logits pooler, removed for fine-tuning as in the ViT paper"
-        elif short in HEAD_KEYS and not has_head:
+        elif short in heads and not has_head:
             discarded[short] = "no head in this model"
+        elif family is not None:  # one line per part (a whole text tower is one line)
+            groups.setdefault(family, []).append(short)
         else:
             unknown.append(key)
+    for prefix, keys in groups.items():
+        name = keys[0] if len(keys) == 1 else f"{prefix}* ({len(keys)} tensors)"
+        discarded[name] = FAMILY_DISCARDS[prefix]
     if unknown:
         raise ValueError(
             f"{source} has tensors this model has no place for: {unknown[:10]}{' ...' if len(unknown) > 10 else ''}. "
-            "vit_ft loads transformers ViTModel / ViTForImageClassification checkpoints and its own folders; check "
-            "that the checkpoint is one of these."
+            "vit_ft loads transformers ViT, DeiT, DINOv2, CLIP and SigLIP checkpoints, timm ViTs and its own "
+            "folders; check that the checkpoint is one of these."
         )
     loading_info.unexpected_keys = set()
     return discarded

@@ -1,12 +1,7 @@
-"""The vit_ft Vision Transformer (arXiv 2010.11929) as a transformers PreTrainedModel.
-
-Reads top to bottom like transformers' `models/vit/modeling_vit.py`: PatchEmbeddings -> Embeddings -> Attention ->
-MLP -> Layer -> PreTrainedModel -> Model -> ForImageClassification. Plain PyTorch + transformers (`nn.Linear`, the
-attention registry, the output-recording decorators, `loss_function`), so a saved folder runs with only this file,
-`configuration_vit_ft.py`, `sizes.py` and `pos_embed.py` (`trust_remote_code=True`). Checkpoint formats and the
-loading report are loading code (`loading.py`, through the `checkpoint_loader` hook); the CPU kernels are applied
-from outside (`vit_ft.kernels.kernelize`).
-"""
+"""The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2, CLIP, SigLIP),
+a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`. A saved folder runs with only this
+file, `configuration_vit_ft.py`, `sizes.py` and `pos_embed.py`; checkpoint formats are loading code (`loading.py`,
+through the `checkpoint_loader` hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
 
 from __future__ import annotations
 
@@ -34,8 +29,9 @@ class ViTFTPatchEmbeddings(nn.Module):
         super().__init__()
         self.num_channels = config.num_channels
         self.patch_size = config.patch_hw
+        bias = not config.pre_norm  # timm's rule: no patch bias under a pre-norm (CLIP)
         self.projection = nn.Conv2d(
-            config.num_channels, config.hidden_size, kernel_size=self.patch_size, stride=self.patch_size
+            config.num_channels, config.hidden_size, self.patch_size, self.patch_size, bias=bias
         )
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -48,7 +44,8 @@ class ViTFTPatchEmbeddings(nn.Module):
 
 
 class ViTFTEmbeddings(nn.Module):
-    """CLS token + patch embeddings + learned position embeddings, resampled when the input size differs."""
+    """Prefix tokens (class, distillation, registers) + patch embeddings + learned position embeddings, resampled
+    when the input size differs. Without `no_embed_class` the class/distillation tokens have position slots."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
@@ -60,10 +57,15 @@ class ViTFTEmbeddings(nn.Module):
                 f"image_size {image_hw} is not divisible by patch_size {self.patch_size}: use a multiple of the "
                 f"patch size, e.g. {nearest_multiple(image_hw, self.patch_size)}."
             )
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        hidden, registers, self.config = config.hidden_size, config.num_register_tokens, config
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, hidden)) if config.class_token else None
+        self.distillation_token = (
+            nn.Parameter(torch.zeros(1, 1, hidden)) if config.distillation_token else None
+        )
+        self.register_tokens = nn.Parameter(torch.zeros(1, registers, hidden)) if registers else None
         self.patch_embeddings = ViTFTPatchEmbeddings(config)
-        num_positions = self.grid_size[0] * self.grid_size[1] + 1
-        self.position_embeddings = nn.Parameter(torch.zeros(1, num_positions, config.hidden_size))
+        num_positions = self.grid_size[0] * self.grid_size[1] + config.num_position_prefix
+        self.position_embeddings = nn.Parameter(torch.zeros(1, num_positions, hidden))
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
@@ -80,11 +82,21 @@ class ViTFTEmbeddings(nn.Module):
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         batch_size, _, height, width = pixel_values.shape
         grid = self.grid_for(height, width)
+        cfg = self.config
         embeddings = self.patch_embeddings(pixel_values)  # (B, N, hidden)
-        cls_tokens = self.cls_token.expand(batch_size, -1, -1)  # (B, 1, hidden)
-        embeddings = torch.cat([cls_tokens, embeddings], dim=1)  # (B, 1 + N, hidden)
-        position_embeddings = resample_position_embeddings(self.position_embeddings, self.grid_size, grid)
-        return self.dropout(embeddings + position_embeddings)
+        pos = resample_position_embeddings(
+            self.position_embeddings, self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias
+        )
+        tokens = [t for t in (self.cls_token, self.distillation_token) if t is not None]
+        prefix = [t.expand(batch_size, -1, -1) for t in tokens]  # each (B, 1, hidden)
+        if cfg.no_embed_class:  # timm's option: the prefix tokens have no position
+            embeddings = torch.cat([*prefix, embeddings + pos], dim=1)  # (B, prefix + N, hidden)
+        else:
+            embeddings = torch.cat([*prefix, embeddings], dim=1) + pos  # (B, prefix + N, hidden)
+        if self.register_tokens is not None:  # after the class/distillation tokens, never a position (DINOv2)
+            registers = self.register_tokens.expand(batch_size, -1, -1)  # (B, registers, hidden)
+            embeddings = torch.cat([embeddings[:, : len(prefix)], registers, embeddings[:, len(prefix) :]], 1)
+        return self.dropout(embeddings)
 
 
 def eager_attention_forward(
@@ -140,15 +152,9 @@ class ViTFTAttention(nn.Module):
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
+        dropout = self.attention_dropout if self.training else 0.0
         attn_output, attn_weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            None,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
+            self, query, key, value, None, dropout=dropout, scaling=self.scaling, **kwargs
         )
         attn_output = attn_output.reshape(batch_size, seq_len, hidden)  # (B, N, hidden)
         return self.proj(attn_output), attn_weights
@@ -166,21 +172,63 @@ class ViTFTMLP(nn.Module):
         return self.fc2(self.activation_fn(self.fc1(hidden_states)))
 
 
-class ViTFTLayer(GradientCheckpointingLayer):
-    """Pre-norm encoder block: x + Attn(LN(x)), then x + MLP(LN(x))."""
+class ViTFTAttentionPool(nn.Module):
+    """Attention pooling (SigLIP's MAP head, timm's `AttentionPoolLatent`): a learned query attends over the
+    `(batch, seq_len, hidden)` tokens, then a residual MLP; -> `(batch, hidden)`."""
 
     def __init__(self, config: ViTFTConfig):
+        super().__init__()
+        self.num_heads, hidden = config.num_attention_heads, config.hidden_size
+        self.latent = nn.Parameter(torch.zeros(1, 1, hidden))
+        self.q = nn.Linear(hidden, hidden)
+        self.kv = nn.Linear(hidden, 2 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.mlp = ViTFTMLP(config)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        batch_size, seq_len, hidden = hidden_states.shape
+        heads, head_dim = self.num_heads, hidden // self.num_heads
+        query = self.q(self.latent).view(1, heads, 1, head_dim).expand(batch_size, -1, -1, -1)
+        kv = self.kv(hidden_states).view(batch_size, seq_len, 2, heads, head_dim)
+        key, value = kv.permute(2, 0, 3, 1, 4).unbind(
+            0
+        )  # each (B, heads, N, head_dim); query (B, heads, 1, ..)
+        pooled = nn.functional.scaled_dot_product_attention(query, key, value).reshape(batch_size, hidden)
+        pooled = self.proj(pooled)  # (B, hidden)
+        return pooled + self.mlp(self.norm(pooled))
+
+
+class ViTFTLayer(GradientCheckpointingLayer):
+    """Pre-norm encoder block: x + DropPath(LS(Attn(LN(x)))), then x + DropPath(LS(MLP(LN(x)))); layer scale
+    (`ls1`, `ls2`: per-channel gains) only with `layerscale_value`, drop path only with a rate > 0."""
+
+    def __init__(self, config: ViTFTConfig, drop_path_rate: float = 0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.attention = ViTFTAttention(config)
         self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = ViTFTMLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.drop_path_rate = drop_path_rate
+        self.ls1 = self.ls2 = None
+        if config.layerscale_value is not None:
+            self.ls1 = nn.Parameter(torch.full((config.hidden_size,), float(config.layerscale_value)))
+            self.ls2 = nn.Parameter(torch.full((config.hidden_size,), float(config.layerscale_value)))
+
+    def residual(self, branch: torch.Tensor, gain: torch.Tensor | None) -> torch.Tensor:
+        """A residual branch's dropout, layer scale, then drop path (stochastic depth, arXiv 1603.09382) as timm's
+        `drop_path`: a sample's whole branch dropped with probability rate, kept ones scaled by 1 / (1 - rate)."""
+        branch = self.dropout(branch) if gain is None else self.dropout(branch) * gain
+        if self.drop_path_rate == 0.0 or not self.training:
+            return branch
+        keep = branch.new_empty((branch.shape[0], 1, 1)).bernoulli_(1.0 - self.drop_path_rate)  # (B, 1, 1)
+        return branch * keep.div_(1.0 - self.drop_path_rate)
 
     def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         attn_output, _ = self.attention(self.norm1(hidden_states), **kwargs)
-        hidden_states = hidden_states + self.dropout(attn_output)
-        return hidden_states + self.dropout(self.mlp(self.norm2(hidden_states)))
+        hidden_states = hidden_states + self.residual(attn_output, self.ls1)
+        return hidden_states + self.residual(self.mlp(self.norm2(hidden_states)), self.ls2)
 
 
 class ViTFTPreTrainedModel(PreTrainedModel):
@@ -208,7 +256,8 @@ class ViTFTPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         """Truncated-normal weights, zero biases, unit LayerNorms, and a zero classifier head (paper §3.1)."""
         std = self.config.initializer_range
-        if module is getattr(self, "classifier", None) and isinstance(module, nn.Linear):
+        heads = (getattr(self, "classifier", None), getattr(self, "distillation_classifier", None))
+        if any(module is head for head in heads) and isinstance(module, nn.Linear):
             init.zeros_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, (nn.Linear, nn.Conv2d)):
@@ -219,8 +268,14 @@ class ViTFTPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, ViTFTEmbeddings):
-            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
-            init.trunc_normal_(module.cls_token, mean=0.0, std=std)
+            tokens = ("position_embeddings", "cls_token", "distillation_token", "register_tokens")
+            for token in (getattr(module, name) for name in tokens if getattr(module, name) is not None):
+                init.trunc_normal_(token, mean=0.0, std=std)
+        elif isinstance(module, ViTFTLayer) and module.ls1 is not None:
+            init.constant_(module.ls1, self.config.layerscale_value)
+            init.constant_(module.ls2, self.config.layerscale_value)
+        elif isinstance(module, ViTFTAttentionPool):
+            init.trunc_normal_(module.latent, mean=0.0, std=std)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any):
@@ -240,8 +295,8 @@ class ViTFTPreTrainedModel(PreTrainedModel):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that optimizers conventionally exclude from weight decay (timm's habit)."""
-        prefix = "" if isinstance(self, ViTFTModel) else f"{self.base_model_prefix}."
-        return {f"{prefix}embeddings.cls_token", f"{prefix}embeddings.position_embeddings"}
+        kinds = ("cls_token", "distillation_token", "register_tokens", "position_embeddings")
+        return {name for name, _ in self.named_parameters() if name.rsplit(".", 1)[-1] in kinds}
 
 
 class ViTFTModel(ViTFTPreTrainedModel):
@@ -251,8 +306,13 @@ class ViTFTModel(ViTFTPreTrainedModel):
     def __init__(self, config: ViTFTConfig):
         super().__init__(config)
         self.embeddings = ViTFTEmbeddings(config)
-        self.layers = nn.ModuleList([ViTFTLayer(config) for _ in range(config.num_hidden_layers)])
-        self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        hidden, eps = config.hidden_size, config.layer_norm_eps
+        self.pre_layernorm = nn.LayerNorm(hidden, eps=eps) if config.pre_norm else None
+        # stochastic depth rising linearly with depth (DeiT, timm)
+        rates = [x.item() for x in torch.linspace(0, config.drop_path_rate, config.num_hidden_layers)]
+        self.layers = nn.ModuleList([ViTFTLayer(config, rate) for rate in rates])
+        self.layernorm = nn.LayerNorm(hidden, eps=eps)
+        self.attn_pool = ViTFTAttentionPool(config) if config.pooling == "map" else None
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -260,22 +320,29 @@ class ViTFTModel(ViTFTPreTrainedModel):
         return self.embeddings.patch_embeddings
 
     def forward_features(self, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """`(batch, channels, height, width)` -> normalised tokens `(batch, 1 + num_patches, hidden)`."""
+        """`(batch, channels, height, width)` -> normalised tokens `(batch, prefix + num_patches, hidden)`."""
         if not pixel_values.is_floating_point():  # a dtype check: free, and static under torch.compile
             raise ValueError(
                 f"pixel_values is {pixel_values.dtype}: pass float pixels normalised as the model's image processor "
                 "does (rescaled and normalised with its mean/std), not raw 0-255 integers."
             )
         pixel_values = pixel_values.to(self.embeddings.patch_embeddings.projection.weight.dtype)
-        hidden_states = self.embeddings(pixel_values)  # (B, 1 + N, hidden)
+        hidden_states = self.embeddings(pixel_values)  # (B, prefix + N, hidden)
+        if self.pre_layernorm is not None:
+            hidden_states = self.pre_layernorm(hidden_states)
         for layer in self.layers:
             hidden_states = layer(hidden_states, **kwargs)
         return self.layernorm(hidden_states)
 
     def forward_head(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        """Pool `(batch, 1 + num_patches, hidden)` tokens to `(batch, hidden)`."""
-        if self.config.pooling == "mean":
-            return sequence_output[:, 1:].mean(dim=1)
+        """Pool `(batch, prefix + num_patches, hidden)` tokens to `(batch, hidden)` (`2 * hidden` for cls+mean)."""
+        pooling, patches = self.config.pooling, sequence_output[:, self.config.num_prefix_tokens :]
+        if pooling == "map":
+            return self.attn_pool(sequence_output)
+        if pooling == "mean":
+            return patches.mean(dim=1)
+        if pooling == "cls+mean":
+            return torch.cat([sequence_output[:, 0], patches.mean(dim=1)], dim=-1)
         return sequence_output[:, 0]
 
     # the hidden states are the layers' outputs before the final LayerNorm, as transformers' ViT returns them
@@ -295,15 +362,18 @@ class ViTFTModel(ViTFTPreTrainedModel):
 
 
 class ViTFTForImageClassification(ViTFTPreTrainedModel):
-    """ViT with a linear head on the pooled token (CLS by default); the head starts at zero."""
+    """ViT with a linear head on the pooled token (CLS by default); the head starts at zero. With a distillation
+    token, a second head on it and the two logits averaged, as DeiT's `ForImageClassificationWithTeacher`."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.vit = ViTFTModel(config)
-        self.classifier = (
-            nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
-        )
+        hidden, labels = config.hidden_size, config.num_labels
+        features = 2 * hidden if config.pooling == "cls+mean" else hidden
+        self.classifier = nn.Linear(features, labels) if labels > 0 else nn.Identity()
+        if config.distillation_token:
+            self.distillation_classifier = nn.Linear(hidden, labels) if labels > 0 else nn.Identity()
         self.post_init()
 
     @can_return_tuple
@@ -316,11 +386,10 @@ class ViTFTForImageClassification(ViTFTPreTrainedModel):
     ) -> ImageClassifierOutput:
         outputs: BaseModelOutputWithPooling = self.vit(pixel_values, **kwargs)
         logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
-        loss = None
-        if (
-            labels is not None
-        ):  # transformers' problem_type rule; in float32 also for a bf16 model, as Trainer logs it
-            loss = self.loss_function(labels, logits.float(), self.config, **kwargs)
+        if self.config.distillation_token:  # timm and transformers average both heads when not distilling
+            logits = (logits + self.distillation_classifier(outputs.last_hidden_state[:, 1])) / 2
+        # transformers' problem_type rule; in float32 also for a bf16 model, as Trainer logs it
+        loss = None if labels is None else self.loss_function(labels, logits.float(), self.config, **kwargs)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -11,13 +11,16 @@ def resample_position_embeddings(
     old_grid: tuple[int, int],
     new_grid: tuple[int, int],
     num_prefix_tokens: int = 1,
+    antialias: bool = False,
 ) -> torch.Tensor:
     """Resample a learned position-embedding table to another patch grid.
 
     `pos_embed` is `(1, num_prefix_tokens + old_h * old_w, hidden)`; the result is
     `(1, num_prefix_tokens + new_h * new_w, hidden)`. The prefix (CLS) entries are kept as they are and the
-    patch entries are interpolated in 2D, bicubic, `align_corners=False`, no antialias, in float32: the
-    algorithm of transformers' `ViTEmbeddings.interpolate_pos_encoding`, so both give the same numbers.
+    patch entries are interpolated in 2D, bicubic, `align_corners=False`, no antialias (by default), in float32: the
+    algorithm of transformers' `ViTEmbeddings.interpolate_pos_encoding`, so both give the same numbers (and of its
+    DeiT, DINOv2, CLIP and SigLIP). `antialias=True` is `Dinov2WithRegistersEmbeddings`' variant, which differs
+    even when upsampling (PyTorch's antialiased bicubic uses the a=-0.5 kernel, the plain one a=-0.75).
     """
     old_h, old_w = old_grid
     new_h, new_w = new_grid
@@ -33,7 +36,7 @@ def resample_position_embeddings(
     # bicubic on low-precision tables loses accuracy; interpolate in float32 and restore the dtype after
     patches = patches.float().reshape(1, old_h, old_w, dim).permute(0, 3, 1, 2)  # (1, hidden, old_h, old_w)
     patches = F.interpolate(
-        patches, size=(new_h, new_w), mode="bicubic", align_corners=False, antialias=False
+        patches, size=(new_h, new_w), mode="bicubic", align_corners=False, antialias=antialias
     )
     patches = patches.permute(0, 2, 3, 1).reshape(1, new_h * new_w, dim)  # (1, new_h * new_w, hidden)
     return torch.cat([prefix, patches.to(pos_embed.dtype)], dim=1)

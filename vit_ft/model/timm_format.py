@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from .configuration_vit_ft import ViTFTConfig
+from .families import timm_family_fields
 from .sizes import VIT_SIZES
 
 # timm key -> ours, outside the blocks (timm's `pos_embed` holds the class token's slot first, as ours, with
@@ -29,7 +31,16 @@ TIMM_KEYS = {
     "norm.bias": "layernorm.bias",
     "head.weight": "classifier.weight",
     "head.bias": "classifier.bias",
+    # the family's options (timm's `attn_pool.*` has our names already)
+    "reg_token": "embeddings.register_tokens",
+    "dist_token": "embeddings.distillation_token",
+    "norm_pre.weight": "pre_layernorm.weight",
+    "norm_pre.bias": "pre_layernorm.bias",
+    "head_dist.weight": "distillation_classifier.weight",
+    "head_dist.bias": "distillation_classifier.bias",
 }
+# timm `blocks.N.ls1.gamma` -> ours `layers.N.ls1` (layer scale)
+TIMM_LAYER_SCALE = {"ls1.gamma": "ls1", "ls2.gamma": "ls2"}
 # timm `blocks.N.<name>` -> ours `layers.N.<name>`; timm fuses qkv (query, key, value order) as we do
 TIMM_BLOCK_KEYS = {
     "norm1": "norm1",
@@ -43,17 +54,12 @@ TIMM_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias)$")
 OUR_LAYER = re.compile(r"^layers\.(\d+)\.(.+)\.(weight|bias)$")
 # timm tensors of features a plain ViT does not have: key pattern -> what it is
 TIMM_UNSUPPORTED_KEYS = {
-    r"^reg_token$": "register tokens",
-    r"^dist_token$": "a distillation token (DeiT distilled)",
-    r"\.ls[12]\.gamma$": "layer scale (init_values)",
-    r"^norm_pre\.": "a LayerNorm before the blocks (pre_norm, as in CLIP)",
     r"\.attn\.[qk]_norm\.": "qk normalisation (qk_norm)",
     r"\.attn\.norm\.": "a norm inside attention (scale_attn_norm)",
     r"\.mlp\.norm\.": "a norm inside the MLP (scale_mlp_norm)",
-    r"^attn_pool\.": "attention pooling (global_pool='map')",
     r"^fc_norm\.": "a LayerNorm after average pooling (fc_norm, global_pool='avg')",
     r"^patch_embed\.norm\.": "a norm after the patch embedding",
-    r"^head_dist\.": "a distillation head (DeiT distilled)",
+    r"\.mlp\.(w12|fc1_g)\.": "a SwiGLU MLP (DINOv2 giant)",
 }
 # timm's `model_args` that a plain ViT can follow, and the values it can hold (None: any value, mapped below)
 TIMM_MODEL_ARGS: dict[str, tuple | None] = {
@@ -66,18 +72,18 @@ TIMM_MODEL_ARGS: dict[str, tuple | None] = {
     "num_heads": None,
     "mlp_ratio": None,
     "qkv_bias": None,
-    "global_pool": ("token", "avg"),
+    "global_pool": ("token", "avg", "map"),
     "fc_norm": (False, None),
-    "class_token": (True,),
-    "no_embed_class": (False,),
-    "reg_tokens": (0,),
+    "class_token": None,
+    "no_embed_class": None,
+    "reg_tokens": None,
     "pos_embed": ("learn",),
-    "pre_norm": (False,),
+    "pre_norm": None,
     "final_norm": (True,),
     "qk_norm": (False,),
-    "init_values": (None,),
+    "init_values": None,
     "proj_bias": (True,),
-    "act_layer": ("gelu", None),
+    "act_layer": ("gelu", None, "quick_gelu", "gelu_tanh"),
     # run-time and training-only settings: our model resamples position embeddings for every input size anyway
     "dynamic_img_size": None,
     "dynamic_img_pad": (False,),
@@ -91,10 +97,7 @@ TIMM_MODEL_ARGS: dict[str, tuple | None] = {
 }
 # architecture-name tags whose change leaves no tensor behind to detect it by
 TIMM_UNSUPPORTED_TAGS = {
-    "quickgelu": "the QuickGELU activation (OpenAI CLIP)",
     "rope": "rotary position embeddings",
-    "siglip": "SigLIP's attention pooling without a class token",
-    "gap": "average pooling without a class token",
     "swiglu": "a SwiGLU MLP",
     "parallel": "parallel attention/MLP blocks",
     "relpos": "relative position embeddings",
@@ -112,6 +115,15 @@ TIMM_REGISTERED = {
     "vit_base_patch8_224",
     "vit_large_patch14_224",
     "vit_huge_patch14_224",
+}
+# timm's names of sizes beyond the ViT/DeiT ones (SigLIP's shape-optimised ViT, arXiv 2305.13035)
+TIMM_SIZES = {
+    "so400m": {
+        "hidden_size": 1152,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "intermediate_size": 4304,
+    }
 }
 TIMM_LAYER_NORM_EPS = 1e-6  # timm's ViT LayerNorms: partial(nn.LayerNorm, eps=1e-6), the JAX default too
 FIX = "use a timm ViT without it (e.g. timm/vit_base_patch16_224.augreg_in21k) or load it with timm itself"
@@ -138,9 +150,8 @@ def check_timm_keys(shapes: dict[str, tuple[int, ...]], source: str) -> None:
         found = sorted(key for key in shapes if re.search(pattern, key))
         if found:
             raise ValueError(f"{source} has {what} ({found[0]}), which a plain ViT cannot hold: {FIX}.")
-    if "cls_token" not in shapes:
-        raise ValueError(f"{source} has no class token (class_token=False), which vit_ft's ViT needs: {FIX}.")
-    for key in ("norm.weight", "patch_embed.proj.bias", "blocks.0.attn.proj.bias"):
+    needed = ("norm.weight", "blocks.0.attn.proj.bias")
+    for key in (*needed, *(() if "norm_pre.weight" in shapes else ("patch_embed.proj.bias",))):
         if key not in shapes:
             raise ValueError(
                 f"{source} lacks {key} (a timm option such as final_norm=False or proj_bias=False): {FIX}."
@@ -159,18 +170,22 @@ def timm_config_fields(
     check_timm_keys(shapes, source)
     model_args = _check_timm_options(architecture, dict(timm_config.get("model_args") or {}), source)
     fields = _timm_size_fields(architecture, model_args, source)
-    fields["image_size"] = _timm_image_size(timm_config, model_args, fields, shapes)
+    fields.update(timm_family_fields(architecture, model_args, shapes))
     global_pool = model_args.get("global_pool", timm_config.get("global_pool", "token"))
-    if global_pool not in ("token", "avg"):
+    if global_pool not in ("token", "avg", "map"):
         raise ValueError(
-            f"{source} pools with global_pool={global_pool!r}; vit_ft pools 'token' or 'avg': {FIX}."
+            f"{source} pools with global_pool={global_pool!r}; vit_ft pools 'token', 'avg' or 'map': {FIX}."
         )
     # 'avg' here is without fc_norm (a norm after pooling is refused above): the final norm, then the patch mean
-    fields["pooling"] = "mean" if global_pool == "avg" else "cls"
-    fields.update(hidden_act="gelu", layer_norm_eps=timm_config.get("layer_norm_eps", TIMM_LAYER_NORM_EPS))
+    fields["pooling"] = {"avg": "mean", "map": "map"}.get(global_pool, "cls")
+    prefix = ViTFTConfig(**fields).num_position_prefix
+    fields["image_size"] = _timm_image_size(timm_config, model_args, fields, shapes, prefix)
+    eps = 1e-5 if "clip" in re.split(r"[_.]", architecture) else TIMM_LAYER_NORM_EPS  # timm's CLIP norms
+    fields["layer_norm_eps"] = timm_config.get("layer_norm_eps", eps)
     fields["qkv_bias"] = "blocks.0.attn.qkv.bias" in shapes
     fields.update(_timm_label_fields(timm_config, shapes))
     _check_timm_shapes(fields, shapes, source)
+    fields["_drop_path_rate"] = model_args.get("drop_path_rate", 0.0)  # applied only when asked (formats.py)
     return fields
 
 
@@ -196,8 +211,9 @@ def _timm_size_fields(architecture: str, model_args: dict[str, Any], source: str
     """Width, depth, heads, MLP size, patch and channels: from the architecture name, then `model_args`."""
     fields: dict[str, Any] = {}
     match = TIMM_ARCHITECTURE.match(architecture)
-    if match and match["size"] in VIT_SIZES:
-        fields.update(VIT_SIZES[match["size"]], patch_size=int(match["patch"]))
+    sizes = {**VIT_SIZES, **TIMM_SIZES}
+    if match and match["size"] in sizes:
+        fields.update(sizes[match["size"]], patch_size=int(match["patch"]))
     named = {
         "embed_dim": "hidden_size",
         "depth": "num_hidden_layers",
@@ -222,6 +238,7 @@ def _timm_image_size(
     model_args: dict[str, Any],
     fields: dict[str, Any],
     shapes: dict[str, tuple[int, ...]],
+    prefix: int = 1,
 ) -> int | list[int]:
     """The stated input size (`img_size`, else `pretrained_cfg`), unless the weights' square grid disagrees."""
     pretrained_cfg = timm_config.get("pretrained_cfg") or {}
@@ -229,9 +246,9 @@ def _timm_image_size(
     height, width = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     patch = fields.get("patch_size", 16)
     patch = patch if isinstance(patch, int) else patch[0]
-    tokens = shapes.get("pos_embed", (1, 1))[1] - 1
+    tokens = shapes.get("pos_embed", (1, 1))[1] - prefix
     side = round(tokens**0.5)
-    if side * side == tokens and (height // patch) * (width // patch) not in (tokens, tokens + 1):
+    if side * side == tokens and (height // patch) * (width // patch) != tokens:
         height = width = side * patch  # the weights' square grid wins over a stated input size that disagrees
     return height if height == width else [height, width]
 
@@ -257,20 +274,18 @@ def _check_timm_shapes(fields: dict[str, Any], shapes: dict[str, tuple[int, ...]
     image = fields["image_size"]
     height, width = (image, image) if isinstance(image, int) else tuple(image)
     blocks = {int(m.group(1)) for key in shapes if (m := TIMM_BLOCK.match(key))}
+    prefix = ViTFTConfig(**{k: v for k, v in fields.items() if k != "image_size"}).num_position_prefix
     expected = {
-        "cls_token": (1, 1, hidden),
-        "pos_embed": (1, 1 + (height // patch_hw[0]) * (width // patch_hw[1]), hidden),
+        **({"cls_token": (1, 1, hidden)} if fields.get("class_token", True) else {}),
+        "pos_embed": (1, prefix + (height // patch_hw[0]) * (width // patch_hw[1]), hidden),
         "patch_embed.proj.weight": (hidden, fields.get("num_channels", 3), *patch_hw),
         "blocks.0.mlp.fc1.weight": (fields["intermediate_size"], hidden),
     }
     for key, shape in expected.items():
         if shapes.get(key) != shape:
-            why = ""
-            if key == "pos_embed" and shapes.get(key, (0, 0))[1] == shape[1] - 1:
-                why = " (no class-token slot: no_embed_class=True, which vit_ft's ViT cannot hold)"
             raise ValueError(
                 f"{source}: {key} has shape {shapes.get(key)} but the architecture its config.json names expects "
-                f"{shape}{why}; fix architecture / model_args in config.json to match the weights."
+                f"{shape}; fix architecture / model_args in config.json to match the weights."
             )
     if blocks != set(range(depth)):
         raise ValueError(

@@ -17,9 +17,16 @@ import torch
 from transformers.core_model_loading import ConversionOps, WeightConverter, WeightRenaming
 
 from .conversion import HEAD_KEYS, LAYER_RENAMES, QKV_SOURCES
+from .families import (
+    CLIP_CLASS_EMBEDDING,
+    FAMILY_PREFIXES,
+    FAMILY_QKV_SOURCES,
+    FAMILY_RENAMES,
+    SIGLIP_IN_PROJ,
+)
 from .loading_report import active_load
 from .pos_embed import resample_position_embeddings
-from .timm_format import TIMM_BLOCK_KEYS, TIMM_KEYS
+from .timm_format import TIMM_BLOCK_KEYS, TIMM_KEYS, TIMM_LAYER_SCALE
 
 
 class _LoadOnly:
@@ -71,21 +78,46 @@ class ResamplePositionEmbeddings(ConversionOps):
 
     def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
         (tensor,) = input_dict.pop(source_patterns[0])
-        target = config.grid_size
+        tensor = tensor[None] if tensor.dim() == 2 else tensor  # CLIP / SigLIP keep (positions, hidden)
+        target, prefix = config.grid_size, config.num_position_prefix
         load = active_load()
         source = load.info.grid if load.info else target
-        if tensor.shape[1] != 1 + source[0] * source[1]:  # another source: only a square grid can be inferred
-            side = math.isqrt(tensor.shape[1] - 1)
-            if side * side != tensor.shape[1] - 1:
+        if (
+            tensor.shape[1] != prefix + source[0] * source[1]
+        ):  # another source: only a square grid is inferred
+            side = math.isqrt(tensor.shape[1] - prefix)
+            if side * side != tensor.shape[1] - prefix:
                 _refuse(
                     f"cannot tell the patch grid of position embeddings {tuple(tensor.shape)}: load from the "
                     "checkpoint's folder with image_size=... instead of passing config= or state_dict="
                 )
             source = (side, side)
         if source != target:
-            tensor = resample_position_embeddings(tensor, source, target)
+            tensor = resample_position_embeddings(tensor, source, target, prefix, config.pos_embed_antialias)
             load.resampled["embeddings.position_embeddings"] = (source, target)
         return {target_patterns[0]: tensor}
+
+
+class ReshapeClassToken(ConversionOps):
+    """CLIP's class embedding `(hidden,)` -> our class token `(1, 1, hidden)`."""
+
+    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+        (tensor,) = input_dict.pop(source_patterns[0])
+        return {target_patterns[0]: tensor.reshape(1, 1, -1)}
+
+
+class SplitInProjection(ConversionOps):
+    """SigLIP's pooling head: `nn.MultiheadAttention`'s in-projection `(3 * hidden, ...)` -> our query
+    `(hidden, ...)` and fused key/value `(2 * hidden, ...)` (timm's `AttentionPoolLatent` layout)."""
+
+    @torch.no_grad()
+    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+        (tensor,) = input_dict.pop(source_patterns[0])
+        hidden = tensor.shape[0] // 3
+        return {
+            target_patterns[0]: tensor[:hidden].contiguous(),
+            target_patterns[1]: tensor[hidden:].contiguous(),
+        }
 
 
 class KeepHeadForSameLabels(ConversionOps):
@@ -107,23 +139,38 @@ def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
     """transformers ViT checkpoints (ViTModel, ViTForImageClassification) and timm ViTs -> our modules, as
     transformers weight transforms: `conversion.py`'s tables and timm's, the position embeddings resampled, the
     head kept for its own labels. Our own folders have our keys already and pass through unchanged."""
-    mapping: list[WeightRenaming | WeightConverter] = [_Renaming(r"encoder\.layer\.", "layers.")]
+    # the family's base-model prefixes first (anchored), then its module names (families.py)
+    mapping: list[WeightRenaming | WeightConverter] = [
+        _Renaming(rf"^{re.escape(source)}", target) for source, target in FAMILY_PREFIXES.items()
+    ]
+    mapping += [_Renaming(re.escape(source), target) for source, target in FAMILY_RENAMES.items()]
+    mapping.append(_Renaming(r"encoder\.layer\.", "layers."))
     mapping += [
         _Renaming(rf"\.{re.escape(source)}\.", f".{target}.") for source, target in LAYER_RENAMES.items()
     ]
     # timm ViTs (timm_format.TIMM_KEYS): anchored at the key's start, so they never touch our own keys
     mapping += [_Renaming(rf"^{re.escape(source)}$", target) for source, target in TIMM_KEYS.items()]
     mapping += [
+        _Renaming(rf"^blocks\.(\d+)\.{re.escape(source)}$", rf"layers.\1.{target}")
+        for source, target in TIMM_LAYER_SCALE.items()
+    ]
+    mapping += [
         _Renaming(rf"^blocks\.(\d+)\.{re.escape(source)}\.", rf"layers.\1.{target}.")
         for source, target in TIMM_BLOCK_KEYS.items()
     ]
-    mapping += [_Converter(list(names), "attention.qkv", [FuseQKV()]) for names in QKV_SOURCES]
+    qkv_sources = (*QKV_SOURCES, *FAMILY_QKV_SOURCES)
+    mapping += [_Converter(list(names), "attention.qkv", [FuseQKV()]) for names in qkv_sources]
+    mapping.append(_Converter(CLIP_CLASS_EMBEDDING, "embeddings.cls_token", [ReshapeClassToken()]))
+    for kind in ("weight", "bias"):
+        targets = [f"attn_pool.q.{kind}", f"attn_pool.kv.{kind}"]
+        mapping.append(_Converter(f"{SIGLIP_IN_PROJ}{kind}", targets, [SplitInProjection()]))
     mapping.append(
         _Converter(
             "embeddings.position_embeddings", "embeddings.position_embeddings", [ResamplePositionEmbeddings()]
         )
     )
-    mapping += [_Converter(key, key, [KeepHeadForSameLabels()]) for key in HEAD_KEYS]
+    heads = (*HEAD_KEYS, "distillation_classifier.weight", "distillation_classifier.bias")
+    mapping += [_Converter(key, key, [KeepHeadForSameLabels()]) for key in heads]
     return mapping
 
 

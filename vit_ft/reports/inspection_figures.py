@@ -94,24 +94,38 @@ def plot_position_similarity(similarity: torch.Tensor, path: str | os.PathLike) 
     return path, count_mosaic_panels(mosaic, (gh, gw))
 
 
-def plot_attention_distance(distances: torch.Tensor, max_distance: float, path: str | os.PathLike) -> Path:
-    """The paper's Figure 7 (right): each head's mean attention distance (pixels) against network depth."""
+def plot_attention_distance(
+    distances: torch.Tensor,
+    max_distance: float,
+    path: str | os.PathLike,
+    uniform_distance: float | None = None,
+) -> Path:
+    """The paper's Figure 7 (right): each head's mean attention distance (pixels) against network depth, with
+    the distance a head attending uniformly to every patch would have (`uniform_distance`) as a dashed line:
+    heads below it attend locally, heads at it globally. The legend sits beside the panel, off the points."""
     layers, heads = distances.shape
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
     colors = plt.get_cmap("tab20" if heads > 10 else "tab10")
     depth = np.arange(1, layers + 1)
     for head in range(heads):
         ax.scatter(
             depth, distances[:, head].numpy(), s=16, color=colors(head % colors.N), label=f"head {head + 1}"
         )
+    if uniform_distance is not None:
+        ax.axhline(uniform_distance, linestyle="--", color="0.3", linewidth=1,
+                   label=f"uniform attention\n({uniform_distance:.1f} px)")  # fmt: skip
     ax.set_xlabel("Network depth (layer)")
     ax.set_ylabel("Mean attention distance (pixels)")
     ax.set_xticks(depth if layers <= 16 else depth[:: math.ceil(layers / 16)])
     ax.set_xlim(0.5, layers + 0.5)
     ax.set_ylim(0, max_distance * 1.02 if max_distance > 0 else 1)
     ax.set_title("Mean attention distance per head")
-    if heads <= 16:
-        ax.legend(fontsize=6, ncol=2, loc="lower right", markerscale=0.8)
+    handles, labels = ax.get_legend_handles_labels()
+    if heads > 16:  # too many heads to name: keep the reference line's entry only
+        handles, labels = handles[heads:], labels[heads:]
+    if handles:
+        ax.legend(handles, labels, fontsize=7, ncol=1 if len(handles) <= 9 else 2, loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0), markerscale=0.8, frameon=False)  # fmt: skip
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)

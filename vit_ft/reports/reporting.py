@@ -1,8 +1,9 @@
-"""What people read: a fine-tune's training curves and model card, an evaluation's report and tables."""
+"""What people read: a fine-tune's training curves, an evaluation's report and tables (the model card: `card`)."""
 
 from __future__ import annotations
 
 import csv
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -14,10 +15,6 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from huggingface_hub import EvalResult, ModelCard, ModelCardData  # noqa: E402
-
-from ..utils.hub_ids import is_hub_model  # noqa: E402
-from ..utils.run_record import RUN_RECORD_FILE  # noqa: E402
 
 EVAL_METRICS = ("eval_accuracy", "eval_top5_accuracy", "eval_f1", "eval_loss")
 
@@ -28,13 +25,22 @@ ACCURACY_CURVES = (("eval_accuracy", "top-1", "o-"), ("eval_top5_accuracy", "top
 F1_CURVES = (("eval_f1", "macro-F1", "^-"),)
 
 
-def plot_training_curves(log_history: list[dict[str, Any]], path: str | Path) -> Path:
+def plot_training_curves(
+    log_history: list[dict[str, Any]],
+    path: str | Path,
+    evaluated_on: str | None = None,
+    best_step: int | None = None,
+) -> Path:
     """One PNG of four panels against the optimizer step: loss, learning rate, evaluation accuracy (top-1 and
-    top-5) and macro-F1. A panel with nothing to draw says so ("no training logs yet" and why), as after a
-    run shorter than its logging_steps."""
+    top-5) and macro-F1, each panel's legend above it (off the curves) and the metric panels zoomed to their
+    values. The best and the final evaluated step are marked on every panel; `best_step` is the checkpoint the
+    run kept (default: the first step with the highest accuracy, as the recipes' metric_for_best_model).
+    `evaluated_on` names the evaluation data ("validation, 144 images"; default: the size the Trainer's logs
+    imply). A panel with nothing to draw says so ("no training logs yet" and why), as after a run shorter than
+    its logging_steps."""
     train = [e for e in log_history if "loss" in e and "step" in e]
     evals = [e for e in log_history if "eval_loss" in e and "step" in e]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.8))
     loss_ax, lr_ax, accuracy_ax, f1_ax = axes.flat
     _curves(loss_ax, "Loss", [("train loss", "-", train, "loss"), ("eval loss", "o-", evals, "eval_loss")],
             "the run stopped before its first logging step")  # fmt: skip
@@ -43,12 +49,65 @@ def plot_training_curves(log_history: list[dict[str, Any]], path: str | Path) ->
             "the run stopped before its first logging step")  # fmt: skip
     for ax, title, curves in ((accuracy_ax, "Evaluation accuracy", ACCURACY_CURVES), (f1_ax, "Evaluation macro-F1", F1_CURVES)):  # fmt: skip
         _curves(ax, title, [(label, fmt, evals, key) for key, label, fmt in curves], "no evaluation has run")
-        ax.set_ylim(0, 1.02)
+        _zoom_to_fractions(ax)
+    steps = _marked_steps(evals, best_step)
+    for ax in axes.flat:
+        for step, (label, style) in steps.items():
+            if ax.get_lines():
+                ax.axvline(step, linestyle=style, color="0.4", linewidth=1, label=label)
+        entries = len(ax.get_legend_handles_labels()[1])
+        if entries:  # the legend above the panel, under its title: never on the curves
+            columns = entries if entries <= 3 else math.ceil(entries / 2)
+            ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=columns, fontsize=8, frameon=False)
+            ax.set_title(ax.get_title(), pad=8 + 16 * math.ceil(entries / columns))
+    evaluated_on = evaluated_on or _evaluated_images(evals)
+    fig.suptitle("Training curves" + (f"; evaluation on {evaluated_on}" if evaluated_on else ""), fontsize=12)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _marked_steps(evals: list[dict[str, Any]], best_step: int | None) -> dict[int, tuple[str, str]]:
+    """{step: (legend label, line style)} of the best and the final evaluated step (one line when equal)."""
+    scored = [e for e in evals if "eval_accuracy" in e]
+    if not scored:
+        return {}
+    final = scored[-1]
+    best = max(scored, key=lambda e: e["eval_accuracy"])  # max keeps the first of equals, as the Trainer
+    best = next((e for e in scored if e["step"] == best_step), best) if best_step is not None else best
+    if best["step"] == final["step"]:
+        return {
+            final["step"]: (
+                f"best = final: step {final['step']}, accuracy {final['eval_accuracy']:.3f}",
+                "--",
+            )
+        }
+    return {
+        best["step"]: (f"best: step {best['step']}, accuracy {best['eval_accuracy']:.3f}", "--"),
+        final["step"]: (f"final: step {final['step']}, accuracy {final['eval_accuracy']:.3f}", ":"),
+    }
+
+
+def _zoom_to_fractions(ax: Any) -> None:
+    """Fit the y axis to the curves' values (0.88 to 0.98 fills the panel), never beyond 0..1."""
+    values = np.concatenate([np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()] or [[]])
+    if values.size:
+        low, high = float(values.min()), float(values.max())
+        margin = max(0.08 * (high - low), 0.005)
+        ax.set_ylim(max(0.0, low - margin), min(1.0 + margin / 2, high + margin))
+
+
+def _evaluated_images(evals: list[dict[str, Any]]) -> str | None:
+    """The evaluation data as "validation, N images", N from the Trainer's eval_runtime x eval_samples_per_second, when that product is
+    a whole number (both are rounded in the logs); else None."""
+    for entry in evals:
+        if "eval_runtime" in entry and "eval_samples_per_second" in entry:
+            count = entry["eval_runtime"] * entry["eval_samples_per_second"]
+            if count > 0 and abs(count - round(count)) < 0.05:
+                return f"validation, {round(count)} images"
+    return None
 
 
 def _curves(
@@ -63,174 +122,13 @@ def _curves(
             ax.plot([e["step"] for e in points], [e[key] for e in points], fmt, label=label, markersize=5)
             drawn.append(label)
     ax.set(title=title, xlabel="step")
-    if drawn:
-        ax.legend(loc="lower left" if title == "Loss" else "best")
-    else:
+    if not drawn:
         ax.set_xticks([])
         ax.set_yticks([])
     if curves[0][0] not in drawn:
         y = 0.9 if drawn else 0.5
         ax.text(0.5, y, f"{NO_LOGS}\n({why_empty})", ha="center", va="center", transform=ax.transAxes,
                 fontsize=11, color="0.35")  # fmt: skip
-
-
-# ---- a fine-tune's model card ----------------------------------------------------------------------------
-
-
-def model_card(
-    run_info: dict[str, Any],
-    name: str,
-    folder: str | Path,
-    format: str = "vit_ft",
-    repo_id: str | None = None,
-) -> ModelCard:
-    """The model card of a fine-tune, for its output folder and for the Hub alike.
-
-    YAML metadata (license, library, pipeline, tags, dataset, base model when it is a Hub id, model-index
-    results) and a body stating the recipe, base model, resolution, full or LoRA fine-tuning, the results
-    and how to load the model. `run_info` is the run record (`vit_ft_run.json`); `name` is the card's title
-    (the Hub repository id, or the output folder's name); `folder` is where the card goes (it links
-    training_curves.png and the run record when they are there); `format` is the one it is shared in:
-    "vit_ft" (our code beside the weights, loaded with trust_remote_code) or "transformers" (a plain ViT).
-    `repo_id` is the Hub repository the card is pushed with: the usage snippet loads it by that id; without
-    one the snippet loads "path/to/<name>" and says to put the folder's path there (a bare folder name only
-    works from the folder's parent).
-    """
-    body = _card_body(run_info, name, format, Path(folder), repo_id)
-    return ModelCard(f"---\n{_card_data(run_info, name, format).to_yaml()}\n---\n{body}")
-
-
-def write_model_card(output_dir: str | Path, run_info: dict[str, Any]) -> Path:
-    """README.md of a fine-tune's output folder: `model_card` named after the folder."""
-    output_dir = Path(output_dir)
-    path = output_dir / "README.md"
-    model_card(run_info, output_dir.name, output_dir).save(path)
-    return path
-
-
-def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardData:
-    metrics = run_info.get("metrics") or {}
-    data = run_info.get("data") or {}
-    dataset_id = (
-        data.get("dataset_name")
-        or (data.get("builtin_dataset") and f"sklearn-{data['builtin_dataset']}")
-        or "imagefolder"
-    )
-    split, prefix = (
-        ("test", "test_") if any(k.startswith("test_") for k in metrics) else ("validation", "eval_")
-    )
-    results = [
-        EvalResult(
-            task_type="image-classification",
-            dataset_type=dataset_id,
-            dataset_name=dataset_id,
-            dataset_split=split,
-            metric_type=metric,
-            metric_value=float(metrics[prefix + metric]),
-        )
-        for metric in ("accuracy", "top5_accuracy", "f1")
-        if prefix + metric in metrics
-    ]
-    base = run_info.get("base_model")
-    tuning = "lora" if run_info.get("lora") else "full-fine-tuning"
-    return ModelCardData(
-        license="apache-2.0",
-        library_name="transformers",
-        tags=[
-            "vit_ft",
-            "vision",
-            "image-classification",
-            tuning,
-            "custom_code" if format == "vit_ft" else "vit",
-        ],
-        datasets=[data["dataset_name"]] if data.get("dataset_name") else None,
-        base_model=base if is_hub_model(base) else None,  # the Hub rejects a local path as base_model
-        metrics=["accuracy", "f1"],
-        model_name=name,
-        eval_results=results or None,
-        pipeline_tag="image-classification",
-    )
-
-
-def _card_body(run_info: dict[str, Any], name: str, format: str, folder: Path, repo_id: str | None) -> str:
-    lora = bool(run_info.get("lora"))
-    height, width = run_info.get("image_size") or (None, None)
-    data = run_info.get("data") or {}
-    dataset = data.get("dataset_name") or data.get("builtin_dataset") or "a local image folder"
-    merged = "merged into the weights here" if (folder / "config.json").is_file() else "in `adapter/`"
-    how = f"LoRA (low-rank adapters, {merged})" if lora else "full fine-tuning"
-    base = run_info.get("base_model")
-    base_text = f"[`{base}`](https://huggingface.co/{base})" if is_hub_model(base) else "a local checkpoint"
-    lines = [
-        "",
-        f"# {name}",
-        "",
-        f"A Vision Transformer fine-tuned for image classification with vit-ft, by {how}.",
-        "",
-        f"- Recipe: `{run_info.get('recipe')}`",
-        f"- Base model: {base_text}",
-        f"- Resolution: {height}x{width} (the image processor resizes to it)",
-        f"- Fine-tuning: {'LoRA' if lora else 'full'}",
-        f"- Dataset: `{dataset}`",
-        f"- Format: {'vit_ft (custom code, `trust_remote_code=True`)' if format == 'vit_ft' else 'transformers ViT'}",
-        "",
-        "## Evaluation results",
-        "",
-        _results_table(run_info.get("metrics") or {}),
-        "",
-        "## Use",
-        "",
-        _card_usage(repo_id, name, format, lora, f"{height}x{width}"),
-        "",
-    ]
-    if (folder / "training_curves.png").is_file():
-        lines += ["## Training", "", "![training curves](training_curves.png)", ""]
-    if (folder / RUN_RECORD_FILE).is_file():
-        lines += [f"All run settings are in `{RUN_RECORD_FILE}`.", ""]
-    return "\n".join(lines)
-
-
-def _card_usage(repo_id: str | None, name: str, format: str, lora: bool, resolution: str) -> str:
-    """How to load the model: by its Hub id when pushed, else by the folder's path (not its bare name)."""
-    if repo_id:
-        where, model = "", f'"{repo_id}"'
-    else:
-        where, model = (
-            f'model_dir = "path/to/{name}"  # the folder\'s path: the folder this README.md is in\n',
-            "model_dir",
-        )
-    if format == "transformers":
-        return (
-            "```python\nfrom transformers import pipeline\n\n"
-            f'{where}classifier = pipeline("image-classification", model={model})\n'
-            'classifier("image.jpg", top_k=5)\n```\n\n'
-            "A standard transformers `ViTForImageClassification` (exported from vit-ft): no remote code. "
-            f"Its position embeddings are at the fine-tuned {resolution} resolution."
-        )
-    usage = (
-        "```python\nfrom transformers import AutoImageProcessor, AutoModelForImageClassification\n\n"
-        f"{where}model = AutoModelForImageClassification.from_pretrained({model}, trust_remote_code=True)\n"
-        f"processor = AutoImageProcessor.from_pretrained({model})\n```\n\n"
-        f"The model's code (`modeling_vit_ft.py` and its imports) is in this {'repository' if repo_id else 'folder'}: "
-        "it is the vit-ft ViT (fused-qkv SDPA attention, any input resolution), not transformers' own ViT. With "
-        f"vit-ft installed, `vit_ft.ViTFTForImageClassification.from_pretrained({model})` loads it without "
-        "remote code."
-    )
-    return usage + (" The LoRA adapter alone (peft) is in `adapter/`." if lora else "")
-
-
-def _results_table(metrics: dict[str, Any]) -> str:
-    """One row per split with results (validation, test); "-" where a metric was not recorded."""
-    columns = {"accuracy": "accuracy", "top5_accuracy": "top-5 accuracy", "f1": "F1", "loss": "loss"}
-    rows = []
-    for split, prefix in (("validation", "eval_"), ("test", "test_")):
-        values = {title: metrics.get(prefix + key) for key, title in columns.items()}
-        if any(isinstance(v, (int, float)) for v in values.values()):
-            cells = {t: float(v) if isinstance(v, (int, float)) else "-" for t, v in values.items()}
-            rows.append({"split": split, **cells})
-    if not rows:
-        return "No evaluation results were recorded."
-    return markdown_table(rows, ["split", *columns.values()]).rstrip("\n")
 
 
 # ---- an evaluation's report ------------------------------------------------------------------------------
@@ -311,21 +209,36 @@ def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any], folde
         + (f" (fine-tuned at {metrics['trained_image_size'][0]}x{metrics['trained_image_size'][1]})"
            if metrics.get("trained_image_size") and metrics["trained_image_size"] != metrics["image_size"] else ""),
         f"- Precision: {'bf16 autocast' if metrics.get('bf16') else 'float32'} on {metrics.get('device', 'cpu')}",
+        *_calibration_line(metrics),
         "",
         "## Metrics",
         "",
         markdown_table(
-            [{"accuracy": metrics["accuracy"], top_name: metrics[top_key],
-              "macro-F1": metrics["f1"], "images": metrics["num_images"]}],
-            ["accuracy", top_name, "macro-F1", "images"],
+            [{"accuracy": metrics["accuracy"], top_name: metrics[top_key], "macro-F1": metrics["f1"],
+              "ECE": metrics.get("ece"), "images": metrics["num_images"]}],
+            ["accuracy", top_name, "macro-F1", *(["ECE"] if "ece" in metrics else []), "images"],
         ),
         "All numbers: [metrics.json](metrics.json). Per-image predictions: [predictions.csv](predictions.csv).",
         "",
     ]  # fmt: skip
 
 
+def _calibration_line(metrics: dict[str, Any]) -> list[str]:
+    """What the probabilities are: divided by the fine-tune's temperature or raw, with their ECE."""
+    if "ece" not in metrics:
+        return []
+    temperature = metrics.get("temperature", 1.0)
+    if temperature == 1.0:
+        return [f"- Calibration: raw softmax (no temperature fitted); ECE {metrics['ece']:.4f}"]
+    return [f"- Calibration: probabilities divided by the temperature {temperature:.3f} fitted on the fine-tune's "
+            f"validation split; expected calibration error {metrics['ece']:.4f} "
+            f"({metrics.get('ece_uncalibrated', float('nan')):.4f} without it)"]  # fmt: skip
+
+
 FIGURE_TITLES = {
     "confusion_matrix": "Confusion matrix (rows: true class, normalised)",
+    "per_class": "Precision and recall per class",
+    "reliability": "Reliability diagram (calibration, 15 bins)",
     "mistakes": "Most confident mistakes",
     "training_curves": "Training curves of the fine-tune",
 }
@@ -372,10 +285,8 @@ def copy_training_curves(folder: Path | None, output_dir: Path) -> str | None:
 __all__ = [
     "copy_training_curves",
     "markdown_table",
-    "model_card",
     "plot_training_curves",
     "write_confusion_csv",
     "write_csv",
-    "write_model_card",
     "write_report",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,8 +26,15 @@ import numpy as np
 import torch
 
 from ..data.images import describe_source
+from ..metrics.calibration import reliability_bins, softmax_with_temperature
 from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
-from ..reports.figures import Mistake, plot_confusion_matrix, plot_mistakes
+from ..reports.figures import (
+    Mistake,
+    plot_confusion_matrix,
+    plot_mistakes,
+    plot_per_class,
+    plot_reliability_diagram,
+)
 from ..reports.reporting import (
     PER_CLASS_COLUMNS,
     copy_training_curves,
@@ -52,11 +60,12 @@ class EvalOutputs:
     rows: np.ndarray  # (num_evaluated,) row index in EvalData.dataset
     sources: list[str]  # (num_evaluated,) file path (or a description) of each image
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {"row", "source", "reason"}
+    temperature: float = 1.0  # the model's calibration temperature (`trained.Trained.temperature`)
 
     @property
     def probabilities(self) -> np.ndarray:
-        """Softmax of the logits, `(num_evaluated, num_labels)`."""
-        return torch.from_numpy(self.logits).softmax(dim=-1).numpy()
+        """Calibrated probabilities `(num_evaluated, num_labels)`: softmax of the logits / temperature."""
+        return softmax_with_temperature(self.logits, self.temperature).numpy()
 
     @property
     def predictions(self) -> np.ndarray:
@@ -96,7 +105,9 @@ def predict_dataset(
             f"None of the {len(data)} images of {data.description} decodes; nothing to evaluate."
         )
     row_index = np.asarray(rows, dtype=np.int64)
-    return EvalOutputs(np.concatenate(logits), data.labels[row_index], row_index, sources, skipped)
+    return EvalOutputs(
+        np.concatenate(logits), data.labels[row_index], row_index, sources, skipped, trained.temperature
+    )
 
 
 def confusion_counts(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> np.ndarray:
@@ -170,6 +181,18 @@ def most_confident_mistakes(
     return mistakes
 
 
+def calibration_metrics(outputs: EvalOutputs) -> dict[str, float]:
+    """The expected calibration error (15 bins) of the probabilities the tools report (divided by the
+    model's temperature) and of the raw softmax, and the temperature."""
+    correct = outputs.predictions == outputs.labels
+    raw = torch.from_numpy(outputs.logits).softmax(dim=-1).numpy().max(axis=-1)
+    return {
+        "ece": reliability_bins(outputs.probabilities.max(axis=-1), correct).ece,
+        "ece_uncalibrated": reliability_bins(raw, correct).ece,
+        "temperature": outputs.temperature,
+    }
+
+
 def _metrics_record(
     trained: Trained, data: EvalData, outputs: EvalOutputs, top_k: int, elapsed: float
 ) -> dict[str, Any]:
@@ -177,6 +200,7 @@ def _metrics_record(
     info = trained.run_record or {}
     return {
         **compute_metrics(outputs, top_k),
+        **calibration_metrics(outputs),
         "num_images": int(len(outputs.labels)),
         "num_skipped": len(outputs.skipped),
         "num_classes": trained.num_labels,
@@ -219,21 +243,39 @@ def _write_tables(
     write_csv(output_dir / "predictions.csv", rows)
 
 
+def short_description(description: str) -> str:
+    """An `EvalData.description` short enough for a figure title: "test split", "image folder my_digits"."""
+    split = re.match(r"split '([^']+)'", description)
+    if split:
+        return f"{split.group(1)} split"
+    if description.startswith("image folder "):
+        return f"image folder {Path(description.removeprefix('image folder ').split(',')[0]).name}"
+    return description
+
+
 def _write_figures(
     output_dir: Path,
     trained: Trained,
     data: EvalData,
+    outputs: EvalOutputs,
     counts: np.ndarray,
+    table: list[dict[str, Any]],
     mistakes: list[Mistake],
     metrics: dict[str, Any],
 ) -> dict[str, str]:
-    """confusion_matrix.png, mistakes.png and the fine-tune's training_curves.png (copied when its folder has
-    one); returns {figure key: file name} for the report."""
+    """confusion_matrix.png, per_class.png, reliability.png, mistakes.png and the fine-tune's
+    training_curves.png (copied when its folder has one); returns {figure key: file name} for the report."""
     images = [data.dataset[m.row]["image"] for m in mistakes]
+    split = f"{short_description(data.description)}, {metrics['num_images']} images"
     title = f"Confusion matrix, accuracy {metrics['accuracy']:.3f} on {metrics['num_images']} images"
+    bins = reliability_bins(outputs.probabilities.max(axis=-1), outputs.predictions == outputs.labels)
     figures = {
         "confusion_matrix": plot_confusion_matrix(
             counts, trained.id2label, output_dir / "confusion_matrix.png", title=title
+        ).name,
+        "per_class": plot_per_class(table, output_dir / "per_class.png", split).name,
+        "reliability": plot_reliability_diagram(
+            bins, output_dir / "reliability.png", split, outputs.temperature, metrics["ece_uncalibrated"]
         ).name,
         "mistakes": plot_mistakes(
             mistakes, images, trained.preprocessing.image_size, output_dir / "mistakes.png"
@@ -263,9 +305,11 @@ def run_evaluation(
     max_tokens: int | None = MAX_IMAGE_TOKENS,
     bf16: str | bool = False,
 ) -> dict[str, Any]:
-    """Evaluate `model` and write metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
-    mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has one) and
-    report.md to `output_dir`. Returns the contents of metrics.json.
+    """Evaluate `model` and write metrics.json, per_class.csv/.md/.png, confusion_matrix.png/.csv/.npy,
+    reliability.png, mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has
+    one) and report.md to `output_dir`. Returns the contents of metrics.json. Probabilities (mistakes,
+    predictions.csv, the reliability diagram) are divided by the model's calibration temperature, when the
+    fine-tune fitted one (`Trained.temperature`).
 
     `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
     under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads;
@@ -291,7 +335,7 @@ def run_evaluation(
     _write_tables(output_dir, outputs, counts, table, id2label)
     mistakes = most_confident_mistakes(outputs, data, id2label, max_mistakes)
     write_csv(output_dir / "mistakes.csv", [vars(m) for m in mistakes])
-    figures = _write_figures(output_dir, trained, data, counts, mistakes, metrics)
+    figures = _write_figures(output_dir, trained, data, outputs, counts, table, mistakes, metrics)
     write_report(output_dir, trained.source, metrics, table, figures, data.notes, trained.origin.run_folder)
     logger.info(
         "accuracy %.4f, top-%d %.4f, macro-F1 %.4f on %d images; report in %s",
@@ -307,6 +351,7 @@ def run_evaluation(
 
 __all__ = [
     "EvalOutputs",
+    "calibration_metrics",
     "compute_metrics",
     "confusion_counts",
     "most_confident_mistakes",

@@ -1,10 +1,14 @@
 """Share a fine-tune on the Hugging Face Hub: stage the output folder with a model card, then upload it.
 
-Two formats. "vit_ft" (default): our weights and config with the model's code beside them and `auto_map`, so
-`AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True)` loads it anywhere. "transformers":
-the standard transformers ViT export (`vit_ft.model.export`), which loads with no remote code. Either way the
-repository gets the image processor at the fine-tuned resolution, the label maps, the run record and a model
-card; checkpoints, TensorBoard runs and pickles (training_args.bin) stay local.
+Two formats, chosen by `hub_format.choose_format` unless asked for. "transformers" (the default wherever the model
+is exactly transformers' `ViTForImageClassification`: a plain ViT with CLS pooling): the standard transformers
+export (`vit_ft.model.export`), which loads with `pipeline()` and `AutoModelForImageClassification` and runs in
+the Hub's widget, no remote code. "vit_ft" (where the model needs it, e.g. mean pooling, or `--format vit_ft`):
+our weights and config with the model's code beside them and `auto_map`, so
+`AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True)` loads it anywhere; a LoRA
+adapter is shared too. Either way the repository gets the image processor at the fine-tuned resolution, the
+label maps, the run record and a model card saying which format it is and why; checkpoints, TensorBoard runs and
+pickles (training_args.bin) stay local.
 """
 
 from __future__ import annotations
@@ -20,14 +24,15 @@ from typing import Any
 from huggingface_hub import HfApi
 
 from ..data.images import image_extensions
+from ..reports.card import model_card
 from ..utils.hub_ids import check_hub_id
 from ..utils.output_dir import check_output_dir
 from ..utils.run_record import ADAPTER_DIR, EXAMPLES_DIR, PROCESSOR_FILE, RUN_RECORD_FILE
+from .hub_format import AUTO, FORMAT_CHOICES, FORMATS, check_format, check_same_logits, choose_format
 from .trained import Origin, load_trained, locate
 
 logger = logging.getLogger("vit_ft")
 
-FORMATS = ("vit_ft", "transformers")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
 # what the fine-tune recorded, shared in both formats
 RECORD_FILES = ("labels.json", "training_curves.png", RUN_RECORD_FILE, "*_results.json", "trainer_state.json")
@@ -38,21 +43,19 @@ def stage_for_hub(
     output_dir: str | Path,
     staging_dir: str | Path,
     repo_id: str,
-    format: str = "vit_ft",
+    format: str = AUTO,
 ) -> Path:
     """Write into `staging_dir` (created; must not exist) exactly what the Hub repository `repo_id` gets.
 
     `output_dir` is a fine-tune output folder (merged or full model at its root, and/or a LoRA adapter in
-    `adapter/`) or a bare adapter folder. A LoRA adapter that was not merged is merged here, so the repository
-    always holds a complete model; the adapter itself is shared too (vit_ft format, in `adapter/`). The staged
-    folder is verified (`verify_staged`); on any failure it is removed.
+    `adapter/`) or a bare adapter folder. `format` is "auto" (transformers' class where the model is exactly
+    one, else vit_ft: `hub_format.choose_format`), "transformers" or "vit_ft". A LoRA adapter that was not merged
+    is merged here, so the repository always holds a complete model; the adapter itself is shared too (vit_ft
+    format, in `adapter/`). The staged folder is verified (`verify_staged`; the transformers export also gives
+    the source model's logits); on any failure it is removed.
     """
-    from ..reports.reporting import model_card  # deferred: reporting imports matplotlib
-
     check_hub_id(repo_id)
-    if format not in FORMATS:
-        raise ValueError(f"format={format!r} is not one of {FORMATS}: 'vit_ft' (our code, trust_remote_code) "
-                         "or 'transformers' (plain transformers ViT, no remote code).")  # fmt: skip
+    check_format(format)
     output_dir, staging = Path(output_dir), Path(staging_dir)
     if not output_dir.is_dir():
         raise FileNotFoundError(
@@ -60,8 +63,10 @@ def stage_for_hub(
         )
     check_output_dir(staging, flag="--local_dir", new="stage into a new folder")
     origin = locate(output_dir)  # the folder's run record, adapter and processor, read once
+    shared = choose_format(_config(origin), format)
+    logger.info("Sharing %s in the %s format: %s.", output_dir, shared.name, shared.reason)
     try:  # a folder that cannot be staged and verified is removed: nothing half-written is left to upload
-        _stage_model(origin, staging, format)
+        reference = _stage_model(origin, staging, shared.name)
         _copy_matching(output_dir, staging, RECORD_FILES)
         examples = output_dir / EXAMPLES_DIR
         if examples.is_dir():
@@ -69,22 +74,34 @@ def stage_for_hub(
                 examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions()))
             )
         run_info = _run_info(origin)
-        model_card(run_info, repo_id, staging, format, repo_id=repo_id).save(staging / "README.md")
-        verify_staged(staging, format, source=output_dir)
+        card = model_card(
+            run_info, repo_id, staging, shared.name, repo_id=repo_id, format_reason=shared.reason
+        )
+        card.save(staging / "README.md")
+        verify_staged(staging, shared.name, source=output_dir, reference=reference)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return staging
 
 
-def _stage_model(origin: Origin, staging: Path, format: str) -> None:
-    """The model in `format` with its image processor (and, vit_ft format, its code and LoRA adapter)."""
+def _config(origin: Origin):
+    """The config of the model the folder holds (its adapter's for a LoRA run), read without its weights."""
+    from ..model.configuration_vit_ft import ViTFTConfig
+
+    return ViTFTConfig.from_pretrained(origin.adapter if origin.loads_adapter else origin.path)
+
+
+def _stage_model(origin: Origin, staging: Path, format: str):
+    """The model in `format` with its image processor (and, vit_ft format, its code and LoRA adapter); returns
+    the exported model for the transformers format (the reference of `verify_staged`), else None."""
     folder = origin.path
     if format == "transformers":
         from ..model.export import export_to_transformers
 
-        export_to_transformers(_load_merged(origin), staging, image_processor=_processor(origin))
-        return
+        model = _load_merged(origin)
+        export_to_transformers(model, staging, image_processor=_processor(origin))
+        return model
     ours, complete = _our_code_files(), _has_complete_model(folder)
     _check_code(folder, _code_files(folder) if complete else [], ours)  # before anything is staged
     staging.mkdir(parents=True)
@@ -101,13 +118,17 @@ def _stage_model(origin: Origin, staging: Path, format: str) -> None:
         _copy_matching(origin.adapter, staging / ADAPTER_DIR, ADAPTER_FILES)
         for name in code:
             shutil.copyfile(ours[name], staging / ADAPTER_DIR / name)
+    return None
 
 
-def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = None) -> None:
+def verify_staged(
+    staging: Path, format: str = "vit_ft", source: Path | None = None, reference: Any = None
+) -> None:
     """Open every weight file in `staging`, then load the model as its users will (transformers' key mapping
     included) and check that every parameter is there with the shape its config says and nothing is left
     over. A truncated or mismatched folder is an OSError or ValueError naming the file (in `source`, the folder
-    it was copied from, when it is there) or the keys, raised before anything is uploaded."""
+    it was copied from, when it is there) or the keys, raised before anything is uploaded. With `reference`
+    (the model it was exported from), the staged model must also give its logits (`check_same_logits`)."""
     from safetensors import safe_open
 
     if format == "transformers":
@@ -130,7 +151,7 @@ def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = N
                 "save the model again (or re-run the fine-tune's final save) before sharing it."
             ) from error
     try:
-        _, info = model_class.from_pretrained(staging, output_loading_info=True)
+        staged, info = model_class.from_pretrained(staging, output_loading_info=True)
     except RuntimeError as error:  # a size mismatch between the weights and config.json
         raise ValueError(
             f"the weights in {staging} do not load into the model its config.json describes "
@@ -146,6 +167,8 @@ def verify_staged(staging: Path, format: str = "vit_ft", source: Path | None = N
             f"the weights in {where} do not match its config.json ({details}); share the folder the fine-tune "
             "saved, unedited."
         )
+    if reference is not None:
+        check_same_logits(reference, staged, staging)
 
 
 def _check_online() -> None:
@@ -168,7 +191,7 @@ def _is_transport_error(error: BaseException) -> bool:
 def push_output_dir(
     output_dir: str | Path,
     hub_model_id: str,
-    format: str = "vit_ft",
+    format: str = AUTO,
     token: str | None = None,
     private: bool | None = None,
     commit_message: str = "Upload fine-tuned ViT with vit-ft",
@@ -176,8 +199,8 @@ def push_output_dir(
 ) -> str:
     """Push a fine-tune output folder to the Hub repository `hub_model_id` (created if missing); returns the commit URL.
 
-    The repo id is checked and the folder staged and verified first (see `stage_for_hub`), then the network
-    setting, so a folder that cannot be shared fails before the repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
+    The repo id is checked and the folder staged and verified first (see `stage_for_hub`; `format` as there),
+    then the network setting, so a folder that cannot be shared fails before the repository is created. `token` defaults to the logged-in user's (`hf auth login` or HF_TOKEN).
     """
     check_hub_id(hub_model_id)
     api = HfApi(token=token)
@@ -199,7 +222,7 @@ def push_output_dir(
                 f"cannot reach the Hub ({' '.join(str(error).split())}): the push needs the network; connect and "
                 "run it again, or stage the folder without the network with --local_dir FOLDER."
             ) from error
-    logger.info("Pushed %s (%s format) to %s", output_dir, format, info.commit_url)
+    logger.info("Pushed %s to %s", output_dir, info.commit_url)
     return info.commit_url
 
 
@@ -316,14 +339,21 @@ def _processor(origin: Origin):
 
 def _write_processor(origin: Origin, staging: Path) -> None:
     """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
-    from transformers import ViTImageProcessorPil
-
     from ..model.configuration_vit_ft import ViTFTConfig
 
-    height, width = ViTFTConfig.from_pretrained(staging).image_hw
+    write_image_processor(origin, staging, ViTFTConfig.from_pretrained(staging).image_hw)
+
+
+def write_image_processor(origin: Origin, folder: Path, size: tuple[int, int]) -> None:
+    """The image processor a shared or exported model carries in `folder`: the fine-tune's settings (ViT's
+    defaults when the folder has none), resizing to `size` (height, width), the model's resolution."""
+    from transformers import ViTImageProcessorPil
+
     processor = _processor(origin)
     settings = processor.to_dict() if processor is not None else {}
-    ViTImageProcessorPil(**{**settings, "size": {"height": height, "width": width}}).save_pretrained(staging)
+    ViTImageProcessorPil(**{**settings, "size": {"height": size[0], "width": size[1]}}).save_pretrained(
+        folder
+    )
 
 
 def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:
@@ -334,4 +364,13 @@ def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> Non
             shutil.copy2(path, target / path.name)
 
 
-__all__ = ["FORMATS", "push_output_dir", "stage_for_hub", "verify_staged"]
+__all__ = [
+    "AUTO",
+    "FORMATS",
+    "FORMAT_CHOICES",
+    "check_same_logits",
+    "push_output_dir",
+    "stage_for_hub",
+    "verify_staged",
+    "write_image_processor",
+]

@@ -33,7 +33,7 @@ from ..reports.inspection_figures import (
 from ..utils.output_dir import check_output_dir
 from .eval_data import folders_read, resolve_eval_data
 from .inference import describe_error, iter_batches
-from .rollout import overlay_heatmap, rollout_maps
+from .rollout import heatmap_image, overlay_heatmap, rollout_maps
 from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
@@ -106,6 +106,12 @@ def max_patch_distance(grid: tuple[int, int], patch_size: tuple[int, int]) -> fl
     return math.hypot((grid[0] - 1) * patch_size[0], (grid[1] - 1) * patch_size[1])
 
 
+def uniform_attention_distance(grid: tuple[int, int], patch_size: tuple[int, int]) -> float:
+    """The mean attention distance of a head that attends equally to every patch: the mean distance between
+    two patch centres, the reference a local head falls below."""
+    return float(patch_distances(grid, patch_size).mean())
+
+
 def mean_attention_distance(
     attentions: Sequence[torch.Tensor],
     grid: tuple[int, int],
@@ -163,35 +169,47 @@ def attention_distances(
 # ---------------------------------------------------------------------------------------------------------
 
 
+MAX_ROLLOUT_PANELS = 11  # images drawn in attention_rollout.png; with the mean panel a 4x3 grid
+
+
 @torch.inference_mode()
 def plot_rollout(
     classifier: Trained, images: Sequence[str | os.PathLike], path: str | os.PathLike
 ) -> tuple[Path, list[dict[str, Any]]]:
-    """Each image (the centre crop the model sees) next to its attention-rollout overlay, titled with the
-    top-1 prediction. An image that does not decode is left out (its record holds the reason)."""
+    """Attention-rollout overlays on the centre crop the model sees, titled with the file name and the top-1
+    prediction (calibrated probability), for the first MAX_ROLLOUT_PANELS images that decode, and a last panel
+    with the mean map over all of them: the figure stays the same size however many images are given. Every
+    image gets a record (its label and score, or why it did not decode)."""
     panels: list[Image.Image] = []
     titles: list[str] = []
-    records = []
+    records, maps = [], []
     for source in images:
-        name = short(Path(source).name, 28)
         try:
             pixels = classifier.transform.transform_image(str(source))[None].to(classifier.device)
-            shown = display_image(str(source), classifier.preprocessing.image_size, height=224)
         except Exception as error:  # an unreadable image must not stop the other figures
             logger.warning("No rollout for %s: %s", source, describe_error(error))
             records.append({"image": str(source), "error": describe_error(error)})
             continue
-        heatmap = rollout_maps(classifier.model, pixels)[0].cpu()  # (grid_h, grid_w)
-        probabilities = classifier.logits(pixels).softmax(dim=-1)[0]
-        score, index = probabilities.max(dim=0)
+        heatmap = rollout_maps(classifier.model, pixels)[0].float().cpu()  # (grid_h, grid_w)
+        score, index = classifier.probabilities(pixels)[0].max(dim=0)
         label = classifier.id2label[int(index)]
         records.append({"image": str(source), "label": label, "score": float(score), "error": None})
-        panels += [shown, overlay_heatmap(shown, heatmap.numpy())]
-        titles += [name, f"rollout: {short(label)} ({float(score):.2f})"]
+        maps.append(heatmap)
+        if len(panels) < MAX_ROLLOUT_PANELS:
+            shown = display_image(str(source), classifier.preprocessing.image_size, height=224)
+            panels.append(overlay_heatmap(shown, heatmap.numpy()))
+            titles.append(f"{short(Path(source).name, 28)}\n{short(label)} ({float(score):.2f})")
     if not panels:
         raise ValueError(f"None of the --images decodes: {[r['error'] for r in records]}")
-    columns = 4 if len(panels) > 2 else 2
-    return plot_image_grid(panels, titles, path, suptitle="Attention rollout", columns=columns), records
+    mean = torch.stack(maps).mean(dim=0)
+    panels.append(heatmap_image(mean, height=224))
+    titles.append(f"mean map over {len(maps)} images")
+    suptitle = (
+        f"Attention rollout on the centre crop the model sees ({len(panels) - 1} of {len(maps)} images shown)"
+        if len(maps) > len(panels) - 1
+        else "Attention rollout on the centre crop the model sees"
+    )
+    return plot_image_grid(panels, titles, path, suptitle=suptitle, columns=min(4, len(panels))), records
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -252,12 +270,15 @@ def _distance_figure(
     distances, used = attention_distances(trained, sources, batch_size, progress)
     height, width = trained.preprocessing.image_size
     patch = tuple(trained.model.config.patch_hw)
-    max_distance = max_patch_distance((height // patch[0], width // patch[1]), patch)
-    plot_attention_distance(distances, max_distance, path)
+    grid = (height // patch[0], width // patch[1])
+    max_distance = max_patch_distance(grid, patch)
+    uniform = uniform_attention_distance(grid, patch)
+    plot_attention_distance(distances, max_distance, path, uniform_distance=uniform)
     return {
         "images": used,
         "sample": sample,
         "max_distance": max_distance,
+        "uniform_distance": uniform,
         "mean_distance": distances.tolist(),  # [layer][head], pixels
     }
 
@@ -323,4 +344,5 @@ __all__ = [
     "plot_rollout",
     "position_similarity",
     "run_inspection",
+    "uniform_attention_distance",
 ]

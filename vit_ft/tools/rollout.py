@@ -67,9 +67,21 @@ def overlay_heatmap(
     return Image.fromarray(np.uint8(np.round(255 * ((1 - weight) * base + weight * colored))))
 
 
+def heatmap_image(heatmap: np.ndarray | torch.Tensor, height: int = 224) -> Image.Image:
+    """A `(grid_h, grid_w)` heat map alone, scaled to 0..1 in the jet colours of `overlay_heatmap`, `height`
+    pixels high (each patch a sharp block)."""
+    from matplotlib import colormaps
+
+    heat = np.asarray(heatmap, dtype=np.float32)
+    heat = (heat - heat.min()) / max(float(heat.max() - heat.min()), 1e-12)
+    colored = Image.fromarray(np.uint8(255 * colormaps["jet"](heat)[..., :3]))
+    width = max(1, round(height * heat.shape[1] / heat.shape[0]))
+    return colored.resize((width, height), Image.Resampling.NEAREST)
+
+
 def _patch_size(model: torch.nn.Module) -> tuple[int, int]:
     config = model.config
     return config.patch_hw if hasattr(config, "patch_hw") else (config.patch_size, config.patch_size)
 
 
-__all__ = ["attention_rollout", "overlay_heatmap", "rollout_maps"]
+__all__ = ["attention_rollout", "heatmap_image", "overlay_heatmap", "rollout_maps"]

@@ -25,6 +25,7 @@ import torch
 from ..data.images import DEFAULT_MAX_PIXELS
 from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
+from ..metrics.calibration import softmax_with_temperature
 from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
 from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
@@ -39,6 +40,7 @@ from ..utils.run_record import (
     RUN_RECORD_FILE,
     is_adapter_folder,
     read_run_record,
+    recorded_temperature,
     run_folder,
 )
 from .inference import use_bf16
@@ -266,6 +268,12 @@ class Trained:
     def num_labels(self) -> int:
         return len(self.id2label)
 
+    @property
+    def temperature(self) -> float:
+        """The calibration temperature fitted on the fine-tune's validation split (its run record), 1.0 when
+        none was: every tool's probabilities are `softmax(logits / temperature)`."""
+        return recorded_temperature(self.run_record)
+
     def autocast(self) -> torch.autocast:
         """bf16 autocast on the model's device when `bf16`, else a no-op context."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
@@ -281,6 +289,10 @@ class Trained:
         with self.autocast():
             out = self.model(pixel_values=pixel_values.to(self.device))
         return out.logits.float().cpu()
+
+    def probabilities(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """Calibrated class probabilities `(batch, num_labels)`: softmax of `logits / temperature`."""
+        return softmax_with_temperature(self.logits(pixel_values), self.temperature)
 
 
 def load_trained(

@@ -210,13 +210,15 @@ def check_evaluation(data_args: DataArguments, training_args: TrainingArguments)
     metric = training_args.metric_for_best_model
     if metric is not None:
         name = metric.removeprefix("eval_")
-        if name not in (*METRIC_NAMES, "loss"):
+        # ema_<metric>: the same metrics of the weights' moving average (ema_decay), see check_ema
+        known = (*METRIC_NAMES, "loss", *(f"ema_{n}" for n in (*METRIC_NAMES, "loss")))
+        if name not in known:
             allowed = ", ".join((*METRIC_NAMES, "loss"))
             raise RecipeError(
-                f"metric_for_best_model={metric!r} is not computed here; use one of {allowed}"
-                f"{suggest(name, (*METRIC_NAMES, 'loss')) or '.'}"
+                f"metric_for_best_model={metric!r} is not computed here; use one of {allowed} (ema_<metric> for "
+                f"the EMA's, with ema_decay set){suggest(name, known) or '.'}"
             )
-    if str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy)) == "no":
+    if not _evaluates(training_args):
         return
     if data_args.validation_split_percentage > 0:
         return
@@ -232,9 +234,75 @@ def check_evaluation(data_args: DataArguments, training_args: TrainingArguments)
         )
 
 
+def _evaluates(training_args: Any) -> bool:
+    return str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy)) != "no"
+
+
+def check_early_stopping(training_args: Any) -> None:
+    """Early stopping needs a validation metric to watch and the best checkpoint to fall back on.
+
+    Refused rather than switched on for the user: without load_best_model_at_end the run would end on weights
+    `early_stopping_patience` evaluations past the best (transformers only warns).
+    """
+    if training_args.early_stopping_patience is None:
+        if training_args.early_stopping_threshold:
+            raise RecipeError(
+                "early_stopping_threshold is set but early_stopping_patience is not; set --early_stopping_patience "
+                "(e.g. 3 evaluations) or drop the threshold."
+            )
+        return
+    patience = f"early_stopping_patience={training_args.early_stopping_patience}"
+    if not _evaluates(training_args) or training_args.metric_for_best_model is None:
+        raise RecipeError(
+            f"{patience} has no validation metric to watch: set --eval_strategy epoch (or steps) and "
+            "--metric_for_best_model (e.g. accuracy), or drop early_stopping_patience."
+        )
+    if not training_args.load_best_model_at_end:
+        raise RecipeError(
+            f"{patience} needs --load_best_model_at_end true, so that the stopped run keeps its best checkpoint "
+            "rather than the weights of the last, worse evaluations."
+        )
+
+
+def check_ema(training_args: Any) -> None:
+    """The EMA keys agree: EMA metrics need an EMA, and the best checkpoint is picked by the model that is saved."""
+    metric = (training_args.metric_for_best_model or "").removeprefix("eval_")
+    watches_ema = metric.startswith("ema_")
+    if training_args.ema_decay is None:
+        if training_args.ema_as_final_model or training_args.ema_warmup or watches_ema:
+            what = (
+                "ema_as_final_model"
+                if training_args.ema_as_final_model
+                else ("ema_warmup" if training_args.ema_warmup else f"metric_for_best_model={metric}")
+            )
+            raise RecipeError(f"{what} needs an EMA of the weights: set --ema_decay (e.g. 0.999).")
+        return
+    if not training_args.load_best_model_at_end or not training_args.metric_for_best_model:
+        return
+    if training_args.ema_as_final_model and not watches_ema:
+        raise RecipeError(
+            f"ema_as_final_model saves the EMA, but the best checkpoint is picked by the trained weights' {metric}; "
+            f"set --metric_for_best_model ema_{metric} (or --load_best_model_at_end false)."
+        )
+    if watches_ema and not training_args.ema_as_final_model:
+        raise RecipeError(
+            f"metric_for_best_model={metric} picks the best checkpoint by the EMA, but the trained weights are "
+            "saved; set --ema_as_final_model true, or watch the trained weights' metric (e.g. accuracy)."
+        )
+
+
+def check_imbalance(training_args: Any) -> None:
+    """Class weights and the balanced sampler each correct the imbalance; both together correct it twice."""
+    if training_args.class_weights is not None and training_args.balanced_sampler:
+        raise RecipeError(
+            "class_weights and balanced_sampler both correct for imbalanced classes (together they over-correct); "
+            "keep one of them."
+        )
+
+
 def validate(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
     """All static checks, cheapest first-to-fail order: image size (tokens, patch), schedule, precision,
-    launch, push, evaluation setup.
+    launch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class imbalance).
 
     Needs no network: the checkpoint's patch size is read only from a local folder or the HF cache
     (otherwise that check is left to the model loader). Data folders are not required to exist yet:
@@ -248,11 +316,18 @@ def validate(model_args: ModelArguments, data_args: DataArguments, training_args
     check_world_size(training_args)
     check_push(training_args)
     check_evaluation(data_args, training_args)
+    if hasattr(training_args, "ema_decay"):  # a FineTuneTrainingArguments, as parse_args makes
+        check_early_stopping(training_args)
+        check_ema(training_args)
+        check_imbalance(training_args)
 
 
 __all__ = [
     "MAX_IMAGE_TOKENS_ENV_VAR",
+    "check_early_stopping",
+    "check_ema",
     "check_evaluation",
+    "check_imbalance",
     "check_image_size",
     "check_image_tokens",
     "check_model_path",

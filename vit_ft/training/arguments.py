@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..model.configuration_vit_ft import POOLING_CHOICES
+from .augmentation_arguments import AugmentationArguments
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 BUILTIN_PRETRAININGS = ("digits",)
@@ -70,6 +71,14 @@ class ModelArguments:
         default=0.0,
         metadata={"help": "Dropout on the attention weights."},
     )
+    drop_path_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stochastic depth: each block's residual branches are dropped per sample with a probability "
+            "rising linearly from 0 at the first block to this at the last (DeiT/BEiT fine-tune with 0.1); "
+            "inactive in evaluation. None keeps the checkpoint's own value (0 for a plain ViT), 0 turns it off."
+        },
+    )
     use_lora: bool = field(
         default=False,
         metadata={"help": "Train LoRA adapters (plus the classification head) instead of all weights."},
@@ -115,6 +124,8 @@ class ModelArguments:
         _check_choice("pooling", self.pooling, POOLING_CHOICES)
         _check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
         _check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
+        if self.drop_path_rate is not None:
+            _check_probability("drop_path_rate", self.drop_path_rate)
         _check_probability("lora_dropout", self.lora_dropout)
         if self.lora_r < 1:
             raise ValueError(f"lora_r={self.lora_r} must be a positive rank (e.g. 8 or 16).")
@@ -138,8 +149,9 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments:
-    """Where the images come from (a Hub dataset or local class folders) and how they are augmented."""
+class DataArguments(AugmentationArguments):
+    """Where the images come from (a Hub dataset or local class folders) and how they are augmented (the
+    augmentation fields come from `AugmentationArguments`)."""
 
     dataset_name: str | None = field(
         default=None,
@@ -222,6 +234,7 @@ class DataArguments:
     )
 
     def __post_init__(self):
+        super().__post_init__()
         if self.dataset_name and self.train_dir:
             raise ValueError(
                 f"Both dataset_name={self.dataset_name!r} and train_dir={self.train_dir!r} are set; choose one data "

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from transformers import TrainerCallback
 
 from ..data.transforms import ImageClassificationTransform
 
 
 class AugmentationEpochCallback(TrainerCallback):
-    """Sets the train transform's epoch at each epoch's start, so that its augmentation replays on resume.
+    """Sets the epoch of the train transform (and of the mixup / cutmix collator, any object with `set_epoch`)
+    at each epoch's start, so that their augmentation replays on resume.
 
     The Trainer calls on_epoch_begin before it creates the epoch's DataLoader iterator (and the workers), and a
     run resumed mid-epoch starts at the checkpoint's epoch: that is the floor of state.epoch then, one more at
     each later epoch. Dropout needs nothing here: the Trainer restores the global RNG saved with the checkpoint.
     """
 
-    def __init__(self, transform: ImageClassificationTransform) -> None:
-        self.transform = transform
+    def __init__(self, transform: ImageClassificationTransform, *others: Any) -> None:
+        self.targets = (transform, *others)
         self.epoch: int | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -25,7 +28,8 @@ class AugmentationEpochCallback(TrainerCallback):
     def on_epoch_begin(self, args, state, control, **kwargs):
         # state.epoch is a whole number at an epoch's start and epoch + fraction in a resumed one
         self.epoch = int(state.epoch) if self.epoch is None else self.epoch + 1
-        self.transform.set_epoch(self.epoch)
+        for target in self.targets:
+            target.set_epoch(self.epoch)
 
 
 class EvaluationTime(TrainerCallback):

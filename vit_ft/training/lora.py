@@ -19,7 +19,11 @@ logger = logging.getLogger("vit_ft")
 
 # our module names: the fused query/key/value projection (peft's ViT example adapts query and value);
 # "attention+mlp" adds the attention output projection and the MLP
+# The family members (DeiT, DINOv2, CLIP, SigLIP) load into the same modules, so the presets hold for all of them;
+# "attention+mlp" also adapts SigLIP's attention-pooling head (its proj and MLP), which it fine-tunes
 TARGET_PRESETS = {"attention": ["qkv"], "attention+mlp": ["qkv", "proj", "fc1", "fc2"]}
+# trained in full besides the head where the model has it: DeiT's second head, on the distillation token
+DISTILLATION_HEAD = "distillation_classifier"
 
 
 def lora_config(model_args: ModelArguments) -> LoraConfig:
@@ -44,7 +48,10 @@ def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
 
 def apply_lora(model: ViTFTForImageClassification, model_args: ModelArguments) -> PeftModel:
     """Wrap `model` with LoRA adapters; logs trainable vs total parameters."""
-    peft_model = get_peft_model(model, lora_config(model_args))
+    config = lora_config(model_args)
+    if hasattr(model, DISTILLATION_HEAD):
+        config.modules_to_save.append(DISTILLATION_HEAD)
+    peft_model = get_peft_model(model, config)
     for module in peft_model.modules():  # peft's per-adapter input dropout, the same rule with fewer draws
         dropouts = getattr(module, "lora_dropout", None)
         if isinstance(dropouts, nn.ModuleDict):

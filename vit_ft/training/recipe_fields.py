@@ -1,7 +1,7 @@
 """The fields a recipe may set: one argparse parser over the argument dataclasses, and per-field conversion.
 
 `build_parser` is transformers' HfArgumentParser over `ModelArguments`, `DataArguments` and `TrainingArguments`
-plus `--recipe` / `--list-recipes`, raising `RecipeError` instead of exiting. `argument_fields` pairs each
+(as its subclass `FineTuneTrainingArguments`) plus `--recipe` / `--list-recipes`, raising `RecipeError` instead of exiting. `argument_fields` pairs each
 dataclass field with the argparse action that converts its command-line string, so that `coerce` converts a
 YAML value exactly as the flag would be; `only_explicit_flags` makes the parser return only the flags given.
 `vit_ft.training.recipes` builds recipe loading and `parse_args` on these.
@@ -14,11 +14,13 @@ import types
 import typing
 from typing import Any
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser
 
 from vit_ft.training.arguments import DataArguments, ModelArguments
+from vit_ft.training.training_arguments import FineTuneTrainingArguments
 
-ARGUMENT_DATACLASSES = (ModelArguments, DataArguments, TrainingArguments)
+# FineTuneTrainingArguments is transformers' TrainingArguments plus the toolkit's keys (layer decay, EMA, ...)
+ARGUMENT_DATACLASSES = (ModelArguments, DataArguments, FineTuneTrainingArguments)
 
 # Optional fields where the string "none" already means something, so it must not become None.
 _NONE_IS_A_VALUE = frozenset({"report_to"})

@@ -39,6 +39,7 @@ from vit_ft.training.recipe_fields import (
     only_explicit_flags,
     suggest,
 )
+from vit_ft.training.training_arguments import FineTuneTrainingArguments
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
 # The repository's top-level recipes/, which the build installs as the data package vit_ft.recipes (pyproject.toml)
@@ -343,10 +344,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     check_image_size(model_args)
     data_args = _construct(DataArguments, values)
     training_fields = {
-        field.name: field.default for field in dataclasses.fields(TrainingArguments) if field.init
+        field.name: field.default for field in dataclasses.fields(FineTuneTrainingArguments) if field.init
     }
     check_precision(types.SimpleNamespace(**{**training_fields, **values}))
-    training_args = _construct(TrainingArguments, values)
+    training_args = _construct(FineTuneTrainingArguments, values)
     validate(model_args, data_args, training_args)
     return model_args, data_args, training_args
 

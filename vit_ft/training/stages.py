@@ -6,7 +6,6 @@ command line that starts a fine-tune is read by `argv`, the command itself is `v
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import uuid
@@ -25,9 +24,8 @@ from transformers.image_utils import PILImageResampling
 from ..data.bad_images import drop_bad_images
 from ..data.datasets import load_image_datasets
 from ..data.digits import write_digits_imagefolder
-from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms, collate_fn
+from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
-from ..metrics import build_compute_metrics
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..reports.examples import write_examples
@@ -35,10 +33,11 @@ from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import LABELS_FILE, mark_unfinished, write_run_record
 from .arguments import DataArguments, ModelArguments
-from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .checkpoints import CheckpointRecordCallback, check_output_dir, resolve_resume, run_inputs
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
+from .losses import class_weight_vector
 from .preemption import PreemptionCallback
+from .trainer import build_trainer, evaluate_final_model
 
 logger = logging.getLogger("vit_ft")
 
@@ -123,6 +122,8 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
         pooling=model_args.pooling,
         hidden_dropout_prob=model_args.hidden_dropout_prob,
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
+        # None keeps the checkpoint's own rate (a timm checkpoint's, where its config records one)
+        **({} if model_args.drop_path_rate is None else {"drop_path_rate": model_args.drop_path_rate}),
         cache_dir=model_args.cache_dir,
     )
     kernelize(model)  # the CPU kernels where the switch allows them, before LoRA wraps the layers
@@ -152,10 +153,69 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
     return model, processor
 
 
+def _augmentation_kwargs(data_args: DataArguments) -> dict[str, Any]:
+    """build_transforms' `augmentation` argument when the recipe turns any per-image augmentation on."""
+    spec = data_args.augmentation_spec()
+    return {} if spec is None else {"augmentation": spec}
+
+
+def train_class_weights(
+    training_args: TrainingArguments, names: list[str], train_labels: list[int]
+) -> Any | None:
+    """The loss's (num_classes,) class weights from the recipe's `class_weights`, or None; a label that is no
+    class is a ValueError naming the classes (checked before the model loads)."""
+    spec = getattr(training_args, "class_weights", None)
+    if spec is None:
+        return None
+    weights = class_weight_vector(spec, names, train_labels)
+    shown = {name: round(weight, 4) for name, weight in zip(names, weights.tolist(), strict=True)}
+    logger.info("Class weights in the loss: %s", shown)
+    return weights
+
+
+def build_mixup(data_args: DataArguments, training_args: TrainingArguments, num_classes: int) -> Any | None:
+    """The training batches' mixup / cutmix collator (soft targets, label smoothing folded in), or None when off."""
+    if not data_args.mixes_batches:
+        return None
+    from ..data.mixup import MixupCutmix
+
+    return MixupCutmix(
+        num_classes=num_classes,
+        mixup_alpha=data_args.mixup_alpha,
+        cutmix_alpha=data_args.cutmix_alpha,
+        prob=data_args.mixup_prob,
+        switch_prob=data_args.mixup_switch_prob,
+        label_smoothing=training_args.label_smoothing_factor,
+        seed=training_args.data_seed if training_args.data_seed is not None else training_args.seed,
+    )
+
+
+AUGMENTATIONS_FIGURE = "augmentations.png"
+
+
+def write_augmentations(
+    splits: datasets.DatasetDict,
+    transform: ImageClassificationTransform,
+    mixup: Any | None,
+    training_args: TrainingArguments,
+) -> None:
+    """`augmentations.png` in the output folder (process 0): a few training images, each in several augmented
+    draws as the model sees them (and one mixed batch of them with mixup / cutmix)."""
+    if training_args.process_index != 0:
+        return
+    from ..reports.augmentation_figure import write_augmentation_figure
+
+    train = splits["train"].with_format(None)  # the undecoded images, without the transform
+    images = train.select(range(min(4, len(train))))["image"]
+    path = Path(training_args.output_dir) / AUGMENTATIONS_FIGURE
+    write_augmentation_figure(images, transform, path, mixer=mixup, seed=training_args.seed)
+
+
 def attach_transforms(
     splits: datasets.DatasetDict, processor: ViTImageProcessorPil, data_args: DataArguments, seed: int
 ) -> ImageClassificationTransform:
-    """Random-resized-crop + flip for training, resize + center crop for evaluation, normalised by the processor.
+    """Random-resized-crop + flip (+ the recipe's RandAugment, colour jitter, random erasing) for training,
+    resize + center crop for evaluation, normalised by the processor.
 
     The train split gains `INDEX_COLUMN` (its row positions) and its augmentation becomes a function of (seed,
     epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets.
@@ -172,6 +232,7 @@ def attach_transforms(
         crop_scale=(data_args.crop_scale_min, 1.0),
         horizontal_flip=data_args.horizontal_flip,
         seed=seed,
+        **_augmentation_kwargs(data_args),
         **common,
     )
     eval_transform = build_transforms(size, train=False, **common)
@@ -183,67 +244,6 @@ def attach_transforms(
             splits[name] = splits[name].add_column(INDEX_COLUMN, list(range(len(splits[name]))))
         splits[name].set_transform(train_transform if name == "train" else eval_transform)
     return train_transform
-
-
-def evaluated_final_model(state: Any, args: TrainingArguments) -> dict[str, float] | None:
-    """The validation metrics the Trainer logged for the weights the run ends with, if it evaluated them.
-
-    Those weights are the best checkpoint's when load_best_model_at_end loaded it, else the last step's.
-    None when that step was never evaluated (then evaluate once more).
-    """
-    step = state.global_step
-    if args.load_best_model_at_end and state.best_model_checkpoint:
-        step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
-    for entry in reversed(state.log_history):
-        if entry.get("step") == step and "eval_loss" in entry:
-            return {key: value for key, value in entry.items() if key.startswith("eval_")} | {
-                "epoch": state.epoch
-            }
-    return None
-
-
-def build_trainer(
-    model: Any,
-    processor: ViTImageProcessorPil,
-    splits: datasets.DatasetDict,
-    training_args: TrainingArguments,
-    train_transform: ImageClassificationTransform,
-) -> tuple[Trainer, EvaluationTime]:
-    """The Trainer over the train and validation splits, and the callback that times its evaluations.
-
-    It never pushes: the finished folder is pushed once, with our card, by the fine-tune command, not at every save.
-    """
-    trainer_args = copy.copy(training_args)
-    trainer_args.push_to_hub = False
-    evaluation_time = EvaluationTime()
-    trainer = Trainer(
-        model=model,
-        args=trainer_args,
-        train_dataset=splits["train"],
-        eval_dataset=splits["validation"],
-        data_collator=collate_fn,
-        compute_metrics=build_compute_metrics(),
-        processing_class=processor,
-        callbacks=[AugmentationEpochCallback(train_transform), evaluation_time],
-    )
-    return trainer, evaluation_time
-
-
-def evaluate_final_model(trainer: Trainer, splits: datasets.DatasetDict) -> dict[str, float]:
-    """Validation (and test) metrics of the weights the run ends with, each logged and saved.
-
-    The best model is loaded at the end when load_best_model_at_end; a validation pass already made on the final
-    weights during training is reused, not repeated.
-    """
-    metrics = evaluated_final_model(trainer.state, trainer.args) or trainer.evaluate()
-    trainer.log_metrics("eval", metrics)
-    trainer.save_metrics("eval", metrics)
-    if "test" in splits:
-        test_metrics = trainer.evaluate(splits["test"], metric_key_prefix="test")
-        trainer.log_metrics("test", test_metrics)
-        trainer.save_metrics("test", test_metrics)
-        metrics = {**metrics, **test_metrics}
-    return metrics
 
 
 def run_finetune(
@@ -290,9 +290,20 @@ def _finetune(
     prepare_builtin_data(data_args, training_args)
     splits, names = load_data(data_args, training_args)  # folders checked before any pre-training
     prepare_builtin_checkpoint(model_args, data_args, training_args)
+    train_labels = [int(label) for label in splits["train"]["label"]]
+    class_weights = train_class_weights(training_args, names, train_labels)  # a bad label: before the model
     model, processor = load_model(model_args, names)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
-    trainer, evaluation_time = build_trainer(model, processor, splits, training_args, train_transform)
+    mixup = build_mixup(data_args, training_args, len(names))
+    write_augmentations(splits, train_transform, mixup, training_args)
+    trainer, evaluation_time = build_trainer(
+        model, processor, splits, training_args, data_args,
+        epoch_targets=[train_transform, *([mixup] if mixup else [])],
+        class_weights=class_weights,
+        train_collator=mixup.collate if mixup else None,
+        train_labels=train_labels,
+        resume=resume,
+    )  # fmt: skip
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)
     trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex))
@@ -326,7 +337,8 @@ def save_outputs(
     recipe: str | None,
 ) -> None:
     """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves."""
-    from ..reports.reporting import plot_training_curves, write_model_card
+    from ..reports.card import write_model_card
+    from ..reports.reporting import plot_training_curves
     from .lora import save_lora_outputs
 
     output_dir = Path(training_args.output_dir)
@@ -366,14 +378,15 @@ def save_outputs(
 
 
 __all__ = [
+    "AUGMENTATIONS_FIGURE",
     "attach_transforms",
-    "build_trainer",
-    "evaluate_final_model",
-    "evaluated_final_model",
+    "build_mixup",
     "load_data",
     "load_model",
     "prepare_builtin_checkpoint",
     "prepare_builtin_data",
     "run_finetune",
     "save_outputs",
+    "train_class_weights",
+    "write_augmentations",
 ]

@@ -1,7 +1,7 @@
 """Hardware policy in one place: the accelerator torch finds, the CPU's vendor, and where bf16 helps.
 
 The CPU kernels (`vit_ft.kernels`), the inference tools' `--bf16 auto` and the fine-tune's precision checks all
-ask here, so that one measurement (BENCHMARKS.md) decides each of them once.
+ask here, so that one measurement (docs/benchmarks.md) decides each of them once.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def bf16_helps(device: torch.device) -> bool:
     """True where bf16 autocast was measured to run inference faster: CUDA GPUs with bf16, and AMD CPUs with
     native bf16 products (ViT-B/16 at 224, batch 8, on an AMD EPYC with AVX512_BF16: 16.1 images/s against 9.1
     in float32). On an Intel Xeon that reports AVX512_BF16 too, bf16 ran at 4.2 images/s against 7.0 in float32,
-    kernels on or off (BENCHMARKS.md), so elsewhere float32 stays."""
+    kernels on or off (docs/benchmarks.md), so elsewhere float32 stays."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":

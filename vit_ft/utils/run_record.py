@@ -20,6 +20,9 @@ ADAPTER_DIR = "adapter"  # a LoRA fine-tune's adapter (with its trained head), b
 PROCESSOR_FILE = "preprocessor_config.json"
 LABELS_FILE = "labels.json"
 EXAMPLES_DIR = "examples"  # a few validation images, which the demo offers and push uploads
+# the record's key for the temperature fitted on the validation split (vit_ft.training.calibration):
+# {"temperature": T, "split": "validation", "images": n, "nll": [before, after], "ece": [before, after]}
+CALIBRATION_KEY = "calibration"
 
 
 def is_adapter_folder(path: str | os.PathLike) -> bool:
@@ -51,6 +54,15 @@ def recorded_seed(record: dict[str, Any] | None) -> int | None:
         if record and record.get(key) is not None:
             return int(record[key])
     return None
+
+
+def recorded_temperature(record: dict[str, Any] | None) -> float:
+    """The calibration temperature the fine-tune fitted (`CALIBRATION_KEY`), 1.0 (none) when not recorded."""
+    calibration = (record or {}).get(CALIBRATION_KEY) or {}
+    temperature = calibration.get("temperature") if isinstance(calibration, dict) else None
+    if not isinstance(temperature, (int, float)) or not temperature > 0:
+        return 1.0
+    return float(temperature)
 
 
 def write_run_record(output_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
@@ -89,6 +101,7 @@ def mark_unfinished(folder: str | os.PathLike) -> None:
 
 __all__ = [
     "ADAPTER_DIR",
+    "CALIBRATION_KEY",
     "LABELS_FILE",
     "PROCESSOR_FILE",
     "RUN_RECORD_FILE",
@@ -97,6 +110,7 @@ __all__ = [
     "mark_unfinished",
     "read_run_record",
     "recorded_seed",
+    "recorded_temperature",
     "run_folder",
     "write_run_record",
 ]

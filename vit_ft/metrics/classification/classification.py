@@ -7,16 +7,20 @@ because evaluate reads this file's import lines to check the module's dependenci
 import datasets
 import evaluate
 import numpy as np
+from sklearn.metrics import balanced_accuracy_score
 from sklearn.metrics import f1_score
 
 _DESCRIPTION = """
-Three classification metrics from one pass over the class scores (logits or probabilities):
+Four classification metrics from one pass over the class scores (logits or probabilities):
 - accuracy: the fraction of examples whose highest-scoring class is the reference;
 - top-k accuracy: the fraction whose reference is among the k highest-scoring classes (every example counts
   when k >= the number of classes);
 - F1: the harmonic mean of precision and recall per class, averaged without weights over the classes that
   occur in the predictions or references ("macro"), so rare classes weigh as much as frequent ones; a class
-  that is never predicted scores 0.
+  that is never predicted scores 0;
+- balanced accuracy: the mean over the classes present in the references of each class's recall, so a model
+  that always predicts the majority class of a skewed set scores 1 / num_classes, not the majority's share
+  (scikit-learn's `balanced_accuracy_score`).
 """
 
 _KWARGS_DESCRIPTION = """
@@ -29,11 +33,12 @@ Returns:
     accuracy (`float`): in [0, 1].
     top{k}_accuracy (`float`): in [0, 1], named after the k asked for (top5_accuracy by default).
     f1 (`float`): macro-F1, in [0, 1].
+    balanced_accuracy (`float`): mean per-class recall, in [0, 1].
 
 Example:
     >>> metric = evaluate.load("vit_ft/metrics/classification/classification.py")
     >>> metric.compute(predictions=[[0.1, 0.5, 0.4], [0.8, 0.1, 0.1]], references=[2, 0], k=2)
-    {'accuracy': 0.5, 'top2_accuracy': 1.0, 'f1': 0.3333333333333333}
+    {'accuracy': 0.5, 'top2_accuracy': 1.0, 'f1': 0.3333333333333333, 'balanced_accuracy': 0.5}
 """
 
 _CITATION = """
@@ -72,6 +77,13 @@ def _top_k_hits(scores: np.ndarray, references: np.ndarray, k: int) -> np.ndarra
     return (top_k == references[:, None]).any(axis=1)
 
 
+def _balanced_accuracy(references: np.ndarray, predicted: np.ndarray) -> float:
+    """Mean recall over the classes in `references`; 0.0 for no examples (scikit-learn warns and divides by 0)."""
+    if not len(references):
+        return 0.0
+    return float(balanced_accuracy_score(references, predicted))
+
+
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Classification(evaluate.Metric):
     def _info(self):
@@ -88,6 +100,7 @@ class Classification(evaluate.Metric):
             reference_urls=[
                 "https://scikit-learn.org/stable/modules/generated/sklearn.metrics.top_k_accuracy_score.html",
                 "https://scikit-learn.org/stable/modules/generated/sklearn.metrics.f1_score.html",
+                "https://scikit-learn.org/stable/modules/generated/sklearn.metrics.balanced_accuracy_score.html",
             ],
         )
 
@@ -101,4 +114,5 @@ class Classification(evaluate.Metric):
             "accuracy": float(np.mean(predicted == references)) if len(references) else 0.0,
             f"top{k}_accuracy": float(np.mean(hits)) if len(references) else 0.0,
             "f1": float(f1_score(references, predicted, average="macro", zero_division=0.0)),
+            "balanced_accuracy": _balanced_accuracy(references, predicted),
         }

@@ -1,0 +1,182 @@
+"""Every shell command in the README and the docs runs, as written, where it can run offline.
+
+The commands are collected from the ```bash blocks of README.md, docs/*.md, recipes/README.md and demo/README.md.
+Each is either run or skipped for a reason in SKIPPED (a rule matching it); a command that matches no rule runs,
+so a new command in the docs is tested by default. They run in document order in one workspace (the digits
+images, a built-in pre-training of one epoch), in-process through the command's own `main` (the script path is
+checked to be the thin wrapper of that command), with flags appended only to keep them small: `--max_steps 2`
+for a fine-tune, one seed and one shot for few-shot and seeds, `--quick` for the benchmark. The demo is started
+as a process and must answer on its port. A renamed script, command or flag fails here before it fails a reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "recipes/README.md",
+             REPO / "demo/README.md"]
+HUB_RECIPES = r"--recipe (dogs|cifar10|cifar100|pets|flowers102|hymenoptera)\S*"
+
+# (pattern, why it is not run here); the first match wins, and a command that matches none runs.
+SKIPPED = [
+    (r"^(python3 -m venv|\. \.venv/bin/activate|pip install)", "set-up: .ci/run runs it on a fresh machine"),
+    (r"-m pytest", "the test suite itself"),
+    (HUB_RECIPES, "downloads a Hub dataset and checkpoint; tests/test_headline.py runs the dogs recipes "
+                  "through a local Hub"),
+    (r"--recipe (my_recipe|path/to/my)\.yaml", "names a recipe file of the reader's"),
+    (r"push_to_hub|vit-ft push|--hub_model_id", "pushes to the Hub; tests/tools/test_hub.py pushes to a local Hub"),
+    (r"--model (google|me|timm)/|uoft-cs/|--model_name_or_path \S+(/|\.npz)", "downloads from the Hub, or "
+     "names a checkpoint file of the reader's"),
+    (r"outputs/dogs", "needs the dogs recipe's output, which downloads its data"),
+]
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(where, command) for each command line in the documents' bash blocks, `&&` chains split, in order."""
+    found: list[tuple[str, str]] = []
+    for document in DOCUMENTS:
+        text = document.read_text(encoding="utf-8")
+        for block in re.finditer(r"```(?:bash|sh|shell)\n(.*?)```", text, re.S):
+            for line in block.group(1).replace("\\\n", " ").splitlines():
+                line = re.sub(r"\s+#.*$", "", line).strip()
+                if not line or line.startswith("#"):
+                    continue
+                for part in line.split("&&"):
+                    part = re.sub(r"\[(--[^\]]+)\]", r"\1", part).strip()  # `[--port 7860]`: optional flags, given
+                    where = f"{document.relative_to(REPO)}: {part}"
+                    if part not in (command for _, command in found):
+                        found.append((where, part))
+    return found
+
+
+def skip_reason(command: str) -> str | None:
+    return next((why for pattern, why in SKIPPED if re.search(pattern, command)), None)
+
+
+COMMANDS = documented_commands()
+
+
+def test_every_document_has_commands_and_some_run():
+    runnable = [command for _, command in COMMANDS if skip_reason(command) is None]
+    assert len(COMMANDS) > 30 and len(runnable) > 15, (len(COMMANDS), runnable)
+    for needed in ("--recipe digits", "evaluate_model.py", "predict.py", "export.py", "demo/app.py"):
+        assert any(needed in command for command in runnable), needed
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A folder holding what the docs' commands read: the digits images and a one-epoch built-in pre-training."""
+    from vit_ft.data.digits import write_digits_imagefolder
+    from vit_ft.training.pretrain import pretrain_digits
+
+    root = tmp_path_factory.mktemp("docs")
+    write_digits_imagefolder(root / "data/digits", seed=0)
+    pretrain_digits(root / "outputs/digits-pretrained", root / "data/digits/train", epochs=1)
+    previous = Path.cwd()
+    os.chdir(root)
+    try:
+        yield root
+    finally:
+        os.chdir(previous)
+
+
+def command_main(program: list[str]):
+    """(the `main(argv)` a command line runs, its arguments): scripts/X.py, vit-ft X, python -m vit_ft X."""
+    import importlib
+
+    if program[:2] == ["python", "-m"] and program[2] == "vit_ft":
+        program = ["vit-ft", *program[3:]]
+    if program[0] == "vit-ft":
+        return importlib.import_module(f"vit_ft.commands.{program[1]}").main, program[2:]
+    script = REPO / program[1]
+    assert script.is_file(), f"{program[1]} does not exist"
+    source = script.read_text(encoding="utf-8")
+    if program[1] == "scripts/bench.py":
+        from benchmarks.run import main
+
+        assert "from benchmarks.run import main" in source
+        return main, program[2:]
+    wrapped = re.search(r"from vit_ft\.commands\.(\w+) import main", source)
+    assert wrapped, f"{program[1]} is not a thin wrapper of a vit_ft command"
+    return importlib.import_module(f"vit_ft.commands.{wrapped.group(1)}").main, program[2:]
+
+
+def small(command_name: str, argv: list[str]) -> list[str]:
+    """The flags that keep a documented command small, appended (later flags win)."""
+    if command_name == "finetune":
+        extra = ["--max_steps", "2"] + ([] if "--resume" in argv else ["--overwrite_output_dir"])
+        return argv + extra
+    if command_name == "seeds":
+        # one seed, and the workspace's pre-training instead of one per seed
+        return argv + ["--seeds", "0", "--max_steps", "2", "--model_name_or_path", "outputs/digits-pretrained"]
+    if command_name == "fewshot":
+        return argv + ["--shots", "1", "--seeds", "1"]
+    if command_name == "run":  # benchmarks.run
+        return argv + ["--quick", "--rounds", "1", "--output-dir", "outputs/benchmark"]
+    return argv
+
+
+def run_in_process(command: str) -> None:
+    program = shlex.split(command)
+    program = [program[0], *[match for arg in program[1:] for match in (sorted(glob.glob(arg)) or [arg])]]
+    main, argv = command_main(program)
+    argv = small(main.__module__.rsplit(".", 1)[-1], argv)
+    saved_argv = sys.argv
+    sys.argv = [program[1] if program[0] == "python" else program[0], *argv]
+    try:
+        main(argv)
+    except SystemExit as stop:
+        assert stop.code in (0, None), f"{command!r} exited {stop.code}"
+    finally:
+        sys.argv = saved_argv
+
+
+def run_demo(command: str) -> None:
+    """Start the demo as the reader would and wait until it answers on its port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [a for a in shlex.split(command)[2:]]
+    if "--port" in argv:
+        argv[argv.index("--port") + 1] = str(port)
+    else:
+        argv += ["--port", str(port)]
+    process = subprocess.Popen([sys.executable, str(REPO / "demo/app.py"), *argv], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert process.poll() is None, process.stdout.read()
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as answer:
+                    assert answer.status == 200
+                    return
+            time.sleep(1)
+        pytest.fail(f"{command!r} did not answer on port {port} within 120 s")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("where,command", COMMANDS, ids=[where for where, _ in COMMANDS])
+def test_documented_command_runs(where, command, workspace, capsys):
+    reason = skip_reason(command)
+    if reason:
+        pytest.skip(reason)
+    if command.startswith("python demo/app.py"):
+        run_demo(command)
+    else:
+        run_in_process(command)

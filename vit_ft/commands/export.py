@@ -1,0 +1,72 @@
+"""Export a trained model for serving: ONNX (onnxruntime), optionally with a dynamic-int8 copy for CPUs.
+
+vit-ft export --model outputs/digits --output_dir outputs/digits-onnx                  # model.onnx
+vit-ft export --model outputs/digits --output_dir outputs/digits-onnx --quantize int8  # + model.int8.onnx
+vit-ft export --model outputs/digits --output_dir outputs/digits-onnx --quantize int8 --evaluate test
+(also `python scripts/export.py ...`; needs `pip install 'vit-ft[export]'`)
+
+Writes model.onnx (input `pixel_values`, output `logits`; dynamic batch, and dynamic height and width where the
+export reproduces PyTorch's position-embedding resampling, else the fine-tuned resolution: the last line says
+which), preprocessor_config.json (the resize and normalisation the graph expects) and config.json (id2label).
+Every graph is run with onnxruntime against PyTorch before the folder is written; --evaluate SPLIT then prints
+the top-1 accuracy of PyTorch and of each graph on that split of the fine-tune's recorded data. --output_dir must be a new
+folder (--overwrite replaces an earlier export), outside the model's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..utils.cli import run_tool, tool_parser
+from ..utils.logs import setup_logging
+
+FORMATS = ("onnx",)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = tool_parser(__doc__)
+    parser.add_argument("--output_dir", required=True, help="A new folder for the exported model.")
+    parser.add_argument("--format", choices=FORMATS, default="onnx", help="onnx (the only format so far).")
+    parser.add_argument("--quantize", choices=("int8",), default=None,
+                        help="int8: also write model.int8.onnx, onnxruntime's dynamic int8 quantisation.")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true", help="Replace an earlier export in --output_dir.")
+    parser.add_argument("--evaluate", metavar="SPLIT", default=None,
+                        help="Then measure top-1 accuracy of PyTorch and of each graph on this split of the "
+                        "fine-tune's recorded data (e.g. test).")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def export(argv: list[str] | None = None) -> str:
+    """Parse the flags and run `vit_ft.tools.onnx_export.export_onnx`; returns its summary line."""
+    args = parse_args(argv)
+    setup_logging(timestamps=False)
+    from ..tools.onnx_export import check_export_dir, compare_accuracy, export_onnx, require_onnxruntime
+
+    require_onnxruntime()  # before the model loads: the one line names the install command
+    check_export_dir(args.output_dir, args.model, args.overwrite)
+    summary = export_onnx(args.model, args.output_dir, args.quantize, args.overwrite).summary()
+    print(summary)
+    if args.evaluate:
+        line = accuracy_line(compare_accuracy(args.model, args.output_dir, args.evaluate))
+        print(line)
+        summary += "\n" + line
+    return summary
+
+
+def accuracy_line(result: dict) -> str:
+    """`compare_accuracy`'s result as one line: each runtime's accuracy, then each graph's agreement."""
+    accuracy = ", ".join(f"{name} {value:.4f}" for name, value in result["accuracy"].items())
+    agreement = ", ".join(f"{name} {value:.1%}" for name, value in result["agreement_with_pytorch"].items())
+    return (
+        f"Top-1 accuracy on {result['split']} ({result['num_images']} images): {accuracy}; top-1 equal to "
+        f"PyTorch's: {agreement}."
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vit-ft export ARGS` (and `scripts/export.py`): exits 0, or 1 with one `error:` line."""
+    run_tool(export, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,374 @@
+"""Multi-label data: several labels (or none) per image, held as a fixed-length multi-hot float vector.
+
+Sources, each turned into a "label" column of `List(Value("float32"), length=num_labels)` and the label names:
+- a Hub or `save_to_disk` dataset whose label column is `Sequence(ClassLabel)` (names from the ClassLabel),
+  a list of label names per image (names sorted), or a multi-hot 0/1 list (names given, else "0", "1", ...):
+  `label_kind` tells a multi-label column from a single-label one, `to_multi_hot` converts it;
+- an image folder with `labels.csv` or `labels.jsonl` beside the images (`read_labelled_folder`):
+
+      labels.csv                          labels.jsonl
+      file,labels                         {"file": "a.jpg", "labels": ["dog", "grass"]}
+      a.jpg,dog;grass                     {"file": "b.jpg", "labels": []}
+      b.jpg,
+
+  `file` (or `file_name`, datasets' metadata name) is the image's path relative to the folder. In labels.csv
+  the labels of an image are separated by ";" (`separator`; a space would split names such as COCO's
+  "traffic light"; pass separator=" " for space-separated tags as in fastai's `label_delim`). An empty cell
+  (or `[]`) means an image with no label (all-negative), which is allowed. Every image in the folder must be
+  listed: an unlisted image is an error, not a silent all-negative example, since a forgotten row would
+  teach the model that its objects are absent; list it with an empty labels cell to mean "no label".
+
+The validation hold-out (`stratified_hold_out`) is iterative stratification (Sechidis et al. 2011, via the
+`iterative-stratification` package's MultilabelStratifiedShuffleSplit), then repaired so that every label
+with two or more positive images has one in each part. `data_report` counts images per label and
+all-negative images per split, for the log.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import datasets
+import numpy as np
+
+from .image_folders import _named, is_hidden
+from .images import image_extensions
+
+__all__ = [
+    "LABEL_FILES",
+    "data_report",
+    "label_kind",
+    "labels_file",
+    "multi_hot_feature",
+    "multi_hot_matrix",
+    "multi_label_names",
+    "read_labelled_folder",
+    "split_multilabel",
+    "stratified_hold_out",
+    "to_multi_hot",
+]
+
+LABEL_FILES = ("labels.csv", "labels.jsonl")
+_ACCEPTED = (
+    "one label per image (ClassLabel, int or str) or several (Sequence(ClassLabel), a list of label names, "
+    "or a multi-hot list of 0/1 per image)"
+)
+
+
+def multi_hot_feature(num_labels: int) -> datasets.List:
+    """The feature of a multi-hot label column: a float32 vector of length num_labels (BCE targets)."""
+    return datasets.List(datasets.Value("float32"), length=num_labels)
+
+
+def _list_item(feature: Any) -> Any:
+    """The element feature of a list feature (List, LargeList, legacy Sequence), else None."""
+    list_types = tuple(
+        getattr(datasets, name) for name in ("List", "LargeList", "Sequence") if hasattr(datasets, name)
+    )
+    return feature.feature if isinstance(feature, list_types) else None
+
+
+def _is_value(feature: Any, kinds: tuple[str, ...]) -> bool:
+    """A datasets.Value whose dtype contains one of `kinds` ("int" matches int8 ... uint64)."""
+    return isinstance(feature, datasets.Value) and any(kind in feature.dtype for kind in kinds)
+
+
+def label_kind(features: datasets.Features, column: str) -> Literal["single", "multi"]:
+    """`single` for one label per image (ClassLabel, int, str, bool), `multi` for several: a list of
+    ClassLabel, of label names (str) or of 0/1 numbers (multi-hot). Another type is a one-line ValueError."""
+    if column not in features:
+        raise KeyError(f"label_column={column!r} is not a column; available columns: {list(features)}.")
+    feature, item = features[column], _list_item(features[column])
+    if isinstance(feature, datasets.ClassLabel) or _is_value(feature, ("int", "string", "bool")):
+        return "single"
+    if isinstance(item, datasets.ClassLabel) or _is_value(item, ("int", "string", "bool", "float")):
+        return "multi"
+    raise ValueError(f"label_column={column!r} holds {feature}; accepted: {_ACCEPTED}.")
+
+
+def multi_label_names(
+    dataset: datasets.Dataset, column: str, names: Sequence[str] | None = None
+) -> list[str]:
+    """The label names of a multi-label column: a ClassLabel's names; the sorted names found in a column of
+    name lists; for a multi-hot column `names` if given, else "0", "1", ... (one per position)."""
+    item = _list_item(dataset.features[column])
+    if isinstance(item, datasets.ClassLabel):
+        return list(item.names)
+    if _is_value(item, ("string",)):
+        return sorted({str(name) for row in dataset[column] for name in row})
+    if names is not None:
+        return list(names)
+    width = dataset.features[column].length
+    if width in (None, -1):
+        width = len(dataset[0][column]) if len(dataset) else 0
+    return [str(i) for i in range(width)]
+
+
+def _rows_to_matrix(rows: Sequence[Sequence[Any]], item: Any, names: list[str], where: str) -> np.ndarray:
+    """(num_images, num_labels) float32 multi-hot matrix from a label column's values."""
+    matrix = np.zeros((len(rows), len(names)), dtype=np.float32)
+    if isinstance(item, datasets.ClassLabel) or _is_value(item, ("string",)):
+        to_name = item.int2str if isinstance(item, datasets.ClassLabel) else str
+        index = {name: i for i, name in enumerate(names)}
+        for r, row in enumerate(rows):
+            if isinstance(item, datasets.ClassLabel) and any(value < 0 for value in row):
+                raise ValueError(f"{where} row {r} holds the class id -1 (unlabelled); remove such rows.")
+            unknown = sorted({to_name(value) for value in row} - index.keys())
+            if unknown:
+                raise ValueError(
+                    f"{where} row {r} has label(s) {unknown} that are not among the training labels {names}; "
+                    "add training images for them or remove them."
+                )
+            matrix[r, [index[to_name(value)] for value in row]] = 1.0
+        return matrix
+    for r, row in enumerate(rows):
+        values = np.asarray(row, dtype=np.float64)
+        if values.shape != (len(names),) or not np.isin(values, (0, 1)).all():
+            raise ValueError(
+                f"{where} row {r} holds {list(row)[:8]}, not a multi-hot 0/1 vector of length {len(names)} "
+                f"(one per label); if these are class ids, cast the column to Sequence(ClassLabel(names=...))."
+            )
+        matrix[r] = values
+    return matrix
+
+
+def to_multi_hot(
+    dataset: datasets.Dataset, column: str, names: Sequence[str], where: str = "the dataset"
+) -> datasets.Dataset:
+    """Replace `column` (a multi-label column, see `label_kind`) by multi-hot float32 vectors over `names`
+    (the training split's label names; labels are matched by name). Only that column is rewritten."""
+    if label_kind(dataset.features, column) != "multi":
+        raise ValueError(
+            f"label_column={column!r} of {where} holds {dataset.features[column]}, one label per image; "
+            f"multi-label classification needs several: {_ACCEPTED.split(' or several ')[1]}."
+        )
+    item, names = _list_item(dataset.features[column]), list(names)
+    matrix = _rows_to_matrix(dataset[column], item, names, where)
+    return dataset.remove_columns(column).add_column(
+        column, list(matrix), feature=multi_hot_feature(len(names))
+    )
+
+
+def multi_hot_matrix(dataset: datasets.Dataset, column: str = "label") -> np.ndarray:
+    """(num_images, num_labels) float32 matrix of a multi-hot column, read without decoding the images."""
+    values = dataset.select_columns([column]).with_format("numpy")[column]
+    return np.asarray(list(values) if len(dataset) else [], dtype=np.float32).reshape(len(dataset), -1)
+
+
+def labels_file(folder: str | os.PathLike, argument: str = "train_dir") -> Path | None:
+    """The folder's labels.csv or labels.jsonl (a multi-label image folder), None when it has neither."""
+    found = [
+        Path(folder).expanduser() / name
+        for name in LABEL_FILES
+        if (Path(folder).expanduser() / name).is_file()
+    ]
+    if len(found) > 1:
+        raise ValueError(
+            f"{_named(argument, folder)} holds both labels.csv and labels.jsonl; keep one of them."
+        )
+    return found[0] if found else None
+
+
+def _csv_rows(path: Path, separator: str) -> list[tuple[int, str, list[str]]]:
+    """(line, file, labels) per row of a labels.csv with the header `file,labels` (or `file_name,labels`)."""
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
+        reader = csv.DictReader(handle)
+        fields = [name.strip() for name in reader.fieldnames or []]
+        file_key = next((name for name in ("file", "file_name") if name in fields), None)
+        if file_key is None or "labels" not in fields:
+            raise ValueError(f"{path}: the header is {fields}; it must name the columns file,labels.")
+        reader.fieldnames = fields
+        rows = []
+        for row in reader:
+            cell = (row.get("labels") or "").strip()
+            labels = [part.strip() for part in cell.split(separator)] if cell else []
+            if any(not label for label in labels):
+                raise ValueError(
+                    f"{path} line {reader.line_num}: {row[file_key]!r} has an empty label in {cell!r} (labels are "
+                    f"separated by {separator!r}; an image with no label has an empty labels cell)."
+                )
+            rows.append((reader.line_num, (row[file_key] or "").strip(), labels))
+    return rows
+
+
+def _jsonl_rows(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, file, labels) per line of a labels.jsonl of {"file": ..., "labels": [...]} objects."""
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{path} line {number} is not JSON ({error.msg}); write one object a line."
+            ) from None
+        file = record.get("file", record.get("file_name")) if isinstance(record, dict) else None
+        labels = record.get("labels") if isinstance(record, dict) else None
+        if not isinstance(file, str) or not isinstance(labels, list):
+            raise ValueError(
+                f'{path} line {number}: expected {{"file": "<image>", "labels": [...]}}, got {line.strip()[:80]}'
+            )
+        bad = [
+            label
+            for label in labels
+            if isinstance(label, bool) or not isinstance(label, (str, int)) or not str(label).strip()
+        ]
+        if bad:
+            raise ValueError(
+                f"{path} line {number}: {file!r} has the invalid label {bad[0]!r}; labels are non-empty names."
+            )
+        rows.append((number, file.strip(), [str(label).strip() for label in labels]))
+    return rows
+
+
+def _check_rows(root: Path, path: Path, rows: list[tuple[int, str, list[str]]]) -> list[str]:
+    """The rows' image paths relative to root; a missing, outside, non-image, twice-listed or unlisted
+    image is a one-line error naming it."""
+    extensions, seen, relative = image_extensions(), {}, []
+    for line, file, _ in rows:
+        key = os.path.normpath(file)
+        if not file or os.path.isabs(key) or key.split(os.sep)[0] == "..":
+            raise ValueError(
+                f"{path} line {line}: file {file!r} must be a path inside {root}, relative to it."
+            )
+        if key in seen:
+            raise ValueError(
+                f"{path} lists {file!r} twice (lines {seen[key]} and {line}); merge its labels into one row."
+            )
+        if not (root / key).is_file():
+            raise FileNotFoundError(
+                f"{path} line {line} names {file!r}, which is not a file in {root}; fix the name or remove the row."
+            )
+        if Path(key).suffix.lower() not in extensions:
+            raise ValueError(
+                f"{path} line {line}: {file!r} is not an image file ({', '.join(sorted(extensions)[:6])}, ...)."
+            )
+        seen[key] = line
+        relative.append(key)
+    unlisted = sorted(
+        str(p.relative_to(root)) for p in root.rglob("*")
+        if p.suffix.lower() in extensions and p.is_file()
+        and not any(is_hidden(part) for part in p.relative_to(root).parts) and str(p.relative_to(root)) not in seen
+    )  # fmt: skip
+    if unlisted:
+        raise ValueError(
+            f"{len(unlisted)} image(s) of {root} are not listed in {path.name}, e.g. {unlisted[0]!r}; add a row "
+            "for each (an empty labels cell means no label) or move them out of the folder."
+        )
+    return relative
+
+
+def read_labelled_folder(
+    folder: str | os.PathLike,
+    argument: str = "train_dir",
+    names: Sequence[str] | None = None,
+    separator: str = ";",
+) -> tuple[datasets.Dataset, list[str]]:
+    """An image folder with labels.csv / labels.jsonl -> (Dataset with "image" (datasets.Image) and "label"
+    (multi-hot float32 vectors), label names). Names are the sorted labels found, or `names` (the training
+    folder's) for a validation or test folder, where a label outside them is an error. Rows keep the file's
+    order. Everything is checked before any image is opened."""
+    root = Path(folder).expanduser()
+    path = labels_file(root, argument) if root.is_dir() else None
+    if path is None:
+        raise FileNotFoundError(
+            f"{_named(argument, folder)} is not a folder holding labels.csv or labels.jsonl."
+        )
+    rows = _jsonl_rows(path) if path.suffix == ".jsonl" else _csv_rows(path, separator)
+    files = _check_rows(root, path, rows)
+    found = sorted({label for _, _, labels in rows for label in labels})
+    if names is None:
+        if len(found) < 2:
+            raise ValueError(
+                f"{path} names {len(found)} label(s) {found}; multi-label classification needs at least two "
+                "(for a yes/no task use one sub-folder per class instead)."
+            )
+        names = found
+    names = list(names)
+    matrix = _rows_to_matrix([labels for _, _, labels in rows], datasets.Value("string"), names, str(path))
+    features = datasets.Features({"image": datasets.Image(), "label": multi_hot_feature(len(names))})
+    data = {"image": [str(root / file) for file in files], "label": list(matrix)}
+    return datasets.Dataset.from_dict(data, features=features), names
+
+
+def _move_one(labels: np.ndarray, source: np.ndarray, label: int) -> bool:
+    """Move one image holding `label` out of the part `source` (a boolean mask, flipped in place), choosing
+    one whose every label keeps a positive image in `source` (fewest labels first); False if none can go."""
+    left = labels[source].sum(0)
+    candidates = [
+        i for i in np.flatnonzero(source & (labels[:, label] > 0)) if (left[labels[i] > 0] >= 2).all()
+    ]
+    if not candidates:
+        return False
+    chosen = min(candidates, key=lambda i: (labels[i].sum(), i))
+    source[chosen] = False
+    return True
+
+
+def stratified_hold_out(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (train, validation) row indices of a multi-hot matrix (num_images, num_labels), holding out
+    `fraction` by iterative stratification (MultilabelStratifiedShuffleSplit, seeded), then moving single
+    images so that each label with >= 2 positive images has one in both parts (moves keep every other label
+    present where it was; the validation size may change by a few images)."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"validation_split_percentage={fraction} must be a fraction in (0, 1), e.g. 0.1.")
+    labels = np.asarray(labels) > 0
+    try:
+        from iterstrat.ml_stratifiers import MultilabelStratifiedShuffleSplit
+    except ImportError as error:  # a dependency of vit-ft; missing only in a hand-made environment
+        raise ImportError(
+            "the multi-label hold-out needs iterative-stratification: pip install iterative-stratification"
+        ) from error
+    splitter = MultilabelStratifiedShuffleSplit(n_splits=1, test_size=fraction, random_state=seed)
+    try:
+        _, held = next(splitter.split(np.zeros(len(labels)), labels.astype(int)))
+    except ValueError as error:
+        raise ValueError(
+            f"Cannot hold out validation_split_percentage={fraction} of {len(labels)} images ({error}); raise "
+            "it, add images, or provide a validation split."
+        ) from None
+    in_train = np.ones(len(labels), dtype=bool)
+    in_train[held] = False
+    for label in np.argsort(labels.sum(0), kind="stable"):  # rarest first: they have the fewest choices
+        if labels[:, label].sum() < 2:
+            continue
+        if not labels[~in_train, label].any():
+            _move_one(labels, in_train, label)
+        elif not labels[in_train, label].any():
+            in_validation = ~in_train
+            if _move_one(labels, in_validation, label):
+                in_train = ~in_validation
+    return np.flatnonzero(in_train), np.flatnonzero(~in_train)
+
+
+def split_multilabel(
+    dataset: datasets.Dataset, fraction: float, seed: int, column: str = "label"
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """(train, validation) of a dataset with a multi-hot `column`, by `stratified_hold_out`."""
+    train, validation = stratified_hold_out(multi_hot_matrix(dataset, column), fraction, seed)
+    return dataset.select(train), dataset.select(validation)
+
+
+def data_report(splits: Mapping[str, np.ndarray], names: Sequence[str]) -> str:
+    """A text table for the log: positive images per label and split, images with no label (all-negative)
+    and images per split, then the labels a split has no positive image of (their AP is undefined there)."""
+    counts = {split: (np.asarray(m) > 0).reshape(len(m), len(names)) for split, m in splits.items()}
+    width = max([len("all-negative"), *map(len, names)])
+    lines = [f"{'label':<{width}}  " + "  ".join(f"{split:>10}" for split in counts)]
+    for j, name in enumerate(names):
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{int(m[:, j].sum()):>10}" for m in counts.values()))
+    lines.append(
+        f"{'all-negative':<{width}}  " + "  ".join(f"{int((~m.any(1)).sum()):>10}" for m in counts.values())
+    )
+    lines.append(f"{'images':<{width}}  " + "  ".join(f"{len(m):>10}" for m in counts.values()))
+    for split, m in counts.items():
+        absent = [name for j, name in enumerate(names) if len(m) and not m[:, j].any()]
+        if absent:
+            lines.append(f"{split}: no positive image of {absent} (left out of its mAP).")
+    return "\n".join(lines)

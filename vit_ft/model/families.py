@@ -1,0 +1,167 @@
+"""The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, CLIP, SigLIP) -> ours, and the
+family's options read from a timm checkpoint (`timm_family_fields`, for `timm_format.py`).
+
+Each family's `config.json` (by `model_type`) becomes our config fields through transformers' own config class (so
+its defaults are transformers'), and its keys are renamed by the tables below while transformers loads them
+(`weight_mapping.py`). What the family holds that a fine-tune does not use (DINOv2's mask token, the text tower of a
+CLIP / SigLIP checkpoint, the contrastive projections) is discarded and said so in the loading report; what our
+model cannot hold (DINOv2's SwiGLU MLP) is refused with one line naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from transformers import CONFIG_MAPPING
+
+# model_type -> the family's name in messages
+FAMILY_MODEL_TYPES = {
+    "deit": "DeiT",
+    "dinov2": "DINOv2",
+    "dinov2_with_registers": "DINOv2 with registers",
+    "clip": "CLIP",
+    "clip_vision_model": "CLIP",
+    "siglip": "SigLIP",
+    "siglip_vision_model": "SigLIP",
+}
+# checkpoint key prefix (each family's base model) -> ours; applied before the renames below
+FAMILY_PREFIXES = {
+    "deit.": "vit.",
+    "dinov2.": "vit.",
+    "dinov2_with_registers.": "vit.",
+    "vision_model.": "vit.",
+}
+# key fragments -> ours, anywhere in a key (after the prefix): the family's names for our modules
+FAMILY_RENAMES = {
+    "embeddings.patch_embedding.": "embeddings.patch_embeddings.projection.",  # CLIP, SigLIP
+    "embeddings.position_embedding.weight": "embeddings.position_embeddings",  # (N, hidden): reshaped on load
+    "encoder.layers.": "layers.",
+    "self_attn.out_proj.": "attention.proj.",
+    "layer_norm1.": "norm1.",
+    "layer_norm2.": "norm2.",
+    "layer_scale1.lambda1": "ls1",  # DINOv2's layer scale
+    "layer_scale2.lambda1": "ls2",
+    "pre_layrnorm.": "pre_layernorm.",  # CLIP's spelling
+    "post_layernorm.": "layernorm.",
+    "cls_classifier.": "classifier.",  # DeiT with teacher: the class-token head
+    "head.probe": "attn_pool.latent",  # SigLIP's attention-pooling head (its in_proj is split on load)
+    "head.attention.out_proj.": "attn_pool.proj.",
+    "head.layernorm.": "attn_pool.norm.",
+    "head.mlp.": "attn_pool.mlp.",
+}
+# the family's query/key/value projections, fused into our qkv
+FAMILY_QKV_SOURCES = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),)
+SIGLIP_IN_PROJ = "head.attention.in_proj_"  # SigLIP's pooling head: split into our query and key/value
+CLIP_CLASS_EMBEDDING = "embeddings.class_embedding"  # (hidden,): reshaped into our class token
+# checkpoint tensors a fine-tune does not use: key prefix (ours, after renaming) -> why; reported per group
+FAMILY_DISCARDS = {
+    "embeddings.mask_token": "DINOv2's mask token for masked-image pre-training, unused in fine-tuning",
+    "text_model.": "the text tower (vit_ft loads the vision tower)",
+    "text_projection.": "the text projection of the image-text model",
+    "visual_projection.": "the image-text projection, unused for classification",
+    "logit_scale": "the image-text model's logit scale",
+    "logit_bias": "the image-text model's logit bias",
+    "attn_pool.": "the attention-pooling head, which this model's pooling does not use",
+}
+
+
+def is_family_config(config_dict: dict[str, Any]) -> bool:
+    """A transformers config of a ViT family member vit_ft loads (by `model_type`)."""
+    return config_dict.get("model_type") in FAMILY_MODEL_TYPES
+
+
+def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, Any]:
+    """Our config fields for a DeiT / DINOv2 / CLIP / SigLIP checkpoint's `config.json`, with transformers' own
+    defaults for what it leaves out; labels only with a head our model reproduces. Raises `ValueError` naming
+    what our model cannot hold. The checkpoint's drop-path rate is given as `_drop_path_rate` (applied only when
+    asked: `formats.read_checkpoint_config`)."""
+    model_type = config_dict["model_type"]
+    architecture = (config_dict.get("architectures") or [""])[0]
+    settings = {k: v for k, v in config_dict.items() if k != "model_type"}
+    full = CONFIG_MAPPING[model_type](**settings)
+    vision = full.vision_config.to_dict() if model_type in ("clip", "siglip") else full.to_dict()
+    kept = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act")
+    fields = {name: vision[name] for name in kept if name in vision}
+    fields.update(
+        {name: vision[name] for name in ("layer_norm_eps", "image_size", "patch_size", "num_channels")}
+    )
+    fields["_drop_path_rate"] = vision.get("drop_path_rate", 0.0)
+    if model_type.startswith("dinov2"):
+        if vision.get("use_swiglu_ffn"):
+            raise ValueError(
+                f"{source} uses a SwiGLU MLP (use_swiglu_ffn: DINOv2 giant), which vit_ft's ViT cannot hold: "
+                "use a DINOv2 small/base/large checkpoint."
+            )
+        fields.update(
+            intermediate_size=int(vision["hidden_size"] * vision["mlp_ratio"]),
+            qkv_bias=vision["qkv_bias"],
+            layerscale_value=vision["layerscale_value"],
+            num_register_tokens=vision.get("num_register_tokens", 0),
+            # transformers' Dinov2WithRegisters resamples its position embeddings with antialias, Dinov2 without
+            pos_embed_antialias=model_type == "dinov2_with_registers",
+            pooling="cls+mean" if architecture.endswith("ForImageClassification") else "cls",
+        )
+    elif model_type == "deit":
+        fields.update(qkv_bias=vision["qkv_bias"], distillation_token=True)
+    elif model_type.startswith("clip"):
+        fields.update(pre_norm=True)
+    else:  # SigLIP: no class token, position embeddings for the patches only, attention pooling
+        pooling = "map" if vision.get("vision_use_head", True) else "mean"
+        if architecture == "SiglipForImageClassification":  # its head reads the mean of all tokens
+            pooling = "mean"
+        fields.update(class_token=False, no_embed_class=True, pooling=pooling)
+    # heads our model reproduces: DeiT's two averaged heads, DINOv2's on cls+mean, SigLIP's on the token mean
+    with_head = {"DeiTForImageClassificationWithTeacher", "SiglipForImageClassification"}
+    if (
+        architecture in with_head or model_type.startswith("dinov2")
+    ) and "ForImageClassification" in architecture:
+        fields.update(id2label=config_dict.get("id2label"), label2id=config_dict.get("label2id"))
+    else:
+        fields["num_labels"] = 0
+    return fields
+
+
+def timm_family_fields(
+    architecture: str, model_args: dict[str, Any], shapes: dict[str, tuple[int, ...]]
+) -> dict[str, Any]:
+    """The family's options (DeiT, DeiT III, DINOv2, CLIP, SigLIP) from the tensors and the architecture's tags, as
+    timm's Hub configs seldom state model_args: prefix tokens, layer scale, pre-norm, position slots, activation."""
+    tags = set(re.split(r"[_.]", architecture))
+    class_token, dist = "cls_token" in shapes, "dist_token" in shapes
+    registers = shapes.get("reg_token", (1, 0, 0))[1]
+    slots, positions = int(class_token) + int(dist), shapes.get("pos_embed", (1, 0))[1]
+    square = (
+        math.isqrt(positions) ** 2 == positions and math.isqrt(positions - slots) ** 2 != positions - slots
+    )
+    act = model_args.get("act_layer") or (
+        "quick_gelu" if "quickgelu" in tags else "gelu_tanh" if "siglip" in tags else "gelu"
+    )
+    fields = {
+        "class_token": class_token,
+        "distillation_token": dist,
+        "num_register_tokens": registers,
+        "pre_norm": "norm_pre.weight" in shapes,
+        "no_embed_class": bool(model_args.get("no_embed_class", slots > 0 and square)),
+        "hidden_act": {"gelu_tanh": "gelu_pytorch_tanh"}.get(act, act),
+        # timm's reg4 DINOv2 is transformers' Dinov2WithRegisters, which resamples with antialias
+        "pos_embed_antialias": registers > 0 and "dinov2" in tags,
+    }
+    if "blocks.0.ls1.gamma" in shapes:  # the init value matters only for a fresh model; the gains are loaded
+        fields["layerscale_value"] = float(model_args.get("init_values") or 1e-5)
+    return fields
+
+
+__all__ = [
+    "CLIP_CLASS_EMBEDDING",
+    "FAMILY_DISCARDS",
+    "FAMILY_MODEL_TYPES",
+    "FAMILY_PREFIXES",
+    "FAMILY_QKV_SOURCES",
+    "FAMILY_RENAMES",
+    "SIGLIP_IN_PROJ",
+    "family_config_fields",
+    "is_family_config",
+    "timm_family_fields",
+]

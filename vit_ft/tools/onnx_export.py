@@ -1,0 +1,312 @@
+"""Export a trained model to ONNX for onnxruntime serving: `model.onnx` (fp32) with the image processor and the
+labels beside it, and with `quantize="int8"` an onnxruntime dynamic-int8 copy, `model.int8.onnx`.
+
+    export_onnx("outputs/digits", "outputs/digits-onnx", quantize="int8")
+
+The graph takes `pixel_values` (batch, channels, height, width), normalised as `preprocessor_config.json` says,
+and returns `logits` (batch, num_labels); `config.json` holds `id2label`. The batch is dynamic. Height and width
+are dynamic too (the position embeddings are resampled inside the graph, as in PyTorch) when the export gives
+PyTorch's logits at a second resolution; otherwise the graph is fixed at the fine-tuned resolution, and the
+result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..utils.files import staged_folder
+from ..utils.output_dir import check_output_dir
+from .hub import write_image_processor
+from .trained import load_trained, locate
+
+logger = logging.getLogger("vit_ft")
+
+ONNX_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
+QUANTIZE_CHOICES = ("int8",)
+INSTALL_HINT = "pip install 'vit-ft[export]'"
+# fp32 onnxruntime against PyTorch: the same arithmetic in another order (observed ~1e-6 on ViT-B logits)
+FP32_TOLERANCE = 1e-4
+# protobuf refuses a file over 2 GiB: larger weights go to model.onnx.data beside the graph
+EXTERNAL_DATA_BYTES = 1 << 30
+
+
+@dataclass
+class OnnxExport:
+    """What an export wrote and how it compares with PyTorch (max |logit difference| on random pixels)."""
+
+    folder: Path
+    files: list[str]
+    image_size: tuple[int, int]  # the fine-tuned resolution (height, width)
+    dynamic_size: bool  # height and width are graph inputs, not fixed
+    fp32_difference: float
+    int8_difference: float | None = None
+    checked_sizes: list[tuple[int, int]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        size = "any height and width (multiples of the patch size)" if self.dynamic_size else (
+            f"{self.image_size[0]}x{self.image_size[1]} only (the fine-tuned resolution)")  # fmt: skip
+        text = (f"Exported {', '.join(self.files)} to {self.folder}: dynamic batch, {size}; onnxruntime fp32 logits "
+                f"within {self.fp32_difference:.1e} of PyTorch")  # fmt: skip
+        if self.int8_difference is not None:
+            text += f", int8 within {self.int8_difference:.2g}"
+        return text + "."
+
+
+def require_onnxruntime() -> None:
+    """An OSError (the environment lacks something; the commands print it as one line) naming the install
+    command unless onnx, onnxscript and onnxruntime are importable."""
+    missing = [
+        name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise OSError(
+            f"the ONNX export needs onnx, onnxscript and onnxruntime; {', '.join(missing)} missing here. Install "
+            f"them with: {INSTALL_HINT}"
+        )
+
+
+def check_export_dir(
+    output_dir: str | os.PathLike, model: str | os.PathLike, overwrite: bool = False
+) -> Path:
+    """The export folder, refused before any model loads: a file, the model's own folder (or inside it), an
+    existing folder unless `overwrite`, and, even then, a folder that holds no earlier export."""
+    path = check_output_dir(output_dir, inputs=[model], holds=f"{ONNX_FILE} and its files")
+    if path.exists() and any(path.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                f"{output_dir} exists; pass a new folder, or --overwrite to replace the export there."
+            )
+        if not (path / ONNX_FILE).is_file():
+            raise FileExistsError(
+                f"{output_dir} holds no earlier export ({ONNX_FILE}); --overwrite replaces only an export folder. "
+                "Pass a new folder."
+            )
+    return path
+
+
+class _Logits(torch.nn.Module):
+    """The classifier as the graph exposes it: pixel_values -> logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values).logits
+
+
+def _export_graph(model: torch.nn.Module, path: Path, pixels: torch.Tensor, dynamic_size: bool) -> None:
+    """torch.onnx's dynamo exporter (the CPU kernels step aside while it traces: `kernels.kernels_enabled`);
+    its progress lines and warnings go to the debug log, not the user's terminal."""
+    axes = {0: "batch", 2: "height", 3: "width"} if dynamic_size else {0: "batch"}
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), warnings.catch_warnings(), _quiet("torch.onnx"):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Logits(model).eval(),
+            (pixels,),
+            str(path),
+            dynamo=True,
+            input_names=["pixel_values"],
+            output_names=["logits"],
+            dynamic_shapes={"pixel_values": axes},
+            external_data=size > EXTERNAL_DATA_BYTES,
+            verbose=False,
+        )
+    logger.debug("torch.onnx.export: %s", out.getvalue())
+
+
+class OnnxClassifier:
+    """An exported graph run by onnxruntime on the CPU with the preprocessing of the model it came from: what
+    `inference.iter_batches` and `evaluation.predict_dataset` take (`transform` and `logits`), as a `Trained`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        transform: Any = None,
+        threads: int | None = None,
+        temperature: float = 1.0,  # the model's calibration temperature, for the tools that divide by it
+    ) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or torch.get_num_threads()  # as many as torch, for a fair race
+        self.path, self.transform, self.temperature = Path(path), transform, temperature
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)`."""
+        pixels = pixel_values.detach().float().contiguous().numpy()
+        return torch.from_numpy(self.session.run(["logits"], {"pixel_values": pixels})[0])
+
+
+def _difference(model: torch.nn.Module, path: Path, sizes: list[tuple[int, int]]) -> float:
+    """Max |onnxruntime - PyTorch| logits over two random images at each of `sizes`."""
+    graph, worst = OnnxClassifier(path), 0.0
+    for index, (height, width) in enumerate(sizes):
+        pixels = torch.randn(
+            2, model.config.num_channels, height, width, generator=torch.Generator().manual_seed(index)
+        )
+        with torch.inference_mode():
+            expected = model(pixel_values=pixels).logits.float()
+        worst = max(worst, (graph.logits(pixels) - expected).abs().max().item())
+    return worst
+
+
+def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[tuple[int, int]]]:
+    """Write `model` (a vit_ft classifier) as the ONNX graph `path`, checked against PyTorch with onnxruntime.
+
+    Exported with dynamic height and width, traced one patch above the model's size so that the position
+    embeddings' resampling is in the graph; kept if onnxruntime then gives PyTorch's logits at both sizes, else
+    exported again at the model's size. Returns (dynamic height and width, max difference, sizes checked); a
+    graph further than FP32_TOLERANCE from PyTorch is a ValueError.
+    """
+    config = model.config
+    (height, width), (ph, pw) = config.image_hw, config.patch_hw
+    channels = config.num_channels
+    sizes = [(height, width), (height + ph, width + pw)]
+    try:
+        _export_graph(model, path, torch.randn(2, channels, *sizes[1]), dynamic_size=True)
+        difference = _difference(model, path, sizes)
+        if difference <= FP32_TOLERANCE:
+            return True, difference, sizes
+        reason = f"its logits at {sizes[1][0]}x{sizes[1][1]} were {difference:.2g} from PyTorch's"
+    except Exception as error:  # the exporter could not trace the resampling with symbolic sizes
+        reason = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+    logger.info("Height and width stay fixed at %dx%d: the dynamic-size export failed its check (%s).",
+                height, width, reason)  # fmt: skip
+    for leftover in path.parent.glob(f"{path.name}*"):
+        leftover.unlink()
+    _export_graph(model, path, torch.randn(2, channels, height, width), dynamic_size=False)
+    difference = _difference(model, path, sizes[:1])
+    if difference > FP32_TOLERANCE:
+        raise ValueError(
+            f"the ONNX graph's logits are {difference:.2g} from PyTorch's (tolerance {FP32_TOLERANCE}); the export "
+            "is not written. Report it with the model's config.json."
+        )
+    return False, difference, sizes[:1]
+
+
+def quantize_int8(model: torch.nn.Module, source: Path, target: Path, sizes: list[tuple[int, int]]) -> float:
+    """onnxruntime's dynamic int8 quantisation (weights int8, activations quantised per batch at run time) of the
+    graph at `source`; returns its max logit difference from PyTorch (not a bound: int8 rounds)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with warnings.catch_warnings(), _quiet("root"):
+        warnings.simplefilter("ignore")
+        quantize_dynamic(
+            str(source),
+            str(target),
+            weight_type=QuantType.QInt8,
+            use_external_data_format=(source.parent / f"{source.name}.data").exists(),
+        )
+    return _difference(model, target, sizes)
+
+
+@contextlib.contextmanager
+def _quiet(name: str):
+    """The logger `name` at ERROR for the block (onnxruntime's quantiser logs its advice on the root logger)."""
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    """The model's config as config.json states it (labels, sizes), without `auto_map`: no model code is here."""
+    values = config.to_dict()
+    values.pop("auto_map", None)
+    return values
+
+
+def export_onnx(
+    model: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    quantize: str | None = None,
+    overwrite: bool = False,
+) -> OnnxExport:
+    """Export the trained `model` (a fine-tune output folder, LoRA adapter folder or Hub id; a LoRA adapter is
+    merged) to `output_dir`: model.onnx, preprocessor_config.json, config.json, and with `quantize="int8"`
+    model.int8.onnx. Written to a temporary sibling folder and renamed into place once every graph has been
+    checked against PyTorch; a missing onnxruntime or a bad folder fails before the model loads."""
+    if quantize is not None and quantize not in QUANTIZE_CHOICES:
+        raise ValueError(f"--quantize {quantize} is not one of {', '.join(QUANTIZE_CHOICES)}; leave it unset for fp32 only.")  # fmt: skip
+    require_onnxruntime()
+    output = check_export_dir(output_dir, model, overwrite)
+    origin = locate(model)
+    trained = load_trained(origin, device="cpu", merge_lora=True)
+    with staged_folder(output) as staging:
+        dynamic, difference, sizes = export_model(trained.model, staging / ONNX_FILE)
+        int8 = (
+            quantize_int8(trained.model, staging / ONNX_FILE, staging / INT8_FILE, sizes)
+            if quantize
+            else None
+        )
+        image_size = tuple(trained.model.config.image_hw)
+        write_image_processor(origin, staging, image_size)
+        (staging / "config.json").write_text(json.dumps(_config_dict(trained.model.config), indent=2) + "\n")
+        files = sorted(p.name for p in staging.iterdir())
+    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes)
+
+
+def compare_accuracy(
+    model: str | os.PathLike, folder: str | os.PathLike, split: str = "test", batch_size: int = 64
+) -> dict[str, Any]:
+    """Top-1 accuracy of the trained `model` (PyTorch) and of each graph exported to `folder` (onnxruntime) on
+    the same images: `split` of the data the fine-tune recorded, each through the model's own eval transform;
+    with how often each graph's top-1 equals PyTorch's."""
+    from .eval_data import resolve_eval_data
+    from .evaluation import predict_dataset
+
+    trained = load_trained(model, device="cpu", merge_lora=True)
+    data = resolve_eval_data(trained.origin, trained.id2label, split=split)
+    runners = {"PyTorch": trained}
+    for name, file in (("ONNX fp32", ONNX_FILE), ("ONNX int8", INT8_FILE)):
+        if (Path(folder) / file).is_file():
+            temperature = getattr(trained, "temperature", 1.0)
+            runners[name] = OnnxClassifier(Path(folder) / file, trained.transform, temperature=temperature)
+    predictions = {
+        name: predict_dataset(runner, data, batch_size, progress=False).predictions  # type: ignore[arg-type]
+        for name, runner in runners.items()
+    }
+    labels = data.labels
+    return {
+        "split": data.description,
+        "num_images": int(len(labels)),
+        "accuracy": {name: float((p == labels).mean()) for name, p in predictions.items()},
+        "agreement_with_pytorch": {
+            name: float((p == predictions["PyTorch"]).mean())
+            for name, p in predictions.items()
+            if name != "PyTorch"
+        },
+    }
+
+
+__all__ = [
+    "INT8_FILE",
+    "ONNX_FILE",
+    "OnnxClassifier",
+    "OnnxExport",
+    "QUANTIZE_CHOICES",
+    "check_export_dir",
+    "compare_accuracy",
+    "export_model",
+    "export_onnx",
+    "quantize_int8",
+    "require_onnxruntime",
+]

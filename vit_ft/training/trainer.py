@@ -1,0 +1,202 @@
+"""The fine-tune's Trainer: transformers' `Trainer` plus the toolkit's training pieces, and the final evaluation.
+
+`FineTuneTrainer` adds, each only when its recipe key is on: parameter groups with layer-wise learning-rate decay
+and the weight-decay exemptions for whichever optimizer `optim` names (`optimizer`), the class-balanced sampler
+(`sampler`), a training-only collator (mixup / cutmix: evaluation batches are never mixed, so accuracy is measured
+on the hard labels), and the EMA's evaluation beside the model's (`ema`: `eval_ema_*` in the same log entry, so
+`metric_for_best_model: ema_accuracy` and early stopping can watch it). `build_trainer` puts it together from the
+arguments; `evaluate_final_model` reports the weights the run ends with.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
+
+from ..data.transforms import collate_fn
+from ..metrics import build_compute_metrics
+from .callbacks import AugmentationEpochCallback, EvaluationTime
+from .ema import EMACallback
+from .losses import ClassificationLoss
+from .optimizer import build_optimizer, wants_own_groups
+from .sampler import ClassBalancedSampler
+
+
+class FineTuneTrainer(Trainer):
+    """Trainer with layer-decay parameter groups, a balanced sampler, a train-only collator and EMA evaluation.
+
+    Args beyond Trainer's: `ema` (an `EMACallback`, also to be registered as a callback), `train_collator`
+    (the training batches' collator; `data_collator` stays the evaluation one), `balanced_labels` (the
+    training labels, for `ClassBalancedSampler`; None: Trainer's sampler).
+    """
+
+    # compute_loss_func (ClassificationLoss) returns a per-batch mean, as the model's own loss: Trainer divides
+    # it by the accumulation steps and never multiplies it by the number of processes.
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, *args: Any, ema: EMACallback | None = None, train_collator: Any = None,
+                 balanced_labels: list[int] | None = None, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(*args, **kwargs)
+        self.ema, self.train_collator, self.balanced_labels = ema, train_collator, balanced_labels
+
+    def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
+        if self.optimizer is None and wants_own_groups(self.args):
+            opt_model = self.model if model is None else model
+            optimizer_cls, kwargs = self.optimizer_cls_and_kwargs or self.get_optimizer_cls_and_kwargs(
+                self.args, opt_model
+            )
+            self.optimizer = build_optimizer(opt_model, optimizer_cls, kwargs, self.args)
+        return super().create_optimizer(model)  # keeps ours; wraps it where Trainer does (SageMaker)
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
+        if self.balanced_labels is None:
+            return super()._get_train_sampler(train_dataset)
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return ClassBalancedSampler(self.balanced_labels, seed)
+
+    def get_train_dataloader(self) -> torch.utils.data.DataLoader:
+        if self.train_collator is None:
+            return super().get_train_dataloader()
+        eval_collator, self.data_collator = self.data_collator, self.train_collator
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = eval_collator
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):  # fmt: skip
+        output = super().evaluation_loop(
+            dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+        )
+        if self.ema is None or not self.ema.evaluating:
+            return output
+        with self.ema.ema.applied_to(self.model):
+            ema_output = super().evaluation_loop(
+                dataloader, description, prediction_loss_only, ignore_keys, f"{metric_key_prefix}_ema"
+            )
+        output.metrics.update(ema_output.metrics)
+        return output
+
+
+def training_loss(
+    training_args: Any, data_args: Any, class_weights: torch.Tensor | None
+) -> ClassificationLoss | None:
+    """The loss for compute_loss_func when class weights or mixed batches need it, else None (the model's loss,
+    with Trainer's label smoothing). Label smoothing moves into it (hard labels) or into the mixup targets."""
+    if class_weights is None and not data_args.mixes_batches:
+        return None
+    smoothing = 0.0 if data_args.mixes_batches else training_args.label_smoothing_factor
+    return ClassificationLoss(class_weights, smoothing)
+
+
+def build_trainer(
+    model: Any,
+    processor: Any,
+    splits: datasets.DatasetDict,
+    training_args: TrainingArguments,
+    data_args: Any,
+    epoch_targets: list[Any],
+    class_weights: torch.Tensor | None = None,
+    train_collator: Any = None,
+    train_labels: list[int] | None = None,
+    resume: str | None = None,
+) -> tuple[FineTuneTrainer, EvaluationTime]:
+    """The Trainer over the train and validation splits, and the callback that times its evaluations.
+
+    `epoch_targets` (the seeded train transform, the mixup collator) get each epoch's number at its start;
+    `train_labels` feed the balanced sampler when the recipe asks for it; `resume` is the checkpoint the EMA is
+    read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune command.
+    """
+    trainer_args = copy.copy(training_args)
+    trainer_args.push_to_hub = False
+    loss = training_loss(training_args, data_args, class_weights)
+    if loss is not None:
+        trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
+        trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
+    evaluation_time = EvaluationTime()
+    callbacks = [AugmentationEpochCallback(*epoch_targets), evaluation_time]
+    ema = None
+    if getattr(training_args, "ema_decay", None) is not None:
+        args = training_args
+        ema = EMACallback(args.ema_decay, args.ema_warmup, args.ema_as_final_model, resume)
+        # before stages adds the checkpoint record's callback, so that the record covers ema.safetensors
+        callbacks.append(ema)
+    if getattr(training_args, "early_stopping_patience", None) is not None:
+        callbacks.append(
+            EarlyStoppingCallback(
+                training_args.early_stopping_patience, training_args.early_stopping_threshold
+            )
+        )
+    balanced = train_labels if getattr(training_args, "balanced_sampler", False) else None
+    trainer = FineTuneTrainer(
+        model=model,
+        args=trainer_args,
+        train_dataset=splits["train"],
+        eval_dataset=splits["validation"],
+        data_collator=collate_fn,
+        compute_metrics=build_compute_metrics(),
+        compute_loss_func=loss,
+        processing_class=processor,
+        callbacks=callbacks,
+        ema=ema,
+        train_collator=train_collator,
+        balanced_labels=balanced,
+    )
+    return trainer, evaluation_time
+
+
+def evaluated_final_model(state: Any, args: Any) -> dict[str, float] | None:
+    """The validation metrics the Trainer logged for the weights the run ends with, if it evaluated them.
+
+    Those weights are the best checkpoint's when load_best_model_at_end loaded it, else the last step's; with
+    `ema_as_final_model` they are the EMA's, logged as eval_ema_* and returned as eval_*. None when that step was
+    never evaluated (then evaluate once more).
+    """
+    step = state.global_step
+    if args.load_best_model_at_end and state.best_model_checkpoint:
+        step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+    ema_final = getattr(args, "ema_as_final_model", False)
+    for entry in reversed(state.log_history):
+        if entry.get("step") == step and "eval_loss" in entry:
+            metrics = {k: v for k, v in entry.items() if k.startswith("eval_")}
+            if ema_final:  # the EMA's numbers under the model's names; the timings are the pass's
+                timings = {k: v for k, v in metrics.items() if k.endswith(("_runtime", "_per_second"))}
+                ema = {
+                    "eval_" + k.removeprefix("eval_ema_"): v
+                    for k, v in metrics.items()
+                    if k.startswith("eval_ema_")
+                }
+                metrics = ema | timings
+            return metrics | {"epoch": state.epoch}
+    return None
+
+
+def evaluate_final_model(trainer: Trainer, splits: datasets.DatasetDict) -> dict[str, float]:
+    """Validation (and test) metrics of the weights the run ends with, each logged and saved.
+
+    The best model is loaded at the end when load_best_model_at_end; a validation pass already made on the final
+    weights during training is reused, not repeated.
+    """
+    metrics = evaluated_final_model(trainer.state, trainer.args) or trainer.evaluate()
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    if "test" in splits:
+        test_metrics = trainer.evaluate(splits["test"], metric_key_prefix="test")
+        trainer.log_metrics("test", test_metrics)
+        trainer.save_metrics("test", test_metrics)
+        metrics = {**metrics, **test_metrics}
+    return metrics
+
+
+__all__ = [
+    "FineTuneTrainer",
+    "build_trainer",
+    "evaluate_final_model",
+    "evaluated_final_model",
+    "training_loss",
+]
