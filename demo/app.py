@@ -8,8 +8,7 @@ python demo/app.py --model outputs/dogs --host 0.0.0.0          # reachable from
 
 Runs on CPU with the model's own resolution and normalisation. An upload, or a click on an example, is
 classified at once (Classify runs it again). Probabilities are divided by the temperature the fine-tune fitted
-on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure.
-The prediction is also an API endpoint:
+on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure. API:
 `gradio_client.Client(url).predict(handle_file("cat.jpg"), api_name="/predict")` returns the label
 confidences; `api_name="/rollout"` returns the heat map image.
 """
@@ -288,9 +287,9 @@ def build_demo(
                     f"**Attention rollout** on the centre crop the model sees ({height}x{width}, enlarged):",
                     elem_id="rollout-caption",
                 )
-                heatmap = gr.Image(
-                    type="pil", format="png", show_label=False, interactive=False, elem_id="rollout"
-                )
+                # no label badge nor buttons laid over the map
+                heatmap = gr.Image(type="pil", format="png", show_label=False, interactive=False, buttons=[],
+                                   elem_id="rollout")  # fmt: skip
                 gr.HTML(legend_html(), elem_id="legend")
         image.clear(lambda: (None, None, READY), outputs=[labels, heatmap, status], queue=False,
                     api_visibility="private")  # fmt: skip
@@ -308,10 +307,13 @@ def _examples_gallery(classifier: Classifier) -> gr.Gallery | None:
     """The fine-tune's example images with their labels as captions; a click classifies one."""
     if not classifier.examples:
         return None
+    gr.Markdown(
+        "**Examples** (labelled with their class): click one to classify it.", elem_id="examples-caption"
+    )
     return gr.Gallery(
         value=list(zip(classifier.examples, classifier.captions, strict=True)),
-        label="Examples: click one to classify it",
-        columns=min(5, len(classifier.examples)),
+        show_label=False,  # a label badge would cover the first image
+        columns=min(4, len(classifier.examples)),
         height="auto",
         allow_preview=False,
         object_fit="contain",

@@ -239,7 +239,7 @@ def test_predictions_use_the_recorded_temperature_and_say_when_unsure(app, model
 def test_write_examples_is_bounded_and_spread_over_the_classes(tmp_path, classes, per_class):
     import datasets
 
-    from vit_ft.reports.examples import MAX_EXAMPLES, write_examples
+    from vit_ft.reports.examples import MAX_CLASS_EXAMPLES, MAX_EXAMPLES, write_examples
 
     labels = [i % classes for i in range(40)]
     images = [Image.fromarray(np.full((20, 30, 3), 5 * i, dtype=np.uint8)) for i in range(40)]
@@ -251,7 +251,8 @@ def test_write_examples_is_bounded_and_spread_over_the_classes(tmp_path, classes
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "old.png").write_bytes(b"from an earlier run")
     written = write_examples(data, [f"class/{i}" for i in range(classes)], tmp_path)
-    expected_rows = [row for row in range(40) if row // classes < per_class][:MAX_EXAMPLES]
+    limit = max(MAX_EXAMPLES, min(classes, MAX_CLASS_EXAMPLES))  # one per class, up to 20 classes
+    expected_rows = [row for row in range(40) if row // classes < per_class][:limit]
     assert [p.name for p in written] == [
         f"{k:02d}_class_{labels[row]}.png" for k, row in enumerate(expected_rows)
     ]
@@ -338,7 +339,9 @@ def test_browser_upload_and_example_click_classify_at_once_and_errors_stay(
             expected = next(iter(reference(images["rgb.png"])))
             assert top.inner_text().strip() == expected
             page.locator("#rollout img").wait_for(timeout=30_000)
-            assert page.locator('#rollout [data-testid="block-label"]:visible').count() == 0  # no badge over the map
+            assert (
+                page.locator('#rollout [data-testid="block-label"]:visible').count() == 0
+            )  # no badge over the map
             page.wait_for_function(
                 "document.querySelector('#status').innerText.includes(' %')", timeout=30_000
             )

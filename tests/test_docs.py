@@ -149,7 +149,7 @@ def run_demo(command: str) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = [a for a in shlex.split(command)[2:]]
+    argv = shlex.split(command)[2:]
     if "--port" in argv:
         argv[argv.index("--port") + 1] = str(port)
     else:
@@ -160,10 +160,9 @@ def run_demo(command: str) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             assert process.poll() is None, process.stdout.read()
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as answer:
-                    assert answer.status == 200
-                    return
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as answer:
+                assert answer.status == 200
+                return
             time.sleep(1)
         pytest.fail(f"{command!r} did not answer on port {port} within 120 s")
     finally:

@@ -243,11 +243,16 @@ def test_split_multilabel_and_data_report():
     assert len(train) + len(validation) == 40
     assert not set(train["image"]) & set(validation["image"])
     names = [f"l{j}" for j in range(6)]
-    report = data_report({"train": multi_hot_matrix(train), "validation": multi_hot_matrix(validation)}, names)
+    report = data_report(
+        {"train": multi_hot_matrix(train), "validation": multi_hot_matrix(validation)}, names
+    )
     rows = {line.split()[0]: line.split()[1:] for line in report.splitlines()[1:8]}
     for j, name in enumerate(names):
-        assert [int(v) for v in rows[name]] == [int(multi_hot_matrix(s)[:, j].sum()) for s in (train, validation)]
+        assert [int(v) for v in rows[name]] == [
+            int(multi_hot_matrix(s)[:, j].sum()) for s in (train, validation)
+        ]
     all_negative = [int((multi_hot_matrix(s).sum(1) == 0).sum()) for s in (train, validation)]
     assert [int(v) for v in rows["all-negative"]] == all_negative and sum(all_negative) > 0
+    assert multi_hot_matrix(dataset.select([])).shape == (0, 6)
     absent = data_report({"test": np.array([[1, 0], [0, 0]])}, ["a", "b"])
     assert "test: no positive image of ['b']" in absent

@@ -72,6 +72,7 @@ def test_metrics_reproduce_the_finetunes_test_results(report, tiny_finetuned_dir
     assert metrics["accuracy"] == pytest.approx(test["test_accuracy"], abs=1e-9)
     assert metrics["top5_accuracy"] == pytest.approx(test["test_top5_accuracy"], abs=1e-9)
     assert metrics["f1"] == pytest.approx(test["test_f1"], abs=1e-9)
+    assert metrics["balanced_accuracy"] == pytest.approx(test["test_balanced_accuracy"], abs=1e-9)
     assert metrics["image_size"] == [32, 32] and "'test'" in metrics["data"]
 
 
@@ -83,6 +84,9 @@ def test_confusion_matrix_per_class_table_and_predictions_agree(report):
     assert rows[0][1:] == [str(i) for i in range(10)]
     np.testing.assert_array_equal(np.array([r[1:] for r in rows[1:]], dtype=np.int64), counts)
     assert np.trace(counts) / counts.sum() == pytest.approx(metrics["accuracy"])
+    present = counts.sum(axis=1) > 0  # balanced accuracy: the mean recall of the classes in the labels
+    recalls = np.diag(counts)[present] / counts.sum(axis=1)[present]
+    assert metrics["balanced_accuracy"] == pytest.approx(recalls.mean())
 
     table = read_csv(out / "per_class.csv")
     for row in table:
@@ -193,14 +197,15 @@ def test_recorded_temperature_calibrates_the_reported_probabilities_and_ece(
     from vit_ft.metrics.calibration import reliability_bins
 
     out, metrics = report
-    assert metrics["temperature"] == 1.0 and metrics["ece"] == pytest.approx(metrics["ece_uncalibrated"])
+    fitted = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["calibration"]["temperature"]
+    assert metrics["temperature"] == pytest.approx(fitted) and fitted != 1.0  # the fine-tune's, fitted on validation
     model = tmp_path / "calibrated"
     shutil.copytree(tiny_finetuned_dir, model, ignore=shutil.ignore_patterns("checkpoint-*"))
     record = json.loads((model / "vit_ft_run.json").read_text())
     (model / "vit_ft_run.json").write_text(json.dumps({**record, "calibration": {"temperature": 3.0}}))
     calibrated = run_evaluation(model, tmp_path / "eval", progress=False, bf16=False)
     assert calibrated["temperature"] == 3.0 and calibrated["accuracy"] == metrics["accuracy"]  # argmax kept
-    assert calibrated["ece_uncalibrated"] == pytest.approx(metrics["ece"])
+    assert calibrated["ece_uncalibrated"] == pytest.approx(metrics["ece_uncalibrated"])
     for folder, numbers in ((out, metrics), (tmp_path / "eval", calibrated)):
         rows = read_csv(folder / "predictions.csv")
         confidence = np.array([float(r["probability"]) for r in rows])

@@ -8,7 +8,6 @@ import pytest
 from transformers import TrainingArguments
 
 from vit_ft.training.arguments import DataArguments, ModelArguments
-from vit_ft.training.training_arguments import FineTuneTrainingArguments
 from vit_ft.training.recipe_fields import (
     ARGUMENT_DATACLASSES,
     RecipeError,
@@ -18,6 +17,7 @@ from vit_ft.training.recipe_fields import (
     only_explicit_flags,
     suggest,
 )
+from vit_ft.training.training_arguments import FineTuneTrainingArguments
 
 
 def _explicit_parser():

@@ -278,7 +278,7 @@ def test_unknown_recipe_lists_the_choices():
         ("learning_rate: [0.1, 0.2]\n", "learning_rate expects a single value"),
         ("max_steps: many\n", r"max_steps='many' is not valid; it expects int"),
         ("eval_strategy: no\n", 'quote the value, e.g. eval_strategy: "no"'),
-        ("pooling: null\n", "pooling cannot be null"),
+        ("image_column: null\n", "image_column cannot be null"),
         ("lr_scheduler_type: cosin\n", "did you mean 'cosine'"),
         ("seed: 1\nseed: 2\n", "more than once"),
         ("seed: [1\n", "not valid YAML"),

@@ -156,8 +156,10 @@ def to_multi_hot(
 
 def multi_hot_matrix(dataset: datasets.Dataset, column: str = "label") -> np.ndarray:
     """(num_images, num_labels) float32 matrix of a multi-hot column, read without decoding the images."""
+    if len(dataset) == 0:
+        return np.zeros((0, max(dataset.features[column].length or 0, 0)), dtype=np.float32)
     values = dataset.select_columns([column]).with_format("numpy")[column]
-    return np.asarray(list(values) if len(dataset) else [], dtype=np.float32).reshape(len(dataset), -1)
+    return np.asarray(list(values), dtype=np.float32).reshape(len(dataset), -1)
 
 
 def labels_file(folder: str | os.PathLike, argument: str = "train_dir") -> Path | None:

@@ -69,7 +69,8 @@ def _configured(config_dict: dict[str, Any], field: str) -> Any:
         fields = {
             k: v
             for k, v in config_dict.items()
-            if k in ("class_token", "distillation_token", "no_embed_class")
+            # pooling too: a folder without class token pools by mean or map, which the config checks
+            if k in ("class_token", "distillation_token", "no_embed_class", "pooling")
         }
         return (h // ph) * (w // pw) + ViTFTConfig(**fields).num_position_prefix
     value = config_dict.get(field, getattr(ViTFTConfig, field, None))  # a field left out has its default

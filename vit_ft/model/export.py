@@ -1,5 +1,5 @@
-"""Export a vit_ft model to the standard transformers ViT format (no remote code needed to load it) or to
-timm's Hub layout."""
+"""Export a vit_ft model to the transformers class it is exactly (ViT, or the family's own class: DeiT, DINOv2,
+SigLIP; no remote code needed to load it; `family_export.py` says which) or to timm's Hub layout."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ from transformers import ViTConfig, ViTImageProcessorPil
 from ..utils.files import staged_folder
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .conversion import to_hf_vit_state_dict
+from .family_export import (
+    VIT_CLASS,
+    family_config,
+    to_family_state_dict,
+    transformers_class_for,
+    transformers_export_reason,
+)
 from .modeling_vit_ft import ViTFTForImageClassification, ViTFTModel
 from .timm_format import TIMM_LAYER_NORM_EPS, timm_config_dict, to_timm_state_dict
 
@@ -26,46 +33,54 @@ def export_to_transformers(
     image_processor: ViTImageProcessorPil | None = None,
     with_head: bool = True,
 ) -> Path:
-    """Write `model` as a transformers `ViTForImageClassification` folder with a `ViTImageProcessor`.
+    """Write `model` as a folder of the transformers class it is exactly (`transformers_class_for`: a plain ViT as
+    `ViTForImageClassification`, DeiT with its distillation token as `DeiTForImageClassificationWithTeacher`,
+    DINOv2 with pooling "cls+mean" as `Dinov2[WithRegisters]ForImageClassification`, SigLIP with pooling "mean" as
+    `SiglipForImageClassification`), with a `ViTImageProcessor`; a model no class expresses is a ValueError saying
+    why (share it in the vit_ft format).
 
     The position embeddings stay at the model's (fine-tuned) resolution and the config's `image_size` says
-    so; the processor resizes to that size. `with_head=False` writes a backbone `ViTModel` checkpoint (no
-    classifier, no label names), the layout of google/vit-base-patch16-224-in21k. The folder is written to a temporary sibling and renamed into
-    place, so a failed export never leaves a half-written folder.
+    so; the processor resizes to that size. `with_head=False` writes a plain ViT's backbone as a `ViTModel`
+    checkpoint (no classifier, no label names), the layout of google/vit-base-patch16-224-in21k. The folder is
+    written to a temporary sibling and renamed into place, so a failed export never leaves a half-written folder.
     """
     config = model.config
-    if config.pooling != "cls":
-        raise ValueError(
-            f"transformers' ViTForImageClassification classifies the CLS token; this model uses pooling="
-            f"{config.pooling!r}, which it cannot express. Share it in the vit_ft format instead."
-        )
-    family = family_features(config)
-    if family:
-        raise ValueError(
-            f"transformers' ViT cannot express this model's {', '.join(family)}; share it in the vit_ft format "
-            "(save_pretrained: loads with trust_remote_code=True) instead."
-        )
     if with_head and config.num_labels < 1:
         raise ValueError(
             "The model has no classification head (num_labels=0); nothing to export as a classifier."
         )
+    target = transformers_class_for(config) if with_head else None
+    if with_head and target is None:
+        raise ValueError(
+            f"{transformers_export_reason(config)}: share it in the vit_ft format (save_pretrained: loads with "
+            "trust_remote_code=True) instead."
+        )
+    if not with_head and config.pooling != "cls":
+        raise ValueError(
+            f"transformers' ViTForImageClassification classifies the CLS token; this model uses pooling="
+            f"{config.pooling!r}, which it cannot express. Share it in the vit_ft format instead."
+        )
+    if not with_head and family_features(config):
+        raise ValueError(
+            f"transformers' ViTModel cannot express this model's {', '.join(family_features(config))}; share it "
+            "in the vit_ft format (save_pretrained: loads with trust_remote_code=True) instead."
+        )
     height, width = config.image_hw
-    hf_config = _vit_config(config, with_head)
-    if image_processor is None:
-        image_processor = ViTImageProcessorPil()
     image_processor = ViTImageProcessorPil(
-        **{**image_processor.to_dict(), "size": {"height": height, "width": width}}
+        **{
+            **(image_processor or ViTImageProcessorPil()).to_dict(),
+            "size": {"height": height, "width": width},
+        }
     )
-    state_dict = to_hf_vit_state_dict(
-        {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()},
-        config.num_hidden_layers,
-    )
+    state_dict = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    if target not in (None, VIT_CLASS):
+        return _write_family(Path(output_dir), config, target, image_processor, state_dict)
+    state_dict = to_hf_vit_state_dict(state_dict, config.num_hidden_layers)
     if not with_head:  # ViTModel keys carry no `vit.` prefix
         state_dict = {
             k.removeprefix("vit."): v for k, v in state_dict.items() if not k.startswith("classifier.")
         }
-
-    return _write_atomically(Path(output_dir), hf_config, image_processor, state_dict)
+    return _write_atomically(Path(output_dir), _vit_config(config, with_head), image_processor, state_dict)
 
 
 def export_to_timm(
@@ -138,6 +153,28 @@ def _vit_config(config: ViTFTConfig, with_head: bool) -> ViTConfig:
     )
 
 
+def _write_family(
+    output_dir: Path,
+    config: ViTFTConfig,
+    target: str,
+    processor: ViTImageProcessorPil,
+    state_dict: dict[str, torch.Tensor],
+) -> Path:
+    """The model as transformers' `target` class, its weights loaded strictly (every parameter ours, nothing left
+    over) and saved by that class itself, in its on-disk names; written to a temporary sibling, then renamed."""
+    import transformers
+
+    family_config_ = family_config(config, target)
+    with torch.device("meta"):  # no random init: every parameter is replaced by ours below
+        family_model = getattr(transformers, target)(family_config_)
+    shapes = {key: tensor.shape for key, tensor in family_model.state_dict().items()}
+    family_model.load_state_dict(to_family_state_dict(state_dict, target, shapes), strict=True, assign=True)
+    with staged_folder(output_dir) as staging:
+        family_model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+    return output_dir
+
+
 def _write_atomically(
     output_dir: Path, config: ViTConfig, processor: ViTImageProcessorPil, state_dict: dict[str, torch.Tensor]
 ) -> Path:
@@ -149,4 +186,9 @@ def _write_atomically(
     return output_dir
 
 
-__all__ = ["export_to_timm", "export_to_transformers"]
+__all__ = [
+    "export_to_timm",
+    "export_to_transformers",
+    "transformers_class_for",
+    "transformers_export_reason",
+]

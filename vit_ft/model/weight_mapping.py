@@ -34,9 +34,11 @@ class _LoadOnly:
     which Trainer's checkpoint resume reads back with a plain load_state_dict."""
 
     def reverse_transform(self):
-        targets = list(self._original_target_patterns)
+        # the identity on the first target only: transformers renames every match to the first target, so a
+        # one-to-many split (SigLIP's in-projection -> q, kv) would otherwise write kv under q's name
+        target = self._original_target_patterns[0]
         # a target with a backreference (timm's block index) matches its own output through a capturing group
-        return WeightRenaming([t.replace(r"\1", r"(\d+)") for t in targets], targets)
+        return WeightRenaming(target.replace(r"\1", r"(\d+)"), target)
 
 
 class _Renaming(_LoadOnly, WeightRenaming):

@@ -133,8 +133,8 @@ def _format_line(format: str, reason: str | None) -> str:
     """Which format the folder or repository is in, and why it is in that one."""
     if format == "transformers":
         line = (
-            "- Format: transformers `ViTForImageClassification`, no remote code: `pipeline()`, "
-            "`AutoModelForImageClassification` and the Hub's inference widget load it as it is"
+            "- Format: transformers, no remote code: `pipeline()`, `AutoModelForImageClassification` and the "
+            "Hub's inference widget load it as it is"
         )
     else:
         line = "- Format: vit_ft (vit-ft's own model code beside the weights, loaded with `trust_remote_code=True`)"
@@ -155,7 +155,7 @@ def _card_usage(repo_id: str | None, name: str, format: str, lora: bool, resolut
             "```python\nfrom transformers import pipeline\n\n"
             f'{where}classifier = pipeline("image-classification", model={model})\n'
             'classifier("image.jpg", top_k=5)\n```\n\n'
-            "A standard transformers `ViTForImageClassification` (exported from vit-ft): no remote code, so "
+            "A standard transformers image classifier (exported from vit-ft): no remote code, so "
             f"`AutoModelForImageClassification.from_pretrained({model})` loads it too. Its position embeddings are "
             f"at the fine-tuned {resolution} resolution."
             + (

@@ -14,18 +14,21 @@ from ..utils.run_record import EXAMPLES_DIR
 logger = logging.getLogger("vit_ft")
 
 MAX_EXAMPLES = 8  # images in examples/: enough to try the demo, little to upload
+MAX_CLASS_EXAMPLES = 20  # up to this many classes, one example of each even beyond MAX_EXAMPLES (the demo's gallery)
 
 
 def write_examples(
-    dataset: datasets.Dataset, names: list[str], output_dir: Path, limit: int = MAX_EXAMPLES
+    dataset: datasets.Dataset, names: list[str], output_dir: Path, limit: int | None = None
 ) -> list[Path]:
     """A few images of `dataset` (the validation split) in `output_dir/examples/`, for the demo and the Hub.
 
-    At most `limit` in all and `limit // classes` per class (at least one), taken in the split's order, which
+    At most `limit` in all (default: MAX_EXAMPLES, or one per class up to MAX_CLASS_EXAMPLES classes) and `limit // classes` per class (at least one), taken in the split's order, which
     the data seed fixes: the same run writes the same files. Named `NN_<label>`: PNG up to 256 pixels a side,
     JPEG above (reduced to 512); an image that does not decode is skipped. The folder is written aside and
     renamed, replacing an older one; a label too long for a file name keeps a prefix and a short hash.
     """
+    if limit is None:
+        limit = max(MAX_EXAMPLES, min(len(names), MAX_CLASS_EXAMPLES))
     rows = dataset.with_format(None)  # the stored images, not the eval transform's tensors
     per_class = max(1, limit // max(1, len(names)))
     chosen: list[int] = []
@@ -57,4 +60,4 @@ def write_examples(
     return [folder / name for name in written]
 
 
-__all__ = ["MAX_EXAMPLES", "write_examples"]
+__all__ = ["MAX_CLASS_EXAMPLES", "MAX_EXAMPLES", "write_examples"]

@@ -171,11 +171,7 @@ def plot_confusion_matrix(
     ax.set_title(title + ("\n(fraction of the true class, and count)" if cells else "")
                  + ("" if step == 1 else f" (every {step}th class labelled)"))  # fmt: skip
     if cells:
-        for (i, j), value in np.ndenumerate(matrix):
-            if kept[i, j] > 0:
-                dark = value > 0.5 if i == j else value > 0.6 * error_max
-                ax.text(j, i, f"{value:.2f}\n({kept[i, j]})", ha="center", va="center", linespacing=1.1,
-                        fontsize=min(8, fontsize), color="white" if dark else "black")  # fmt: skip
+        _cell_numbers(ax, matrix, kept, error_max, fontsize)
     divider = make_axes_locatable(ax)  # two colour bars side by side, each with room for its label
     fig.colorbar(
         right,
@@ -192,6 +188,15 @@ def plot_confusion_matrix(
     fig.savefig(path, dpi=100 if n <= 60 else 150)
     plt.close(fig)
     return path
+
+
+def _cell_numbers(ax: Any, matrix: np.ndarray, counts: np.ndarray, error_max: float, fontsize: float) -> None:
+    """Each non-empty cell's fraction and, under it, its count; white on the dark end of its colour scale."""
+    for (i, j), value in np.ndenumerate(matrix):
+        if counts[i, j] > 0:
+            dark = value > 0.5 if i == j else value > 0.6 * error_max
+            ax.text(j, i, f"{value:.2f}\n({counts[i, j]})", ha="center", va="center", linespacing=1.1,
+                    fontsize=min(8, fontsize), color="white" if dark else "black")  # fmt: skip
 
 
 PER_CLASS_CHART_MAX_CLASSES = 30  # above this, the chart shows the classes with the lowest F1

@@ -215,8 +215,10 @@ def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any], folde
         "",
         markdown_table(
             [{"accuracy": metrics["accuracy"], top_name: metrics[top_key], "macro-F1": metrics["f1"],
-              "ECE": metrics.get("ece"), "images": metrics["num_images"]}],
-            ["accuracy", top_name, "macro-F1", *(["ECE"] if "ece" in metrics else []), "images"],
+              "balanced accuracy": metrics.get("balanced_accuracy"), "ECE": metrics.get("ece"),
+              "images": metrics["num_images"]}],
+            ["accuracy", top_name, "macro-F1", *(["balanced accuracy"] if "balanced_accuracy" in metrics else []),
+             *(["ECE"] if "ece" in metrics else []), "images"],
         ),
         "All numbers: [metrics.json](metrics.json). Per-image predictions: [predictions.csv](predictions.csv).",
         "",

@@ -143,7 +143,7 @@ def per_class_table(counts: np.ndarray, id2label: dict[int, str]) -> list[dict[s
 
 
 def compute_metrics(outputs: EvalOutputs, top_k: int = 5) -> dict[str, float]:
-    """accuracy, top-k accuracy and macro-F1 with the metric modules the fine-tune used (so the numbers agree
+    """accuracy, top-k accuracy, macro-F1 and balanced accuracy with the metric modules the fine-tune used (so the numbers agree
     with its eval/test results); macro-F1 averages over the classes present in the labels or predictions."""
     from ..metrics import build_compute_metrics
 
@@ -152,6 +152,7 @@ def compute_metrics(outputs: EvalOutputs, top_k: int = 5) -> dict[str, float]:
         "accuracy": float(values["accuracy"]),
         f"top{top_k}_accuracy": float(values[f"top{top_k}_accuracy"]),
         "f1": float(values["f1"]),  # macro-averaged, as the fine-tune's eval_f1
+        "balanced_accuracy": float(values["balanced_accuracy"]),  # mean per-class recall
     }
 
 

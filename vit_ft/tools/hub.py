@@ -131,8 +131,8 @@ def verify_staged(
     (the model it was exported from), the staged model must also give its logits (`check_same_logits`)."""
     from safetensors import safe_open
 
-    if format == "transformers":
-        from transformers import ViTForImageClassification as model_class
+    if format == "transformers":  # the class config.json names (ViT, or a family's own)
+        from transformers import AutoModelForImageClassification as model_class
     else:
         from ..model.modeling_vit_ft import ViTFTForImageClassification as model_class
 

@@ -1,6 +1,7 @@
 """Which format a fine-tune is shared in: transformers' own class wherever the model maps onto it exactly, so the
 repository loads with `pipeline()` and runs in the Hub's widget without remote code; vit_ft's code only where
-the model needs it, or when asked.
+the model needs it, or when asked. Which class a model is, is `model.family_export`'s decision (plain ViT,
+DeiT, DINOv2, SigLIP); this module turns it into the push's format and the card's reason.
 
     choose_format(model.config)                 # ShareFormat("transformers", "ViTForImageClassification", ...)
     choose_format(model.config, "vit_ft")       # as asked
@@ -17,9 +18,6 @@ from transformers import PretrainedConfig
 AUTO = "auto"
 FORMATS = ("vit_ft", "transformers")
 FORMAT_CHOICES = (AUTO, *FORMATS)
-# the transformers class a plain vit_ft classifier is
-VIT_CLASS = "ViTForImageClassification"
-TRANSFORMERS_POOLING = "cls"  # ViTForImageClassification classifies the CLS token
 
 
 @dataclass(frozen=True)
@@ -32,50 +30,21 @@ class ShareFormat:
     reason: str
 
 
-def _architecture_fields(config: PretrainedConfig) -> list[str]:
-    """The fields the config class itself declares (hidden_size, ..., pooling and whatever a model family adds),
-    not transformers' generic ones (labels, dtype, output flags)."""
-    generic = {name for base in PretrainedConfig.__mro__ for name in vars(base).get("__annotations__", {})}
-    fields: list[str] = []
-    for cls in type(config).__mro__:
-        if cls is PretrainedConfig or not issubclass(cls, PretrainedConfig):
-            continue
-        fields += [n for n in vars(cls).get("__annotations__", {}) if n not in generic and n not in fields]
-    return fields
-
-
 def remote_code_reasons(config: PretrainedConfig) -> list[str]:
-    """Why transformers' ViTForImageClassification cannot express the model `config` describes; [] when it can.
+    """Why no transformers class expresses the model `config` describes ([] when one does): the model layer's
+    one decision (`model.family_export`), which `model.export.export_to_transformers` follows too."""
+    from ..model.family_export import transformers_export_reason
 
-    Plain ViT is CLS pooling and every other field the config class adds (a model family's extras) at its
-    default; `model.export._vit_config` carries the ViTConfig fields across, nothing else.
-    """
-    from ..model.configuration_vit_ft import VIT_CONFIG_FIELDS
-
-    reasons = []
-    if getattr(config, "model_type", None) != "vit_ft":
-        reasons.append(f"model_type={config.model_type!r} is not vit-ft's ViT")
-        return reasons
-    if getattr(config, "pooling", TRANSFORMERS_POOLING) != TRANSFORMERS_POOLING:
-        reasons.append(
-            f"pooling={config.pooling!r}: transformers' {VIT_CLASS} classifies the CLS token, not the mean of "
-            "the patch tokens"
-        )
-    defaults = type(config)()
-    for name in _architecture_fields(config):
-        if name in VIT_CONFIG_FIELDS or name == "pooling":
-            continue
-        value = getattr(config, name, None)
-        if value != getattr(defaults, name, None):
-            reasons.append(f"{name}={value!r} has no counterpart in transformers' ViTConfig")
-    if getattr(config, "num_labels", 0) < 1:
-        reasons.append("it has no classification head (num_labels=0)")
-    return reasons
+    reason = transformers_export_reason(config)
+    return [reason] if reason else []
 
 
 def transformers_export_class(config: PretrainedConfig) -> str | None:
-    """The transformers class the model `config` describes is exactly (weights renamed, same logits), or None."""
-    return None if remote_code_reasons(config) else VIT_CLASS
+    """The transformers class the model `config` describes is exactly (weights renamed, same logits), e.g.
+    "ViTForImageClassification" for a plain ViT; None where the model needs vit_ft's code."""
+    from ..model.family_export import transformers_class_for
+
+    return transformers_class_for(config)
 
 
 # the staged export against its source on the same pixels: renamed weights, same arithmetic (fp32 rounding only)
@@ -119,22 +88,20 @@ def choose_format(config: PretrainedConfig | Any, requested: str = AUTO) -> Shar
     for "transformers" where it cannot express the model is a ValueError naming why and the fix.
     """
     check_format(requested)
-    reasons = remote_code_reasons(config)
+    target, reasons = transformers_export_class(config), remote_code_reasons(config)
     if requested == "vit_ft":
         why = "asked for with `--format vit_ft`"
-        if not reasons:
-            why += f" (the model is also a plain transformers `{VIT_CLASS}`, the default format)"
+        if target is not None:
+            why += f" (the model is also exactly transformers' `{target}`, the default format)"
         return ShareFormat("vit_ft", None, why)
-    if not reasons:
-        return ShareFormat("transformers", VIT_CLASS, f"a plain ViT: exactly transformers' `{VIT_CLASS}`")
+    if target is not None:
+        return ShareFormat("transformers", target, f"the model is exactly transformers' `{target}`")
     if requested == "transformers":
         raise ValueError(
             f"--format transformers cannot express this model ({'; '.join(reasons)}); share it in the vit_ft "
             "format (leave --format unset, or --format vit_ft)."
         )
-    return ShareFormat(
-        "vit_ft", None, f"transformers' `{VIT_CLASS}` cannot express this model: {'; '.join(reasons)}"
-    )
+    return ShareFormat("vit_ft", None, f"no transformers class expresses this model: {'; '.join(reasons)}")
 
 
 __all__ = [

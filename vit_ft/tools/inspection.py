@@ -150,7 +150,8 @@ def attention_distances(
         attentions = classifier.model(
             pixel_values=pixels.to(classifier.device), output_attentions=True
         ).attentions
-        return mean_attention_distance(attentions, grid, patch).sum(dim=0)
+        prefix = classifier.model.config.num_prefix_tokens  # class, distillation and register tokens
+        return mean_attention_distance(attentions, grid, patch, num_prefix_tokens=prefix).sum(dim=0)
 
     total, used = None, 0
     for batch in iter_batches(classifier, sources, batch_size, 0, "Attention distance", progress, forward):
@@ -251,7 +252,7 @@ def _embedding_figures(network: torch.nn.Module, output_dir: Path, figures: dict
         components, explained, output_dir / "patch_embedding_pca.png"
     ).name
     grid = tuple(network.config.grid_size)
-    similarity = position_similarity(embeddings.position_embeddings, grid)
+    similarity = position_similarity(embeddings.position_embeddings, grid, network.config.num_position_prefix)
     path, panels = plot_position_similarity(similarity, output_dir / "position_similarity.png")
     figures["position_similarity"] = path.name
     return {

@@ -99,7 +99,7 @@ def predict_files(
     for batch in iter_batches(classifier, files, batch_size, num_workers, "Predicting", progress):
         rows = {i: Prediction(batch.sources[i], error=describe_error(e)) for i, e in batch.errors.items()}
         if batch.decoded:
-            scores, indices = top_k(batch.outputs.softmax(dim=-1), top_k_labels)
+            scores, indices = top_k(batch.probabilities, top_k_labels)  # softmax(logits / T)
             for row, i in enumerate(batch.decoded):
                 rows[i] = Prediction(
                     batch.sources[i],

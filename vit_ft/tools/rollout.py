@@ -8,9 +8,10 @@ from PIL import Image
 
 
 def attention_rollout(
-    attentions: tuple[torch.Tensor, ...] | list[torch.Tensor], head_fusion: str = "mean"
+    attentions: tuple[torch.Tensor, ...] | list[torch.Tensor], head_fusion: str = "mean", num_prefix_tokens: int = 1
 ) -> torch.Tensor:
-    """Roll attention maps through the layers; returns the CLS row over the patches, `(batch, num_patches)`.
+    """Roll attention maps through the layers; returns the CLS row over the patches, `(batch, num_patches)`
+    (`num_prefix_tokens` tokens precede the patches; with none, the mean row over all tokens).
 
     Each layer's `(batch, heads, tokens, tokens)` map is fused over heads ("mean", "max" or "min"), the
     residual connection is accounted for as `0.5 * A + 0.5 * I` with rows renormalised, and the layers are
@@ -31,8 +32,11 @@ def attention_rollout(
         fused = 0.5 * fused + 0.5 * identity
         fused = fused / fused.sum(dim=-1, keepdim=True)
         rollout = fused @ rollout
-    cls_to_patches = rollout[:, 0, 1:]  # (B, num_patches)
-    return cls_to_patches / cls_to_patches.sum(dim=-1, keepdim=True)
+    if num_prefix_tokens:  # what flows into the class token (the first prefix token), from each patch
+        to_patches = rollout[:, 0, num_prefix_tokens:]  # (B, num_patches)
+    else:  # no class token (SigLIP): the mean over the tokens, as mean and attention pooling read them all
+        to_patches = rollout.mean(dim=1)  # (B, num_patches)
+    return to_patches / to_patches.sum(dim=-1, keepdim=True)
 
 
 @torch.no_grad()
@@ -43,7 +47,8 @@ def rollout_maps(
     out = model(pixel_values=pixel_values, output_attentions=True)
     patch_h, patch_w = _patch_size(model)
     grid = (pixel_values.shape[-2] // patch_h, pixel_values.shape[-1] // patch_w)
-    return attention_rollout(out.attentions, head_fusion).reshape(-1, *grid)
+    prefix = model.config.num_prefix_tokens  # class, distillation and register tokens
+    return attention_rollout(out.attentions, head_fusion, num_prefix_tokens=prefix).reshape(-1, *grid)
 
 
 def overlay_heatmap(

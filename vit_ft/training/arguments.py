@@ -57,9 +57,12 @@ class ModelArguments:
             "resampled to it. None keeps the checkpoint's resolution."
         },
     )
-    pooling: str = field(
-        default="cls",
-        metadata={"help": f"How the head pools the tokens: one of {', '.join(POOLING_CHOICES)}."},
+    pooling: str | None = field(
+        default=None,
+        metadata={
+            "help": f"How the head pools the tokens: one of {', '.join(POOLING_CHOICES)}; unset keeps the "
+            "checkpoint's own (cls for ViT, DeiT and CLIP, cls+mean for DINOv2, map for SigLIP)."
+        },
     )
     hidden_dropout_prob: float = field(
         default=0.0,
@@ -121,7 +124,7 @@ class ModelArguments:
                 f"image_size={self.image_size} must be a positive number of pixels (e.g. 224 or 384), "
                 "or unset to keep the checkpoint's resolution."
             )
-        _check_choice("pooling", self.pooling, POOLING_CHOICES)
+        _check_choice("pooling", self.pooling, POOLING_CHOICES, allow_none=True)
         _check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
         _check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
         if self.drop_path_rate is not None:

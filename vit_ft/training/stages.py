@@ -13,12 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-from transformers import (
-    Trainer,
-    TrainingArguments,
-    ViTImageProcessorPil,
-    set_seed,
-)
+from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
 from ..data.bad_images import drop_bad_images
@@ -119,7 +114,7 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
         id2label=id2label,
         label2id={name: i for i, name in id2label.items()},
         image_size=model_args.image_size,
-        pooling=model_args.pooling,
+        **({} if model_args.pooling is None else {"pooling": model_args.pooling}),
         hidden_dropout_prob=model_args.hidden_dropout_prob,
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
         # None keeps the checkpoint's own rate (a timm checkpoint's, where its config records one)
@@ -127,7 +122,8 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
         cache_dir=model_args.cache_dir,
     )
     kernelize(model)  # the CPU kernels where the switch allows them, before LoRA wraps the layers
-    missing = [key for key in model.loading_report.newly_initialized if not key.startswith("classifier.")]
+    new_heads = ("classifier.", "distillation_classifier.", "attn_pool.")  # a head, or a pooling head asked for
+    missing = [key for key in model.loading_report.newly_initialized if not key.startswith(new_heads)]
     if missing:
         raise ValueError(
             f"{model_args.model_name_or_path} lacks encoder weights {missing[:5]}{' ...' if len(missing) > 5 else ''}: "
@@ -339,6 +335,7 @@ def save_outputs(
     """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves."""
     from ..reports.card import write_model_card
     from ..reports.reporting import plot_training_curves
+    from .calibration import fit_and_record_temperature
     from .lora import save_lora_outputs
 
     output_dir = Path(training_args.output_dir)
@@ -346,6 +343,8 @@ def save_outputs(
         save_lora_outputs(trainer, model_args, output_dir)
     else:
         trainer.save_model(str(output_dir))
+    # every process: predict gathers across them; T is fitted on validation, never on test
+    calibration = fit_and_record_temperature(trainer, trainer.eval_dataset) if trainer.eval_dataset else None
     if not trainer.is_world_process_zero():
         return
     id2label = dict(enumerate(names))
@@ -364,9 +363,16 @@ def save_outputs(
         "world_size": training_args.world_size,
         "written_by_process": training_args.process_index,
         "metrics": metrics,
+        "calibration": calibration,
     }
     write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
-    plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
+    best = trainer.state.best_model_checkpoint
+    plot_training_curves(
+        trainer.state.log_history,
+        output_dir / "training_curves.png",
+        evaluated_on=f"validation, {len(trainer.eval_dataset)} images" if trainer.eval_dataset else None,
+        best_step=int(Path(best).name.rsplit("-", 1)[-1]) if best and training_args.load_best_model_at_end else None,
+    )
     write_model_card(output_dir, run_info)
     # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
     write_run_record(output_dir, {**run_info, "finished": True})

@@ -7,8 +7,7 @@ because evaluate reads this file's import lines to check the module's dependenci
 import datasets
 import evaluate
 import numpy as np
-from sklearn.metrics import balanced_accuracy_score
-from sklearn.metrics import f1_score
+from sklearn.metrics import balanced_accuracy_score, f1_score
 
 _DESCRIPTION = """
 Four classification metrics from one pass over the class scores (logits or probabilities):

@@ -1,0 +1,80 @@
+"""Export of the ViT family to the family's own transformers class: a model loaded from a checkpoint of transformers'
+class (saved by it, random weights) is exported, loaded back by `AutoModelForImageClassification` without remote
+code, and gives our logits (<= 1e-5); `pipeline("image-classification")` runs on the folder. A model no class
+expresses exactly (SigLIP's attention pooling, CLIP, DINOv2 without its cls+mean head) is refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoModelForImageClassification, pipeline
+
+from vit_ft import ViTFTForImageClassification
+from vit_ft.model.export import export_to_transformers, transformers_class_for, transformers_export_reason
+
+from ..conftest import tiny_ft_config
+from .test_families import NATIVE
+
+# checkpoint (test_families.references) -> the class its fine-tune is exported to
+EXPORTS = {
+    "deit_teacher": "DeiTForImageClassificationWithTeacher",
+    "dinov2_classifier": "Dinov2ForImageClassification",
+    "dinov2_registers_classifier": "Dinov2WithRegistersForImageClassification",
+    "siglip_classifier": "SiglipForImageClassification",
+}
+# checkpoint, new labels and pooling -> what the refusal names
+REFUSED = {
+    "siglip": ({"pooling": "map"}, "pooling='map' (it needs 'mean')"),
+    "clip_vision": ({"pooling": "mean"}, "CLIPForImageClassification averages the patch tokens before"),
+    "dinov2_model": ({"pooling": "cls"}, "Dinov2ForImageClassification cannot express pooling='cls'"),
+}
+
+
+def fine_tuned(folder: str, **kwargs) -> ViTFTForImageClassification:
+    """Ours from the checkpoint, with a head of random weights as after fine-tuning."""
+    model = ViTFTForImageClassification.from_pretrained(folder, **kwargs).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "classifier" in name:
+                param.copy_(torch.randn(param.shape, generator=generator))
+    return model
+
+
+@pytest.mark.parametrize("name", list(EXPORTS))
+def test_family_exports_to_its_own_transformers_class(checkpoints, tmp_path, name):
+    model = fine_tuned(checkpoints[name][0])
+    assert transformers_class_for(model.config) == EXPORTS[name] and transformers_export_reason(model.config) == ""
+    folder = export_to_transformers(model, tmp_path / "hf")
+
+    exported = AutoModelForImageClassification.from_pretrained(folder).eval()  # no remote code
+    assert type(exported).__name__ == EXPORTS[name] and type(exported).__module__.startswith("transformers.")
+    assert exported.config.id2label == model.config.id2label
+    pixels = torch.randn(2, 3, NATIVE, NATIVE, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected, got = model(pixels).logits, exported(pixels).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (20, 28, 3), dtype=np.uint8))
+    predictions = pipeline("image-classification", model=str(folder), device="cpu")(image, top_k=3)
+    assert {p["label"] for p in predictions} == set(model.config.id2label.values())
+    assert sum(p["score"] for p in predictions) == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_model_no_transformers_class_expresses_is_refused(checkpoints, tmp_path, name):
+    overrides, named = REFUSED[name]
+    model = fine_tuned(checkpoints[name][0], num_labels=3, **overrides)
+    assert transformers_class_for(model.config) is None and named in transformers_export_reason(model.config)
+    with pytest.raises(ValueError, match="share it in the vit_ft format") as error:
+        export_to_transformers(model, tmp_path / "hf")
+    assert named in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "hf").exists()
+
+
+def test_plain_vit_is_transformers_vit():
+    assert transformers_class_for(tiny_ft_config(num_labels=2)) == "ViTForImageClassification"
+    assert "pooling='mean'" in transformers_export_reason(tiny_ft_config(num_labels=2, pooling="mean"))
+    assert "num_labels=0" in transformers_export_reason(tiny_ft_config(num_labels=0))

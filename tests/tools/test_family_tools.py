@@ -1,0 +1,89 @@
+"""The tools on each member of the ViT family: a saved folder of each family's tiny config is read by
+`load_trained` and runs through predict, inspect (attention distance, rollout) and the few-shot features, with
+the family's prefix tokens (class, distillation, registers, or none) handled where patches are read."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vit_ft.model.modeling_vit_ft import ViTFTConfig, ViTFTForImageClassification
+from vit_ft.tools.fewshot.features import pre_logits
+from vit_ft.tools.inspection import attention_distances, run_inspection
+from vit_ft.tools.prediction import run_prediction
+from vit_ft.tools.rollout import attention_rollout, rollout_maps
+from vit_ft.tools.trained import load_trained
+
+from ..model.conftest import FAMILY_CONFIGS
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(3):
+        path = folder / f"{i}.png"
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(path)
+        paths.append(path)
+    return paths
+
+
+def saved_family(name: str, folder) -> ViTFTForImageClassification:
+    torch.manual_seed(0)
+    config = ViTFTConfig(**FAMILY_CONFIGS[name], num_labels=3, id2label={0: "a", 1: "b", 2: "c"})
+    model = ViTFTForImageClassification(config).eval()
+    torch.nn.init.normal_(model.classifier.weight, std=0.5)  # a head that separates, not the zero head
+    model.save_pretrained(folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "ViTImageProcessor", "size": {"height": 16, "width": 16}, "do_resize": True,
+        "do_normalize": True, "image_mean": [0.5] * 3, "image_std": [0.5] * 3, "resample": 2,
+    }))  # fmt: skip
+    return model
+
+
+def test_rollout_reads_the_patches_after_every_prefix_token():
+    """With uniform attention the rollout is uniform over the patches whatever the prefix; with a class token
+    that attends only to patch 0 (behind a distillation token), all flows from patch 0."""
+    for prefix in (0, 1, 2, 3):
+        tokens = prefix + 16
+        uniform = [torch.full((1, 4, tokens, tokens), 1 / tokens) for _ in range(2)]
+        rollout = attention_rollout(uniform, num_prefix_tokens=prefix)
+        assert rollout.shape == (1, 16)
+        torch.testing.assert_close(rollout, torch.full((1, 16), 1 / 16))
+    tokens = 2 + 16  # class + distillation token (DeiT)
+    looking = torch.eye(tokens)
+    looking[0] = 0
+    looking[0, 2] = 1.0  # the class token attends to the first patch only
+    rollout = attention_rollout([looking.expand(1, 4, tokens, tokens)], num_prefix_tokens=2)
+    assert rollout[0].argmax() == 0 and rollout[0, 0] > 0.99
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_CONFIGS))
+def test_tools_run_on_each_family(name, tmp_path, images):
+    model = saved_family(name, tmp_path / "model")
+    trained = load_trained(tmp_path / "model")
+    assert type(trained.model.config).__name__ == "ViTFTConfig"
+    assert trained.model.config.num_prefix_tokens == model.config.num_prefix_tokens
+    pixels = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(trained.model(pixel_values=pixels).logits, model(pixel_values=pixels).logits)
+        maps = rollout_maps(trained.model, pixels)
+        features = pre_logits(trained.model, pixels)
+    assert maps.shape == (2, 4, 4) and torch.allclose(maps.sum(dim=(1, 2)), torch.ones(2))
+    width = 2 * 32 if model.config.pooling == "cls+mean" else 32
+    assert features.shape == (2, width)  # what the head reads: DINOv2's is class token and patch mean
+
+    summary = run_prediction(tmp_path / "model", images, tmp_path / "preds.csv", figure=None, progress=False)
+    rows = (tmp_path / "preds.csv").read_text().splitlines()
+    assert summary["rows"] == 3 and summary["errors"] == 0 and len(rows) == 4  # header + one row per image
+    distances, used = attention_distances(trained, images, progress=False)
+    assert distances.shape == (2, 4) and used == 3 and torch.isfinite(distances).all()
+    if name not in ("deit", "siglip"):  # the whole inspect command for the prefixes 2 (DeiT) and 0 (SigLIP)
+        return
+    run_inspection(tmp_path / "model", tmp_path / "inspect", images=images, progress=False)
+    numbers = json.loads((tmp_path / "inspect" / "inspection.json").read_text())
+    assert (tmp_path / "inspect" / "attention_rollout.png").is_file()
+    assert np.array(numbers["attention_distance"]["mean_distance"]).shape == (2, 4)  # (layers, heads)
