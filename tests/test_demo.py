@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import socket
 import struct
@@ -97,14 +98,16 @@ def images(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def reference(model_dir):
-    """The model's own prediction, through transformers' image processor: {label: probability}, sorted."""
+    """The model's own prediction, through transformers' image processor, divided by the temperature the
+    fine-tune fitted (vit_ft_run.json): {label: probability}, sorted."""
     model = ViTFTForImageClassification.from_pretrained(model_dir).eval()
     processor = AutoImageProcessor.from_pretrained(model_dir)
+    temperature = json.loads((model_dir / "vit_ft_run.json").read_text())["calibration"]["temperature"]
 
     def predict(path: Path) -> dict[str, float]:
         pixels = processor(images=load_image(path), return_tensors="pt")["pixel_values"]
         with torch.no_grad():
-            probs = model(pixel_values=pixels).logits[0].softmax(-1)
+            probs = model(pixel_values=pixels).logits[0].div(temperature).softmax(-1)
         order = probs.argsort(descending=True).tolist()
         return {model.config.id2label[i]: probs[i].item() for i in order}
 
@@ -218,7 +221,8 @@ def test_examples_are_the_fine_tunes_validation_images_captioned_with_their_labe
 
 def test_predictions_use_the_recorded_temperature_and_say_when_unsure(app, model_dir, images, reference):
     classifier = app.Classifier(model_dir)
-    assert classifier.temperature == 1.0  # the tiny fine-tune records none
+    fitted = json.loads((model_dir / "vit_ft_run.json").read_text())["calibration"]["temperature"]
+    assert classifier.temperature == pytest.approx(fitted) and fitted != 1.0  # fitted by the fine-tune
     classifier.temperature = 4.0
     calibrated = classifier.predict(str(images["rgb.png"]))
     pixels = classifier.pixel_values(load_image(images["rgb.png"]))

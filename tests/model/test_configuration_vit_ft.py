@@ -60,7 +60,9 @@ def test_image_size_must_be_multiple_of_patch_size_when_the_model_is_built():
         ViTFTModel(config)
 
 
-@pytest.mark.parametrize("bad", [{"pooling": "max"}, {"hidden_dropout_prob": 1.5}, {"image_size": "big"}])
+@pytest.mark.parametrize(
+    "bad", [{"pooling": "max"}, {"hidden_dropout_prob": 1.5}, {"image_size": "big"}, {"mlp_type": "geglu"}]
+)
 def test_bad_values_are_errors(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         ViTFTConfig(**bad)

@@ -52,6 +52,11 @@ def references():
         "deit_model": DeiTModel(DeiTConfig(**VISION), add_pooling_layer=True),
         "dinov2_model": Dinov2Model(Dinov2Config(**DINO)),
         "dinov2_classifier": Dinov2ForImageClassification(Dinov2Config(**DINO, **LABELS)),
+        # DINOv2 giant's SwiGLU MLP (mlp_ratio 4: width (int(128 * 2 / 3) + 7) // 8 * 8 = 88, not 128 * 2 / 3)
+        "dinov2_swiglu": Dinov2Model(Dinov2Config(**SIZE, use_swiglu_ffn=True)),
+        "dinov2_swiglu_classifier": Dinov2ForImageClassification(
+            Dinov2Config(**SIZE, use_swiglu_ffn=True, **LABELS)
+        ),
         "dinov2_registers": Dinov2WithRegistersModel(
             Dinov2WithRegistersConfig(**DINO, num_register_tokens=2)
         ),
@@ -118,11 +123,11 @@ def test_family_parity_with_transformers(checkpoints, name, size):
         torch.testing.assert_close(getattr(out, key), value, atol=1e-5, rtol=0, msg=f"{name} {key}")
 
 
-def test_a_feature_we_do_not_cover_is_refused_in_one_line(tmp_path):
-    Dinov2Model(Dinov2Config(**DINO, use_swiglu_ffn=True)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="SwiGLU") as error:
-        ViTFTModel.from_pretrained(tmp_path)
-    assert "\n" not in str(error.value) and str(tmp_path) in str(error.value)
+def test_dinov2_swiglu_loads_as_our_swiglu_mlp(checkpoints):
+    """DINOv2 giant's MLP is our mlp_type "swiglu" at transformers' width, not refused as it once was."""
+    model = ViTFTModel.from_pretrained(checkpoints["dinov2_swiglu"][0])
+    assert (model.config.mlp_type, model.config.intermediate_size) == ("swiglu", 88)
+    assert model.layers[0].mlp.fc1.weight.shape == (2 * 88, 32)
 
 
 def test_family_checkpoint_reports_what_it_discards(checkpoints):
@@ -132,3 +137,18 @@ def test_family_checkpoint_reports_what_it_discards(checkpoints):
     assert report.head == "new" and report.newly_initialized == ["classifier.weight", "classifier.bias"]
     assert any(key.startswith("text_model.*") for key in report.discarded), report.discarded
     assert {"logit_scale", "logit_bias"} <= set(report.discarded)
+
+
+def test_kernelize_leaves_a_swiglu_mlp_alone(checkpoints):
+    """The CPU kernels fuse exact-GELU MLPs only: a SwiGLU MLP keeps its own forward and its logits."""
+    from vit_ft.kernels import kernelize
+    from vit_ft.model.modeling_vit_ft import ViTFTMLP
+
+    model = ViTFTForImageClassification.from_pretrained(checkpoints["dinov2_swiglu_classifier"][0]).eval()
+    pixels = torch.randn(2, 3, NATIVE, NATIVE, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(pixels).logits
+        kernelize(model)
+        got = model(pixels).logits
+    assert type(model.vit.layers[0].mlp).forward is ViTFTMLP.forward
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)

@@ -21,6 +21,7 @@ from .test_families import NATIVE
 EXPORTS = {
     "deit_teacher": "DeiTForImageClassificationWithTeacher",
     "dinov2_classifier": "Dinov2ForImageClassification",
+    "dinov2_swiglu_classifier": "Dinov2ForImageClassification",  # use_swiglu_ffn=True
     "dinov2_registers_classifier": "Dinov2WithRegistersForImageClassification",
     "siglip_classifier": "SiglipForImageClassification",
 }
@@ -46,7 +47,10 @@ def fine_tuned(folder: str, **kwargs) -> ViTFTForImageClassification:
 @pytest.mark.parametrize("name", list(EXPORTS))
 def test_family_exports_to_its_own_transformers_class(checkpoints, tmp_path, name):
     model = fine_tuned(checkpoints[name][0])
-    assert transformers_class_for(model.config) == EXPORTS[name] and transformers_export_reason(model.config) == ""
+    assert (
+        transformers_class_for(model.config) == EXPORTS[name]
+        and transformers_export_reason(model.config) == ""
+    )
     folder = export_to_transformers(model, tmp_path / "hf")
 
     exported = AutoModelForImageClassification.from_pretrained(folder).eval()  # no remote code
@@ -78,3 +82,16 @@ def test_plain_vit_is_transformers_vit():
     assert transformers_class_for(tiny_ft_config(num_labels=2)) == "ViTForImageClassification"
     assert "pooling='mean'" in transformers_export_reason(tiny_ft_config(num_labels=2, pooling="mean"))
     assert "num_labels=0" in transformers_export_reason(tiny_ft_config(num_labels=0))
+
+
+def test_swiglu_maps_to_dinov2_only_at_a_width_it_can_state():
+    swiglu = {"layerscale_value": 1.0, "pooling": "cls+mean", "mlp_type": "swiglu", "num_labels": 2}
+    assert (
+        transformers_class_for(tiny_ft_config(**swiglu, intermediate_size=88))
+        == "Dinov2ForImageClassification"
+    )
+    assert "SwiGLU width" in transformers_export_reason(tiny_ft_config(**swiglu, intermediate_size=60))
+    reason = transformers_export_reason(
+        tiny_ft_config(mlp_type="swiglu", num_labels=2)
+    )  # no layer scale: ViT
+    assert "mlp_type='swiglu' (it needs 'gelu')" in reason

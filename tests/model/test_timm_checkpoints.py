@@ -240,7 +240,7 @@ REFUSED = {
     "qk_norm arg": (_model_arg("qk_norm", True), "qk_norm=True"),
     "rope arg": (_model_arg("pos_embed", "rope"), "pos_embed='rope'"),
     "unknown arg": (_model_arg("block_fn", "ParallelScalingBlock"), "block_fn"),
-    "swiglu (DINOv2 giant)": (_extra("blocks.0.mlp.w12.weight", (128, 32)), "SwiGLU"),
+    "unpacked swiglu (DINOv2 repo w12)": (_extra("blocks.0.mlp.w12.weight", (128, 32)), "unpacked SwiGLU"),
     "wrong size": (_model_arg("depth", 3), "blocks"),
 }
 

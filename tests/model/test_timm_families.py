@@ -21,6 +21,7 @@ BLOCK = {
     "norm1": "norm1", "norm2": "norm2", "attention.output.dense": "attn.proj", "self_attn.out_proj": "attn.proj",
     "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2",
     "layer_scale1.lambda1": "ls1.gamma", "layer_scale2.lambda1": "ls2.gamma",
+    "mlp.weights_in": "mlp.fc1", "mlp.weights_out": "mlp.fc2",  # DINOv2's SwiGLU is timm's SwiGLUPacked
 }  # fmt: skip
 OUTSIDE = {
     "embeddings.cls_token": "cls_token", "embeddings.distillation_token": "dist_token",
@@ -80,6 +81,7 @@ def to_timm(folder: str) -> dict[str, torch.Tensor]:
 TIMM_NAMES = {
     "dinov2_model": ("vit_small_patch14_dinov2", "token"),
     "dinov2_registers": ("vit_small_patch14_reg4_dinov2", "token"),
+    "dinov2_swiglu": ("vit_giant_patch14_dinov2", "token"),
     "deit_teacher": ("deit_base_distilled_patch16_224", "token"),
     "clip_vision": ("vit_base_patch16_clip_quickgelu_224", "token"),
     "siglip_vision": ("vit_base_patch16_siglip_224", "map"),
@@ -107,7 +109,8 @@ def timm_folders(checkpoints, tmp_path_factory) -> dict[str, str]:
             },
             "pretrained_cfg": {"input_size": [3, NATIVE, NATIVE], "mean": [0.5] * 3, "std": [0.5] * 3},
         }
-        config["model_args"]["mlp_ratio"] = 2.0  # the references' MLP: 64 for hidden 32
+        # the references' MLP: 64 for hidden 32; timm's SwiGLU ratio gives fc1's packed width, 2 * 88
+        config["model_args"]["mlp_ratio"] = 176 / 32 if "swiglu" in name else 2.0
         if name == "deit_teacher":
             config["label_names"] = [reference.config.id2label[i] for i in range(labels)]
         (folder / "config.json").write_text(json.dumps(config))
@@ -131,3 +134,20 @@ def test_timm_layout_gives_the_transformers_numbers(checkpoints, timm_folders, n
         out = model(pixels)
     for key, value in expected.items():
         torch.testing.assert_close(getattr(out, key), value, atol=1e-5, rtol=0, msg=f"{name} {key}")
+
+
+def test_timm_dinov2_giant_hub_config_reads_its_swiglu_size():
+    """timm's Hub config for DINOv2 giant states no model_args: the name gives its size, the packed fc1 its MLP."""
+    from vit_ft.model.timm_format import timm_config_fields
+
+    shapes = {"cls_token": (1, 1, 1536), "pos_embed": (1, 1370, 1536), "norm.weight": (1536,),
+              "patch_embed.proj.weight": (1536, 3, 14, 14), "patch_embed.proj.bias": (1536,),
+              **{f"blocks.{i}.mlp.fc1.weight": (8192, 1536) for i in range(40)},
+              "blocks.0.mlp.fc2.weight": (1536, 4096), "blocks.0.attn.proj.bias": (1536,),
+              "blocks.0.ls1.gamma": (1536,)}  # fmt: skip
+    config = {"architecture": "vit_giant_patch14_dinov2.lvd142m", "num_classes": 0, "global_pool": "token",
+              "pretrained_cfg": {"input_size": [3, 518, 518]}}  # fmt: skip
+    fields = timm_config_fields(config, shapes, "timm/vit_giant_patch14_dinov2.lvd142m")
+    assert {k: fields[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads")} == {
+        "hidden_size": 1536, "num_hidden_layers": 40, "num_attention_heads": 24}  # fmt: skip
+    assert (fields["mlp_type"], fields["intermediate_size"], fields["image_size"]) == ("swiglu", 4096, 518)

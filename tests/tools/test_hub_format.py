@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import ViTForImageClassification, ViTImageProcessorPil
 
-from vit_ft import ViTFTConfig, ViTFTForImageClassification
+from vit_ft import ViTFTForImageClassification
 from vit_ft.tools.hub import stage_for_hub
 from vit_ft.tools.hub_format import (
     check_same_logits,
@@ -22,23 +22,19 @@ from ..conftest import randomize, tiny_ft_config
 LABELS = {"id2label": {0: "ant", 1: "bee", 2: "wasp"}, "label2id": {"ant": 0, "bee": 1, "wasp": 2}}
 
 
-class FamilyConfig(ViTFTConfig):
-    """A model family's config: one more architecture field, whose default is plain ViT."""
-
-    layer_scale: float = 0.0
-
-
-def test_a_plain_vit_is_transformers_class_and_anything_else_says_why():
+def test_transformers_class_is_the_model_layers_decision():
+    """Plain ViT -> ViTForImageClassification, a family's options -> its own class; anything else says why."""
     plain = tiny_ft_config(**LABELS)
     assert (
         remote_code_reasons(plain) == [] and transformers_export_class(plain) == "ViTForImageClassification"
     )
+    deit = tiny_ft_config(distillation_token=True, **LABELS)
+    assert transformers_export_class(deit) == "DeiTForImageClassificationWithTeacher"
     (reason,) = remote_code_reasons(tiny_ft_config(pooling="mean", **LABELS))
-    assert "pooling='mean'" in reason and "CLS token" in reason
-    assert remote_code_reasons(FamilyConfig(**LABELS)) == []  # the family's field at its default: plain ViT
-    (reason,) = remote_code_reasons(FamilyConfig(layer_scale=0.1, **LABELS))
-    assert reason == "layer_scale=0.1 has no counterpart in transformers' ViTConfig"
-    assert transformers_export_class(FamilyConfig(layer_scale=0.1, **LABELS)) is None
+    assert (
+        "pooling='mean'" in reason
+        and transformers_export_class(tiny_ft_config(pooling="map", **LABELS)) is None
+    )
 
 
 def test_choose_format_defaults_to_transformers_and_keeps_what_is_asked():
@@ -50,7 +46,7 @@ def test_choose_format_defaults_to_transformers_and_keeps_what_is_asked():
     assert choose_format(mean).name == "vit_ft" and "pooling='mean'" in choose_format(mean).reason
     asked = choose_format(plain, "vit_ft")
     assert asked.name == "vit_ft" and "asked for with `--format vit_ft`" in asked.reason
-    with pytest.raises(ValueError, match="--format transformers cannot express this model .pooling='mean'"):
+    with pytest.raises(ValueError, match="--format transformers cannot express this model .*pooling='mean'"):
         choose_format(mean, "transformers")
     with pytest.raises(ValueError, match="format='onnx' is not one of"):
         choose_format(plain, "onnx")
@@ -80,7 +76,8 @@ def test_default_staging_follows_the_model(tmp_path):
     assert json.loads((staged / "config.json").read_text())["model_type"] == "vit_ft"
     assert (staged / "modeling_vit_ft.py").is_file()
     card = (staged / "README.md").read_text()
-    assert "- Format: vit_ft" in card and "cannot express this model: pooling='mean'" in card
+    assert "- Format: vit_ft" in card and "no transformers class expresses this model: " in card
+    assert "pooling='mean'" in card
     assert "trust_remote_code=True" in card
     with pytest.raises(ValueError, match="cannot express this model"):
         stage_for_hub(tmp_path / "mean", tmp_path / "refused", "me/mean", format="transformers")

@@ -118,7 +118,7 @@ CASES = {
          "hidden/model.safetensors holds 32 (vit.embeddings.cls_token [1, 1, 32])"),
     ),
     "push: a modified modeling_vit_ft.py": (
-        "push", ["{m}", "--hub_model_id", "me/x", "--local_dir", "{w}/staged"], "code",
+        "push", ["{m}", "--hub_model_id", "me/x", "--local_dir", "{w}/staged", "--format", "vit_ft"], "code",
         "code/modeling_vit_ft.py differs from the model code of the installed vit_ft",
     ),
     "predict: a LoRA adapter missing a tensor": (
@@ -226,7 +226,7 @@ def test_a_damaged_folder_is_refused_naming_the_file(folders, tmp_path, name):
         if call == "load":
             load_trained(model, device="cpu")
         else:
-            stage_for_hub(model, tmp_path / "staged", "me/x")
+            stage_for_hub(model, tmp_path / "staged", "me/x", format="vit_ft")
     assert words in str(error.value)
     assert snapshot(folders[name]) == before and not (tmp_path / "staged").exists()
 
@@ -280,7 +280,7 @@ def test_push_stages_the_installed_code(tmp_path, folders):
     import vit_ft.model as ours
     from vit_ft.tools.hub import stage_for_hub
 
-    staged = stage_for_hub(folders["good"], tmp_path / "staged", "me/x")
+    staged = stage_for_hub(folders["good"], tmp_path / "staged", "me/x", format="vit_ft")
     for name in ("modeling_vit_ft.py", "configuration_vit_ft.py", "sizes.py", "pos_embed.py"):
         assert (staged / name).read_bytes() == (Path(ours.__file__).parent / name).read_bytes()
 

@@ -73,8 +73,8 @@ def test_coerce_names_the_field_and_what_it_expects():
     fields = argument_fields(build_parser())
     with pytest.raises(RecipeError, match=r"recipe.yaml: max_steps='many' is not valid; it expects int"):
         coerce(fields["max_steps"], "many", "recipe.yaml")
-    with pytest.raises(RecipeError, match="pooling cannot be null"):
-        coerce(fields["pooling"], None, "recipe.yaml")
+    with pytest.raises(RecipeError, match="image_column cannot be null"):
+        coerce(fields["image_column"], None, "recipe.yaml")
     assert coerce(fields["report_to"], ["tensorboard", "wandb"], "recipe.yaml") == ["tensorboard", "wandb"]
 
 

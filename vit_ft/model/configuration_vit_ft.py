@@ -22,6 +22,8 @@ VIT_CONFIG_FIELDS = (
 )  # fmt: skip
 # "cls+mean" concatenates both (DINOv2's linear heads); "map" is attention pooling (SigLIP's head)
 POOLING_CHOICES = ("cls", "mean", "cls+mean", "map")
+# "gelu" is the paper's MLP (fc1, `hidden_act`, fc2); "swiglu" is DINOv2 giant's gated MLP (timm's SwiGLUPacked)
+MLP_TYPES = ("gelu", "swiglu")
 # Patch tokens per image that the tools run without being told to: ViT-B/16 at 1024x1024. Attention's time and
 # memory grow with the square of the tokens, so a typo (--image_size 4096: 65536 tokens) would run for minutes
 # at many GB before anything fails. The fine-tune raises it with $VIT_FT_MAX_IMAGE_TOKENS, predict with --max_tokens.
@@ -58,6 +60,8 @@ class ViTFTConfig(PretrainedConfig):
             the class and distillation tokens have a slot, the registers never do.
         pre_norm: a LayerNorm before the blocks (CLIP); the patch projection then has no bias, as in timm.
         pos_embed_antialias: resample position embeddings with antialiased bicubic (DINOv2 with registers).
+        mlp_type: "gelu" (fc1, `hidden_act`, fc2) or "swiglu" (DINOv2 giant: fc2(silu(gate) * value), fc1 packing
+            gate and value; `intermediate_size` is then the width of each, `hidden_act` unused by the blocks).
     """
 
     model_type = "vit_ft"
@@ -84,6 +88,7 @@ class ViTFTConfig(PretrainedConfig):
     no_embed_class: bool = False
     pre_norm: bool = False
     pos_embed_antialias: bool = False
+    mlp_type: str = "gelu"
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._validate()
@@ -115,6 +120,8 @@ class ViTFTConfig(PretrainedConfig):
             )
         if not isinstance(self.num_register_tokens, int) or self.num_register_tokens < 0:
             raise ValueError(f"num_register_tokens must be an int >= 0, got {self.num_register_tokens!r}.")
+        if self.mlp_type not in MLP_TYPES:
+            raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}.")
         if self.hidden_act not in ACT2FN:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not in transformers' ACT2FN: e.g. 'gelu'.")
 
@@ -190,6 +197,7 @@ def nearest_multiple(image_size: tuple[int, int], patch_size: tuple[int, int]) -
 
 __all__ = [
     "MAX_IMAGE_TOKENS",
+    "MLP_TYPES",
     "POOLING_CHOICES",
     "VIT_CONFIG_FIELDS",
     "ViTFTConfig",

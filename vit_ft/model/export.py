@@ -132,6 +132,7 @@ def family_features(config: ViTFTConfig) -> list[str]:
         "no_embed_class": "position embeddings without class slot",
         "pre_norm": "norm before the blocks",
         "pos_embed_antialias": "antialiased position resampling",
+        "mlp_type": "SwiGLU MLP",
     }
     return [what for name, what in names.items() if getattr(config, name) != getattr(plain, name)]
 

@@ -4,8 +4,8 @@ family's options read from a timm checkpoint (`timm_family_fields`, for `timm_fo
 Each family's `config.json` (by `model_type`) becomes our config fields through transformers' own config class (so
 its defaults are transformers'), and its keys are renamed by the tables below while transformers loads them
 (`weight_mapping.py`). What the family holds that a fine-tune does not use (DINOv2's mask token, the text tower of a
-CLIP / SigLIP checkpoint, the contrastive projections) is discarded and said so in the loading report; what our
-model cannot hold (DINOv2's SwiGLU MLP) is refused with one line naming it.
+CLIP / SigLIP checkpoint, the contrastive projections) is discarded and said so in the loading report; DINOv2
+giant's SwiGLU MLP (`use_swiglu_ffn`) is our `mlp_type="swiglu"`, its packed `weights_in` our fc1 (gate first).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ FAMILY_RENAMES = {
     "head.attention.out_proj.": "attn_pool.proj.",
     "head.layernorm.": "attn_pool.norm.",
     "head.mlp.": "attn_pool.mlp.",
+    "mlp.weights_in.": "mlp.fc1.",  # DINOv2's SwiGLU: gate then value, packed as ours
+    "mlp.weights_out.": "mlp.fc2.",
 }
 # the family's query/key/value projections, fused into our qkv
 FAMILY_QKV_SOURCES = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),)
@@ -65,6 +67,11 @@ FAMILY_DISCARDS = {
     "logit_bias": "the image-text model's logit bias",
     "attn_pool.": "the attention-pooling head, which this model's pooling does not use",
 }
+
+
+def swiglu_width(hidden_size: int, mlp_ratio: float) -> int:
+    """The SwiGLU width of transformers' `Dinov2SwiGLUFFN`: two thirds of the MLP's, rounded up to a multiple of 8."""
+    return (int(int(hidden_size * mlp_ratio) * 2 / 3) + 7) // 8 * 8
 
 
 def is_family_config(config_dict: dict[str, Any]) -> bool:
@@ -89,13 +96,11 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
     )
     fields["_drop_path_rate"] = vision.get("drop_path_rate", 0.0)
     if model_type.startswith("dinov2"):
-        if vision.get("use_swiglu_ffn"):
-            raise ValueError(
-                f"{source} uses a SwiGLU MLP (use_swiglu_ffn: DINOv2 giant), which vit_ft's ViT cannot hold: "
-                "use a DINOv2 small/base/large checkpoint."
-            )
+        swiglu, hidden, ratio = bool(vision.get("use_swiglu_ffn")), vision["hidden_size"], vision["mlp_ratio"]
+        width = swiglu_width(hidden, ratio) if swiglu else int(hidden * ratio)
         fields.update(
-            intermediate_size=int(vision["hidden_size"] * vision["mlp_ratio"]),
+            intermediate_size=width,
+            mlp_type="swiglu" if swiglu else "gelu",
             qkv_bias=vision["qkv_bias"],
             layerscale_value=vision["layerscale_value"],
             num_register_tokens=vision.get("num_register_tokens", 0),
@@ -135,6 +140,7 @@ def timm_family_fields(
     square = (
         math.isqrt(positions) ** 2 == positions and math.isqrt(positions - slots) ** 2 != positions - slots
     )
+    fc1, fc2 = shapes.get("blocks.0.mlp.fc1.weight", (0,)), shapes.get("blocks.0.mlp.fc2.weight", (0, 0))
     act = model_args.get("act_layer") or (
         "quick_gelu" if "quickgelu" in tags else "gelu_tanh" if "siglip" in tags else "gelu"
     )
@@ -147,6 +153,8 @@ def timm_family_fields(
         "hidden_act": {"gelu_tanh": "gelu_pytorch_tanh"}.get(act, act),
         # timm's reg4 DINOv2 is transformers' Dinov2WithRegisters, which resamples with antialias
         "pos_embed_antialias": registers > 0 and "dinov2" in tags,
+        # timm's SwiGLUPacked (DINOv2 giant): fc1 is twice as wide as fc2's input, gate then value
+        "mlp_type": "swiglu" if fc2[1] and fc1[0] == 2 * fc2[1] else "gelu",
     }
     if "blocks.0.ls1.gamma" in shapes:  # the init value matters only for a fresh model; the gains are loaded
         fields["layerscale_value"] = float(model_args.get("init_values") or 1e-5)
@@ -163,5 +171,6 @@ __all__ = [
     "SIGLIP_IN_PROJ",
     "family_config_fields",
     "is_family_config",
+    "swiglu_width",
     "timm_family_fields",
 ]

@@ -25,6 +25,7 @@ import torch
 from transformers import PretrainedConfig
 
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
+from .families import swiglu_width
 
 VIT_CLASS = "ViTForImageClassification"
 CLIP_CLASS = "CLIPForImageClassification"
@@ -43,14 +44,16 @@ _PLAIN = {
     "pos_embed_antialias": False,
 }
 _TOKENS = {"class_token": True, "no_embed_class": False}  # a class token with a position slot
+_GELU = {"mlp_type": "gelu"}  # only DINOv2's classes hold a SwiGLU MLP (use_swiglu_ffn)
 # what each class fixes: vit_ft option -> the value it must have
 TARGET_FIXED: dict[str, dict[str, Any]] = {
-    VIT_CLASS: {"pooling": "cls", "layerscale_value": None, **_TOKENS, **_PLAIN},
+    VIT_CLASS: {"pooling": "cls", "layerscale_value": None, **_TOKENS, **_PLAIN, **_GELU},
     "DeiTForImageClassificationWithTeacher": {
         "pooling": "cls",
         "layerscale_value": None,
         **_TOKENS,
         **_PLAIN,
+        **_GELU,
         "distillation_token": True,
     },
     "Dinov2ForImageClassification": {"pooling": "cls+mean", **_TOKENS, **_PLAIN},
@@ -62,7 +65,13 @@ TARGET_FIXED: dict[str, dict[str, Any]] = {
         "pre_norm": False,
         "pos_embed_antialias": True,
     },
-    "SiglipForImageClassification": {"pooling": "mean", "layerscale_value": None, "qkv_bias": True, **_PLAIN},
+    "SiglipForImageClassification": {
+        "pooling": "mean",
+        "layerscale_value": None,
+        "qkv_bias": True,
+        **_PLAIN,
+        **_GELU,
+    },
 }
 WHY_NOT_CLIP = (
     "transformers' CLIPForImageClassification averages the patch tokens before the final LayerNorm, which no "
@@ -88,6 +97,8 @@ class Layout:
 _MLP = {"mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
 _DINOV2_LAYERS = {"norm1": "norm1", "norm2": "norm2", "attention.proj": "attention.o_proj", "ls1": "layer_scale1.lambda1",
                   "ls2": "layer_scale2.lambda1", **_MLP}  # fmt: skip
+# DINOv2's SwiGLU MLP: our packed fc1 is its gate_proj then up_proj, our fc2 its down_proj
+_SWIGLU_SPLIT, _SWIGLU_NAMES = {"mlp.fc1": ("mlp.gate_proj", "mlp.up_proj")}, {"mlp.fc2": "mlp.down_proj"}
 _QKV = ("attention.q_proj", "attention.k_proj", "attention.v_proj")
 LAYOUTS = {
     "DeiTForImageClassificationWithTeacher": Layout(
@@ -132,11 +143,20 @@ def _match(config: PretrainedConfig) -> tuple[str | None, str]:
     if target.startswith("Dinov2"):
         if config.layerscale_value is None:
             wrong.append("layerscale_value=None (it needs layer scale)")
-        if config.intermediate_size % config.hidden_size:
-            wrong.append(f"intermediate_size={config.intermediate_size} (it needs a multiple of hidden_size)")
+        if _dinov2_mlp_ratio(config) is None:
+            needs = "a SwiGLU width of an integer mlp_ratio" if config.mlp_type == "swiglu" else "a multiple"
+            wrong.append(f"intermediate_size={config.intermediate_size} (it needs {needs} of hidden_size)")
     if wrong:
         return None, f"transformers' {target} cannot express {'; '.join(wrong)}"
     return target, ""
+
+
+def _dinov2_mlp_ratio(config: PretrainedConfig) -> int | None:
+    """DINOv2's integer `mlp_ratio` that gives `config`'s MLP width (the SwiGLU rule for mlp_type "swiglu")."""
+    hidden, width = config.hidden_size, config.intermediate_size
+    if config.mlp_type != "swiglu":
+        return width // hidden if width % hidden == 0 else None
+    return next((ratio for ratio in range(1, 17) if swiglu_width(hidden, ratio) == width), None)
 
 
 def transformers_class_for(config: PretrainedConfig) -> str | None:
@@ -171,8 +191,9 @@ def family_config(config: ViTFTConfig, target: str) -> PretrainedConfig:
     fields.update(image_size=size, patch_size=patch)
     if target.startswith("DeiT"):
         return DeiTConfig(**fields, **head)
-    fields["mlp_ratio"] = fields.pop("intermediate_size") // config.hidden_size
-    fields.update(layerscale_value=config.layerscale_value, drop_path_rate=0.0, use_swiglu_ffn=False)
+    fields.pop("intermediate_size")
+    fields.update(mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.mlp_type == "swiglu")
+    fields.update(layerscale_value=config.layerscale_value, drop_path_rate=0.0)
     if target.startswith("Dinov2WithRegisters"):
         return Dinov2WithRegistersConfig(**fields, num_register_tokens=config.num_register_tokens, **head)
     return Dinov2Config(**fields, **head)
@@ -193,11 +214,15 @@ def to_family_state_dict(
         elif match := re.fullmatch(r"layers\.(\d+)\.(.+?)(\.weight|\.bias|)", name):
             index, module, kind = match.groups()
             prefix = f"{layout.base}{layout.layers}{index}."
-            if module == "attention.qkv":
-                for part_name, part in zip(layout.qkv, tensor.chunk(3, dim=0), strict=True):
+            names, splits = layout.layer_names, {"attention.qkv": layout.qkv}
+            if f"{prefix}mlp.gate_proj{kind}" in shapes:  # DINOv2's SwiGLU (use_swiglu_ffn)
+                names, splits = {**names, **_SWIGLU_NAMES}, {**splits, **_SWIGLU_SPLIT}
+            if module in splits:
+                parts = tensor.chunk(len(splits[module]), dim=0)
+                for part_name, part in zip(splits[module], parts, strict=True):
                     out[f"{prefix}{part_name}{kind}"] = part
-            elif module in layout.layer_names:
-                out[f"{prefix}{layout.layer_names[module]}{kind}"] = tensor
+            elif module in names:
+                out[f"{prefix}{names[module]}{kind}"] = tensor
             else:
                 raise KeyError(f"{key} has no place in transformers' {target}")
         else:

@@ -28,11 +28,9 @@ class ViTFTPatchEmbeddings(nn.Module):
     def __init__(self, config: ViTFTConfig):
         super().__init__()
         self.num_channels = config.num_channels
-        self.patch_size = config.patch_hw
+        patch = self.patch_size = config.patch_hw
         bias = not config.pre_norm  # timm's rule: no patch bias under a pre-norm (CLIP)
-        self.projection = nn.Conv2d(
-            config.num_channels, config.hidden_size, self.patch_size, self.patch_size, bias=bias
-        )
+        self.projection = nn.Conv2d(config.num_channels, config.hidden_size, patch, patch, bias=bias)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         if pixel_values.shape[1] != self.num_channels:
@@ -59,9 +57,8 @@ class ViTFTEmbeddings(nn.Module):
             )
         hidden, registers, self.config = config.hidden_size, config.num_register_tokens, config
         self.cls_token = nn.Parameter(torch.zeros(1, 1, hidden)) if config.class_token else None
-        self.distillation_token = (
-            nn.Parameter(torch.zeros(1, 1, hidden)) if config.distillation_token else None
-        )
+        dist = config.distillation_token
+        self.distillation_token = nn.Parameter(torch.zeros(1, 1, hidden)) if dist else None
         self.register_tokens = nn.Parameter(torch.zeros(1, registers, hidden)) if registers else None
         self.patch_embeddings = ViTFTPatchEmbeddings(config)
         num_positions = self.grid_size[0] * self.grid_size[1] + config.num_position_prefix
@@ -161,14 +158,20 @@ class ViTFTAttention(nn.Module):
 
 
 class ViTFTMLP(nn.Module):
-    def __init__(self, config: ViTFTConfig):
+    """`(batch, seq_len, hidden)` -> fc2(act(fc1(x))), or with `swiglu` fc2(silu(gate) * value) (timm's SwiGLUPacked)"""
+
+    def __init__(self, config: ViTFTConfig, swiglu: bool = False):
         super().__init__()
-        self.config = config
-        self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.activation_fn = ACT2FN[config.hidden_act]
+        self.config, self.swiglu = config, swiglu
+        self.fc1 = nn.Linear(config.hidden_size, (1 + swiglu) * config.intermediate_size)
+        if not swiglu:  # the kernels fuse an MLP with an exact-GELU `activation_fn`; a SwiGLU one has none
+            self.activation_fn = ACT2FN[config.hidden_act]
         self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            gate, value = self.fc1(hidden_states).chunk(2, dim=-1)  # each (B, N, intermediate)
+            return self.fc2(nn.functional.silu(gate) * value)
         return self.fc2(self.activation_fn(self.fc1(hidden_states)))
 
 
@@ -191,9 +194,7 @@ class ViTFTAttentionPool(nn.Module):
         heads, head_dim = self.num_heads, hidden // self.num_heads
         query = self.q(self.latent).view(1, heads, 1, head_dim).expand(batch_size, -1, -1, -1)
         kv = self.kv(hidden_states).view(batch_size, seq_len, 2, heads, head_dim)
-        key, value = kv.permute(2, 0, 3, 1, 4).unbind(
-            0
-        )  # each (B, heads, N, head_dim); query (B, heads, 1, ..)
+        key, value = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, head_dim)
         pooled = nn.functional.scaled_dot_product_attention(query, key, value).reshape(batch_size, hidden)
         pooled = self.proj(pooled)  # (B, hidden)
         return pooled + self.mlp(self.norm(pooled))
@@ -208,7 +209,7 @@ class ViTFTLayer(GradientCheckpointingLayer):
         self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.attention = ViTFTAttention(config)
         self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = ViTFTMLP(config)
+        self.mlp = ViTFTMLP(config, swiglu=config.mlp_type == "swiglu")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path_rate = drop_path_rate
         self.ls1 = self.ls2 = None

@@ -59,7 +59,8 @@ TIMM_UNSUPPORTED_KEYS = {
     r"\.mlp\.norm\.": "a norm inside the MLP (scale_mlp_norm)",
     r"^fc_norm\.": "a LayerNorm after average pooling (fc_norm, global_pool='avg')",
     r"^patch_embed\.norm\.": "a norm after the patch embedding",
-    r"\.mlp\.(w12|fc1_g)\.": "a SwiGLU MLP (DINOv2 giant)",
+    # timm's packed SwiGLU (`mlp.fc1` holding gate then value: DINOv2 giant) loads; these unpacked layouts do not
+    r"\.mlp\.(w12|fc1_g)\.": "an unpacked SwiGLU MLP (fc1_g/fc1_x, or DINOv2's own w12/w3)",
 }
 # timm's `model_args` that a plain ViT can follow, and the values it can hold (None: any value, mapped below)
 TIMM_MODEL_ARGS: dict[str, tuple | None] = {
@@ -98,7 +99,6 @@ TIMM_MODEL_ARGS: dict[str, tuple | None] = {
 # architecture-name tags whose change leaves no tensor behind to detect it by
 TIMM_UNSUPPORTED_TAGS = {
     "rope": "rotary position embeddings",
-    "swiglu": "a SwiGLU MLP",
     "parallel": "parallel attention/MLP blocks",
     "relpos": "relative position embeddings",
 }
@@ -116,14 +116,21 @@ TIMM_REGISTERED = {
     "vit_large_patch14_224",
     "vit_huge_patch14_224",
 }
-# timm's names of sizes beyond the ViT/DeiT ones (SigLIP's shape-optimised ViT, arXiv 2305.13035)
+# timm's names of sizes beyond the ViT/DeiT ones (SigLIP's shape-optimised ViT, arXiv 2305.13035; DINOv2 giant,
+# whose MLP is SwiGLU: timm's mlp_ratio 2.66667 * 2 packs 2 * 4096; its CLIP giant has other sizes, so not "giant")
 TIMM_SIZES = {
+    "giant_dinov2": {
+        "hidden_size": 1536,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 24,
+        "intermediate_size": 4096,
+    },
     "so400m": {
         "hidden_size": 1152,
         "num_hidden_layers": 27,
         "num_attention_heads": 16,
         "intermediate_size": 4304,
-    }
+    },
 }
 TIMM_LAYER_NORM_EPS = 1e-6  # timm's ViT LayerNorms: partial(nn.LayerNorm, eps=1e-6), the JAX default too
 FIX = "use a timm ViT without it (e.g. timm/vit_base_patch16_224.augreg_in21k) or load it with timm itself"
@@ -171,6 +178,8 @@ def timm_config_fields(
     model_args = _check_timm_options(architecture, dict(timm_config.get("model_args") or {}), source)
     fields = _timm_size_fields(architecture, model_args, source)
     fields.update(timm_family_fields(architecture, model_args, shapes))
+    if fields["mlp_type"] == "swiglu" and "mlp_ratio" in model_args:  # timm's ratio sizes fc1's packed width
+        fields["intermediate_size"] //= 2
     global_pool = model_args.get("global_pool", timm_config.get("global_pool", "token"))
     if global_pool not in ("token", "avg", "map"):
         raise ValueError(
@@ -212,8 +221,11 @@ def _timm_size_fields(architecture: str, model_args: dict[str, Any], source: str
     fields: dict[str, Any] = {}
     match = TIMM_ARCHITECTURE.match(architecture)
     sizes = {**VIT_SIZES, **TIMM_SIZES}
-    if match and match["size"] in sizes:
-        fields.update(sizes[match["size"]], patch_size=int(match["patch"]))
+    if match:
+        size = f"{match['size']}_dinov2"  # DINOv2's giant is not timm's other (CLIP) giants
+        size = size if "dinov2" in match["tags"] and size in sizes else match["size"]
+        if size in sizes:
+            fields.update(sizes[size], patch_size=int(match["patch"]))
     named = {
         "embed_dim": "hidden_size",
         "depth": "num_hidden_layers",
@@ -275,11 +287,12 @@ def _check_timm_shapes(fields: dict[str, Any], shapes: dict[str, tuple[int, ...]
     height, width = (image, image) if isinstance(image, int) else tuple(image)
     blocks = {int(m.group(1)) for key in shapes if (m := TIMM_BLOCK.match(key))}
     prefix = ViTFTConfig(**{k: v for k, v in fields.items() if k != "image_size"}).num_position_prefix
+    packed = 2 if fields["mlp_type"] == "swiglu" else 1  # timm's SwiGLUPacked: gate and value in one fc1
     expected = {
         **({"cls_token": (1, 1, hidden)} if fields.get("class_token", True) else {}),
         "pos_embed": (1, prefix + (height // patch_hw[0]) * (width // patch_hw[1]), hidden),
         "patch_embed.proj.weight": (hidden, fields.get("num_channels", 3), *patch_hw),
-        "blocks.0.mlp.fc1.weight": (fields["intermediate_size"], hidden),
+        "blocks.0.mlp.fc1.weight": (packed * fields["intermediate_size"], hidden),
     }
     for key, shape in expected.items():
         if shapes.get(key) != shape:

@@ -32,10 +32,9 @@ def attention_rollout(
         fused = 0.5 * fused + 0.5 * identity
         fused = fused / fused.sum(dim=-1, keepdim=True)
         rollout = fused @ rollout
-    if num_prefix_tokens:  # what flows into the class token (the first prefix token), from each patch
-        to_patches = rollout[:, 0, num_prefix_tokens:]  # (B, num_patches)
-    else:  # no class token (SigLIP): the mean over the tokens, as mean and attention pooling read them all
-        to_patches = rollout.mean(dim=1)  # (B, num_patches)
+    # what flows into the class token (the first prefix token) from each patch; with no class token (SigLIP),
+    # into the mean over the tokens, as mean and attention pooling read them all: (B, num_patches)
+    to_patches = rollout[:, 0, num_prefix_tokens:] if num_prefix_tokens else rollout.mean(dim=1)
     return to_patches / to_patches.sum(dim=-1, keepdim=True)
 
 
