@@ -34,8 +34,9 @@ def load_metric(**kwargs: Any):
     return evaluate.load(str(METRIC_PATH), **kwargs)
 
 
-def _logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Split an EvalPrediction (or a (predictions, label_ids) pair) into (num_examples, num_classes) logits and labels."""
+def eval_arrays(eval_pred: Any) -> tuple[Any, Any]:
+    """(logits, labels) of an EvalPrediction or a (predictions, label_ids) pair, the first array where a model
+    returned several (hidden states, attentions); a batch without labels is an error that says what to keep."""
     if hasattr(eval_pred, "predictions"):
         logits, labels = eval_pred.predictions, eval_pred.label_ids
     else:
@@ -49,6 +50,12 @@ def _logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
             "compute_metrics got no labels: Trainer found no label column. Keep label_names=['labels'] in the "
             "TrainingArguments (vit_ft.training.recipes sets it) and a 'labels' key in each batch."
         )
+    return logits, labels
+
+
+def _logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Split an EvalPrediction (or a (predictions, label_ids) pair) into (num_examples, num_classes) logits and labels."""
+    logits, labels = eval_arrays(eval_pred)
     logits = np.asarray(logits, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     if logits.ndim != 2 or len(logits) != len(labels):
@@ -72,4 +79,4 @@ def build_compute_metrics(top_k: int = 5) -> Callable[[Any], dict[str, float]]:
     return compute_metrics
 
 
-__all__ = ["METRIC_NAMES", "METRIC_PATH", "build_compute_metrics", "load_metric"]
+__all__ = ["METRIC_NAMES", "METRIC_PATH", "build_compute_metrics", "eval_arrays", "load_metric"]

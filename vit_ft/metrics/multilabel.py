@@ -184,17 +184,9 @@ def tune_class_thresholds(labels: Any, scores: Any, default: float = 0.5) -> np.
 def _multilabel_logits_and_labels(eval_pred: Any) -> tuple[np.ndarray, np.ndarray]:
     """Split an EvalPrediction (or a (predictions, label_ids) pair) into (num_images, num_labels) logits and
     multi-hot labels."""
-    if hasattr(eval_pred, "predictions"):
-        logits, labels = eval_pred.predictions, eval_pred.label_ids
-    else:
-        logits, labels = eval_pred
-    if isinstance(logits, (tuple, list)):  # models that also return hidden states or attentions
-        logits = logits[0]
-    if labels is None:
-        raise ValueError(
-            "compute_metrics got no labels: Trainer found no label column. Keep label_names=['labels'] in the "
-            "TrainingArguments and a 'labels' key in each batch."
-        )
+    from . import eval_arrays  # the package's reader of an EvalPrediction
+
+    logits, labels = eval_arrays(eval_pred)
     return np.asarray(logits, dtype=np.float64), np.rint(np.asarray(labels, dtype=np.float64))
 
 
