@@ -1,25 +1,13 @@
 """vit_ft.reports.augmentation_figure: the figure's structure (panels, titles), not its pixels."""
 
-import matplotlib.pyplot as plt
 import pytest
 
 from vit_ft.data.augmentation import AugmentationSpec
 from vit_ft.data.mixup import MixupCutmix
 from vit_ft.data.transforms import build_transforms
-from vit_ft.reports import figures
 from vit_ft.reports.augmentation_figure import write_augmentation_figure
 
 from ..sample_images import photo
-
-
-@pytest.fixture
-def saved_figures(monkeypatch):
-    """The figures saved, kept open until the test ends (plt.close deferred)."""
-    saved, close = [], plt.close
-    monkeypatch.setattr(figures.plt, "close", saved.append)
-    yield saved
-    for fig in saved:
-        close(fig)
 
 
 def test_figure_shows_each_image_with_its_draws_and_a_mixed_row(tmp_path, saved_figures):

@@ -2,12 +2,9 @@
 
 import itertools
 
-import matplotlib.pyplot as plt
 import numpy as np
-import pytest
 from PIL import Image
 
-from vit_ft.reports import figures
 from vit_ft.reports.figures import (
     Mistake,
     normalize_rows,
@@ -23,15 +20,6 @@ from vit_ft.tools.evaluation import confusion_counts
 DOGS = ["n02109047-Great_Dane", "n02107574-Greater_Swiss_Mountain_dog", "n02089078-black-and-tan_coonhound",
         "n02110063-malamute", "n02097474-Tibetan_terrier", "n02106662-German_shepherd"]  # fmt: skip
 
-
-@pytest.fixture
-def saved_figures(monkeypatch):
-    """The figures the code under test saved, as they were saved (its plt.close is deferred to the end)."""
-    saved, close = [], plt.close
-    monkeypatch.setattr(figures.plt, "close", saved.append)
-    yield saved
-    for fig in saved:
-        close(fig)
 
 
 def boxes_overlap(a, b) -> bool:

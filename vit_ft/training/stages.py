@@ -33,6 +33,7 @@ from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .losses import class_weight_vector
 from .preemption import PreemptionCallback
 from .trainer import build_trainer, evaluate_final_model
+from .training_arguments import data_seed
 
 logger = logging.getLogger("vit_ft")
 
@@ -88,7 +89,7 @@ def load_data(
             image_column=data_args.image_column,
             label_column=data_args.label_column,
             validation_split_percentage=data_args.validation_split_percentage,
-            seed=training_args.data_seed if training_args.data_seed is not None else training_args.seed,
+            seed=data_seed(training_args),
             max_train_samples=data_args.max_train_samples,
             max_eval_samples=data_args.max_eval_samples,
         )
@@ -182,7 +183,7 @@ def build_mixup(data_args: DataArguments, training_args: TrainingArguments, num_
         prob=data_args.mixup_prob,
         switch_prob=data_args.mixup_switch_prob,
         label_smoothing=training_args.label_smoothing_factor,
-        seed=training_args.data_seed if training_args.data_seed is not None else training_args.seed,
+        seed=data_seed(training_args),
     )
 
 

@@ -25,6 +25,7 @@ from .ema import EMACallback
 from .losses import ClassificationLoss
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
+from .training_arguments import data_seed
 
 
 class FineTuneTrainer(Trainer):
@@ -56,7 +57,7 @@ class FineTuneTrainer(Trainer):
     def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
         if self.balanced_labels is None:
             return super()._get_train_sampler(train_dataset)
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        seed = data_seed(self.args)
         return ClassBalancedSampler(self.balanced_labels, seed)
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:

@@ -18,6 +18,12 @@ from transformers import TrainingArguments
 BALANCED = "balanced"
 
 
+def data_seed(args: TrainingArguments) -> int:
+    """The seed of everything about the data (hold-out, sampler, mixup): `data_seed`, else `seed`, as Trainer's
+    own sampler takes it."""
+    return args.data_seed if args.data_seed is not None else args.seed
+
+
 def parse_class_weights(value: Any) -> str | dict[str, float] | None:
     """`balanced`, a mapping {label: weight} (YAML), or its command-line forms `'{"cat": 2}'` / `cat=2,dog=0.5`.
 
