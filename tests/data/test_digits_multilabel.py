@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from vit_ft.data.digits_multilabel import source_split, write_digits_multilabel_imagefolder
-from vit_ft.data.multilabel import multi_hot_matrix, read_labelled_folder
+from vit_ft.data.label_files import read_labelled_folder
+from vit_ft.data.multilabel import multi_hot_matrix
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from vit_ft.data.label_files import labels_file, read_labelled_folder
 from vit_ft.data.multilabel import (
     data_report,
     label_kind,
-    labels_file,
     multi_hot_matrix,
     multi_label_names,
-    read_labelled_folder,
     split_multilabel,
     stratified_hold_out,
     to_multi_hot,

@@ -24,48 +24,29 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import datasets
 
-from .image_folders import folder_splits
+from .dataset_sources import check_one_source, named_splits
+from .label_files import labelled_folder_splits
+from .multilabel import (
+    MULTI_LABEL,
+    PROBLEM_TYPES,
+    SINGLE_LABEL,
+    data_report,
+    is_multi_hot,
+    label_kind,
+    multi_hot_matrix,
+    multi_label_names,
+    split_multilabel,
+    to_multi_hot,
+)
 
-__all__ = ["load_image_datasets"]
+__all__ = ["is_multi_label_dataset", "load_image_datasets"]
 
 logger = logging.getLogger(__name__)
-
-_VALIDATION_NAMES = ("validation", "valid", "val", "dev", "eval")
-
-
-def _load_named(name: str, config: str | None, cache_dir: str | None) -> datasets.DatasetDict:
-    """A Hub dataset id (or anything `load_dataset` takes), or a folder written by `save_to_disk`."""
-    local = Path(name).expanduser()
-    if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
-        loaded = datasets.load_from_disk(str(local))
-    else:
-        try:
-            loaded = datasets.load_dataset(name, config, cache_dir=cache_dir)
-        except datasets.exceptions.DatasetNotFoundError as error:  # its message says what, not what to do
-            raise FileNotFoundError(
-                f"dataset_name={name!r} is neither a folder written by save_to_disk nor a dataset on the Hub "
-                f"({str(error).rstrip('.')}). Check the id (owner/name, as on huggingface.co/datasets) or the path; for a "
-                "private or gated dataset, log in first (hf auth login)."
-            ) from error
-    if isinstance(loaded, datasets.Dataset):
-        loaded = datasets.DatasetDict({"train": loaded})
-    return loaded
-
-
-def _pick_split(splits: datasets.DatasetDict, split: str, argument: str, source: str) -> datasets.Dataset:
-    """splits[split], or a KeyError that lists the available splits for `argument`."""
-    if split not in splits:
-        raise KeyError(
-            f"{argument}={split!r} is not a split of {source}; available splits: {sorted(splits)}. "
-            f"Pass one of them as {argument}."
-        )
-    return splits[split]
 
 
 def _standard_columns(
@@ -92,15 +73,10 @@ def _standard_columns(
             f"image_column={image_column!r} of {where} holds {image_feature}, not images or image paths; "
             "pass the column with datasets.Image values as image_column."
         )
-    label_feature = dataset.features["label"]
-    if not isinstance(label_feature, datasets.ClassLabel) and not (
-        isinstance(label_feature, datasets.Value)
-        and (label_feature.dtype in ("string", "large_string", "bool") or "int" in label_feature.dtype)
-    ):
-        raise TypeError(
-            f"label_column={label_column!r} of {where} holds {label_feature}; single-label classification "
-            "needs one class id (int) or class name (str) per image."
-        )
+    try:
+        label_kind(dataset.features, "label", f"label_column={label_column!r} of {where}")
+    except ValueError as error:
+        raise TypeError(str(error)) from None
     return dataset
 
 
@@ -179,6 +155,9 @@ def load_image_datasets(
     max_train_samples: int | None = None,
     max_eval_samples: int | None = None,
     cache_dir: str | None = None,
+    problem_type: str | None = None,
+    label_names: Sequence[str] | None = None,
+    label_separator: str = ";",
 ) -> tuple[datasets.DatasetDict, list[str]]:
     """Load an image-classification dataset as splits "train", "validation" (and "test") with columns
     "image" (datasets.Image) and "label" (ClassLabel), plus the class names (id2label = dict(enumerate(names))).
@@ -194,14 +173,28 @@ def load_image_datasets(
     Without a validation split (validation_split absent or None, or no validation_dir), a seeded stratified
     `validation_split_percentage` fraction of train becomes validation; 0 means no "validation" split at all.
     max_train_samples / max_eval_samples then take seeded random subsets (eval: validation and test).
+
+    Multi-label (several labels or none per image): chosen from the data, or forced with `problem_type`
+    ("multi_label_classification"; a single-label column then gives one label per image). The label column
+    is a Sequence(ClassLabel), a list of label names or a multi-hot 0/1 list (names from `label_names`, else
+    "0", "1", ...); an image folder holds labels.csv / labels.jsonl (`vit_ft.data.multilabel`, labels
+    separated by `label_separator`). The "label" column then holds multi-hot float32 vectors over the training
+    split's label names (`is_multi_label_dataset`), and the validation hold-out is iterative stratification.
     """
-    _check_one_source(dataset_name, train_dir, validation_dir, test_dir)
+    check_one_source(dataset_name, train_dir, validation_dir, test_dir)
+    if problem_type is not None and problem_type not in PROBLEM_TYPES:
+        raise ValueError(
+            f"problem_type={problem_type!r} is not one of {list(PROBLEM_TYPES)} (or None: from the data)."
+        )
     if dataset_name is not None:
         splits = (train_split, validation_split, test_split)
-        raw = _named_splits(dataset_name, dataset_config, splits, validation_split_percentage, cache_dir)
+        raw = named_splits(dataset_name, dataset_config, splits, validation_split_percentage, cache_dir)
     else:
-        raw = folder_splits(train_dir, validation_dir, test_dir, cache_dir)
-    labelled, names = _labelled_splits(raw, image_column, label_column)
+        raw, folder_names = labelled_folder_splits(
+            (train_dir, validation_dir, test_dir), cache_dir, label_names, label_separator
+        )
+        label_names = folder_names or label_names
+    labelled, names = _labelled_splits(raw, image_column, label_column, problem_type, label_names)
     _add_validation_split(labelled, validation_split_percentage, seed)
 
     labelled["train"] = _subsample(labelled["train"], max_train_samples, seed, "max_train_samples")
@@ -214,78 +207,42 @@ def load_image_datasets(
     logger.info(
         "Loaded %s with %d classes.", ", ".join(f"{k}: {len(v)}" for k, v in result.items()), len(names)
     )
+    if is_multi_label_dataset(result["train"]):
+        report = data_report({split: multi_hot_matrix(ds) for split, ds in result.items()}, names)
+        logger.info("Multi-label data, positive images per label:\n%s", report)
     return result, names
 
 
-def _check_one_source(
-    dataset_name: str | None,
-    train_dir: str | os.PathLike | None,
-    validation_dir: str | os.PathLike | None,
-    test_dir: str | os.PathLike | None,
-) -> None:
-    """Fail unless exactly one of dataset_name and train_dir is given, with folders only beside train_dir."""
-    if (dataset_name is None) == (train_dir is None):
-        raise ValueError(
-            "Pass exactly one data source: dataset_name (a Hub dataset id or a save_to_disk folder) or "
-            f"train_dir (an image folder); got dataset_name={dataset_name!r}, train_dir={train_dir!r}."
-        )
-    if dataset_name is not None and (validation_dir is not None or test_dir is not None):
-        raise ValueError(
-            "validation_dir / test_dir go with train_dir; with dataset_name, pick splits with "
-            "validation_split / test_split."
-        )
-
-
-def _named_splits(
-    dataset_name: str,
-    dataset_config: str | None,
-    splits: tuple[str, str | None, str | None],
-    validation_split_percentage: float,
-    cache_dir: str | None,
-) -> dict[str, tuple[datasets.Dataset, str]]:
-    """The (train, validation, test) splits of a named dataset -> {split: (dataset, description for errors)}.
-
-    A validation split that is asked for but absent is left out (to be held out of train), unless the
-    dataset has a validation-like split under another name: then the error names it.
-    """
-    train_split, validation_split, test_split = splits
-    source = f"dataset {dataset_name!r}" + (f" (config {dataset_config!r})" if dataset_config else "")
-    available = _load_named(dataset_name, dataset_config, cache_dir)
-    raw = {
-        "train": (
-            _pick_split(available, train_split, "train_split", source),
-            f"split {train_split!r} of {source}",
-        )
-    }
-    if validation_split is not None and validation_split in available:
-        raw["validation"] = (available[validation_split], f"split {validation_split!r} of {source}")
-    elif validation_split is not None:
-        similar = [s for s in available if s.lower() in _VALIDATION_NAMES]
-        if similar:
-            raise KeyError(
-                f"validation_split={validation_split!r} is not a split of {source}; available splits: "
-                f"{sorted(available)}. Pass validation_split={similar[0]!r}, or validation_split=None to "
-                f"hold out {validation_split_percentage:.0%} of {train_split!r} instead."
-            )
-    if test_split is not None:
-        raw["test"] = (
-            _pick_split(available, test_split, "test_split", source),
-            f"split {test_split!r} of {source}",
-        )
-    return raw
+def is_multi_label_dataset(dataset: datasets.Dataset) -> bool:
+    """Whether a split that `load_image_datasets` returned is multi-label (multi-hot "label" vectors)."""
+    return is_multi_hot(dataset.features, "label")
 
 
 def _labelled_splits(
-    raw: dict[str, tuple[datasets.Dataset, str]], image_column: str, label_column: str
+    raw: dict[str, tuple[datasets.Dataset, str]],
+    image_column: str,
+    label_column: str,
+    problem_type: str | None = None,
+    label_names: Sequence[str] | None = None,
 ) -> tuple[dict[str, datasets.Dataset], list[str]]:
     """Standard "image"/"label" columns with labels encoded by the training split's class names.
 
     Returns ({split: dataset}, class names); a class of another split without training images is an error.
+    Multi-label data (from the column's type, or `problem_type`) goes to `_multi_label_splits`.
     """
     splits = {
         split: _standard_columns(dataset, image_column, label_column, where)
         for split, (dataset, where) in raw.items()
     }
+    kind = label_kind(splits["train"].features, "label")
+    if problem_type == MULTI_LABEL or (problem_type is None and kind == "multi"):
+        return _multi_label_splits(splits, raw, label_column, label_names)
+    if kind == "multi":
+        raise ValueError(
+            f"problem_type={SINGLE_LABEL!r}, but label_column={label_column!r} of {raw['train'][1]} holds several "
+            f"labels per image ({splits['train'].features['label']}); leave problem_type unset (or set it to "
+            f"{MULTI_LABEL!r}) to train a multi-label classifier."
+        )
     names = _class_names(splits["train"])
     for split, (_, where) in raw.items():
         splits[split] = _encode_labels(splits[split], names, where)
@@ -301,6 +258,41 @@ def _labelled_splits(
     return splits, names
 
 
+def _as_label_lists(dataset: datasets.Dataset, where: str) -> datasets.Dataset:
+    """A single-label "label" column as one-name lists (problem_type forced to multi-label)."""
+    if label_kind(dataset.features, "label") == "multi":
+        return dataset
+    _, to_name = _label_strings(dataset, where)
+    features = dataset.features.copy()
+    features["label"] = datasets.List(datasets.Value("string"))
+    return dataset.map(
+        lambda labels: {"label": [[to_name(label)] for label in labels]},
+        input_columns=["label"], batched=True, features=features, desc=f"Listing labels of {where}",
+    )  # fmt: skip
+
+
+def _multi_label_splits(
+    splits: dict[str, datasets.Dataset],
+    raw: dict[str, tuple[datasets.Dataset, str]],
+    label_column: str,
+    label_names: Sequence[str] | None,
+) -> tuple[dict[str, datasets.Dataset], list[str]]:
+    """Every split's "label" as multi-hot float32 vectors over the training split's label names."""
+    splits = {split: _as_label_lists(dataset, raw[split][1]) for split, dataset in splits.items()}
+    names = multi_label_names(splits["train"], "label", label_names)
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ValueError(
+            f"label_column={label_column!r} of {raw['train'][1]} has the label names {names[:10]}; multi-label "
+            "classification needs at least two distinct labels (label_names lists them in order)."
+        )
+    for split, (_, where) in raw.items():
+        if not is_multi_hot(splits[split].features, "label") or splits[split].features["label"].length != len(
+            names
+        ):
+            splits[split] = to_multi_hot(splits[split], "label", names, where)
+    return splits, names
+
+
 def _add_validation_split(splits: dict[str, datasets.Dataset], fraction: float, seed: int) -> None:
     """Without a "validation" split, hold one out of train in place (none at all when fraction is 0)."""
     if "validation" in splits:
@@ -308,8 +300,13 @@ def _add_validation_split(splits: dict[str, datasets.Dataset], fraction: float, 
     if fraction == 0:
         logger.info("No validation split and validation_split_percentage=0: training without one.")
         return
-    splits["train"], splits["validation"] = _hold_out(splits["train"], fraction, seed)
-    logger.info("No validation split: held out %.0f%% of train (stratified, seed=%d).", 100 * fraction, seed)
+    if is_multi_label_dataset(splits["train"]):
+        splits["train"], splits["validation"] = split_multilabel(splits["train"], fraction, seed)
+        how = "iterative stratification, every label with 2+ images in both parts"
+    else:
+        splits["train"], splits["validation"] = _hold_out(splits["train"], fraction, seed)
+        how = "stratified"
+    logger.info("No validation split: held out %.0f%% of train (%s, seed=%d).", 100 * fraction, how, seed)
 
 
 def _hold_out(

@@ -20,7 +20,7 @@ from .images import image_extensions
 
 logger = logging.getLogger("vit_ft")
 
-__all__ = ["check_class_folders", "check_image_folder", "folder_splits", "is_hidden"]
+__all__ = ["check_class_folders", "check_image_folder", "folder_splits", "is_hidden", "named_argument"]
 
 
 def is_hidden(name: str) -> bool:
@@ -28,7 +28,7 @@ def is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def _named(argument: str, folder: str | os.PathLike) -> str:
+def named_argument(argument: str, folder: str | os.PathLike) -> str:
     """How a message names the folder: `--data_dir photos` for a flag, `train_dir='photos'` for a field."""
     return (
         f"{argument} {os.fspath(folder)}"
@@ -43,7 +43,7 @@ def check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(
-            f"{_named(argument, folder)} is not a directory; pass a folder laid out as "
+            f"{named_argument(argument, folder)} is not a directory; pass a folder laid out as "
             "<folder>/<class name>/<image file>."
         )
     extensions = image_extensions()
@@ -56,13 +56,13 @@ def check_image_folder(folder: str | os.PathLike, argument: str) -> Path:
             images.append(relative)
     if not images:
         raise FileNotFoundError(
-            f"{_named(argument, folder)} holds no image files (looked for "
+            f"{named_argument(argument, folder)} holds no image files (looked for "
             f"{', '.join(sorted(extensions)[:8])}, ...); expected <folder>/<class name>/<image file>."
         )
     misplaced = [parts for parts in images if len(parts) != 2]
     if misplaced:
         raise ValueError(
-            f"{_named(argument, folder)}: images must sit directly in class sub-folders "
+            f"{named_argument(argument, folder)}: images must sit directly in class sub-folders "
             f"(<folder>/<class name>/<image file>), but {len(misplaced)} do not, e.g. "
             f"{os.path.join(*misplaced[0])!r}. Move them into a class folder (nested sub-folders are not "
             "classes)."
@@ -100,7 +100,7 @@ def check_class_folders(root: Path, folder: str | os.PathLike, argument: str = "
     classes, _ = _class_folders(root)
     if len(classes) < 2:
         raise ValueError(
-            f"{_named(argument, folder)} has {len(classes)} class folder(s) {classes}; a classifier needs "
+            f"{named_argument(argument, folder)} has {len(classes)} class folder(s) {classes}; a classifier needs "
             "at least two. Add a sub-folder of images for each other class."
         )
     return classes
@@ -139,6 +139,6 @@ def folder_splits(
     check_class_folders(folders["train"][2], train_dir)
     classes = {split: _say_skipped(root, folder) for split, (_, folder, root) in folders.items()}
     return {
-        split: (_load_image_folder(root, classes[split], cache_dir), _named(argument, folder))
+        split: (_load_image_folder(root, classes[split], cache_dir), named_argument(argument, folder))
         for split, (argument, folder, root) in folders.items()
     }

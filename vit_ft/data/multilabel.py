@@ -4,19 +4,7 @@ Sources, each turned into a "label" column of `List(Value("float32"), length=num
 - a Hub or `save_to_disk` dataset whose label column is `Sequence(ClassLabel)` (names from the ClassLabel),
   a list of label names per image (names sorted), or a multi-hot 0/1 list (names given, else "0", "1", ...):
   `label_kind` tells a multi-label column from a single-label one, `to_multi_hot` converts it;
-- an image folder with `labels.csv` or `labels.jsonl` beside the images (`read_labelled_folder`):
-
-      labels.csv                          labels.jsonl
-      file,labels                         {"file": "a.jpg", "labels": ["dog", "grass"]}
-      a.jpg,dog;grass                     {"file": "b.jpg", "labels": []}
-      b.jpg,
-
-  `file` (or `file_name`, datasets' metadata name) is the image's path relative to the folder. In labels.csv
-  the labels of an image are separated by ";" (`separator`; a space would split names such as COCO's
-  "traffic light"; pass separator=" " for space-separated tags as in fastai's `label_delim`). An empty cell
-  (or `[]`) means an image with no label (all-negative), which is allowed. Every image in the folder must be
-  listed: an unlisted image is an error, not a silent all-negative example, since a forgotten row would
-  teach the model that its objects are absent; list it with an empty labels cell to mean "no label".
+- an image folder with `labels.csv` or `labels.jsonl` beside the images (`vit_ft.data.label_files`).
 
 The validation hold-out (`stratified_hold_out`) is iterative stratification (Sechidis et al. 2011, via the
 `iterative-stratification` package's MultilabelStratifiedShuffleSplit), then repaired so that every label
@@ -26,34 +14,32 @@ all-negative images per split, for the log.
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import datasets
 import numpy as np
 
-from .image_folders import _named, is_hidden
-from .images import image_extensions
+from ..metrics.multilabel import MULTI_LABEL
 
 __all__ = [
-    "LABEL_FILES",
+    "MULTI_LABEL",
+    "PROBLEM_TYPES",
+    "SINGLE_LABEL",
     "data_report",
+    "is_multi_hot",
     "label_kind",
-    "labels_file",
     "multi_hot_feature",
     "multi_hot_matrix",
     "multi_label_names",
-    "read_labelled_folder",
+    "rows_to_matrix",
     "split_multilabel",
     "stratified_hold_out",
     "to_multi_hot",
 ]
 
-LABEL_FILES = ("labels.csv", "labels.jsonl")
+SINGLE_LABEL = "single_label_classification"  # transformers' problem_type values
+PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL)
 _ACCEPTED = (
     "one label per image (ClassLabel, int or str) or several (Sequence(ClassLabel), a list of label names, "
     "or a multi-hot list of 0/1 per image)"
@@ -78,9 +64,12 @@ def _is_value(feature: Any, kinds: tuple[str, ...]) -> bool:
     return isinstance(feature, datasets.Value) and any(kind in feature.dtype for kind in kinds)
 
 
-def label_kind(features: datasets.Features, column: str) -> Literal["single", "multi"]:
+def label_kind(
+    features: datasets.Features, column: str, described: str | None = None
+) -> Literal["single", "multi"]:
     """`single` for one label per image (ClassLabel, int, str, bool), `multi` for several: a list of
-    ClassLabel, of label names (str) or of 0/1 numbers (multi-hot). Another type is a one-line ValueError."""
+    ClassLabel, of label names (str) or of 0/1 numbers (multi-hot). Another type is a one-line ValueError
+    (`described` names the column there, by default `label_column=<column>`)."""
     if column not in features:
         raise KeyError(f"label_column={column!r} is not a column; available columns: {list(features)}.")
     feature, item = features[column], _list_item(features[column])
@@ -88,7 +77,14 @@ def label_kind(features: datasets.Features, column: str) -> Literal["single", "m
         return "single"
     if isinstance(item, datasets.ClassLabel) or _is_value(item, ("int", "string", "bool", "float")):
         return "multi"
-    raise ValueError(f"label_column={column!r} holds {feature}; accepted: {_ACCEPTED}.")
+    raise ValueError(f"{described or f'label_column={column!r}'} holds {feature}; accepted: {_ACCEPTED}.")
+
+
+def is_multi_hot(features: datasets.Features, column: str = "label") -> bool:
+    """Whether `column` is the multi-hot float vector column that `to_multi_hot` writes (a loaded multi-label
+    split), as opposed to a ClassLabel column (a loaded single-label split)."""
+    item = _list_item(features.get(column))
+    return _is_value(item, ("float",)) and features[column].length not in (None, -1)
 
 
 def multi_label_names(
@@ -109,7 +105,7 @@ def multi_label_names(
     return [str(i) for i in range(width)]
 
 
-def _rows_to_matrix(rows: Sequence[Sequence[Any]], item: Any, names: list[str], where: str) -> np.ndarray:
+def rows_to_matrix(rows: Sequence[Sequence[Any]], item: Any, names: list[str], where: str) -> np.ndarray:
     """(num_images, num_labels) float32 multi-hot matrix from a label column's values."""
     matrix = np.zeros((len(rows), len(names)), dtype=np.float32)
     if isinstance(item, datasets.ClassLabel) or _is_value(item, ("string",)):
@@ -148,7 +144,7 @@ def to_multi_hot(
             f"multi-label classification needs several: {_ACCEPTED.split(' or several ')[1]}."
         )
     item, names = _list_item(dataset.features[column]), list(names)
-    matrix = _rows_to_matrix(dataset[column], item, names, where)
+    matrix = rows_to_matrix(dataset[column], item, names, where)
     return dataset.remove_columns(column).add_column(
         column, list(matrix), feature=multi_hot_feature(len(names))
     )
@@ -160,143 +156,6 @@ def multi_hot_matrix(dataset: datasets.Dataset, column: str = "label") -> np.nda
         return np.zeros((0, max(dataset.features[column].length or 0, 0)), dtype=np.float32)
     values = dataset.select_columns([column]).with_format("numpy")[column]
     return np.asarray(list(values), dtype=np.float32).reshape(len(dataset), -1)
-
-
-def labels_file(folder: str | os.PathLike, argument: str = "train_dir") -> Path | None:
-    """The folder's labels.csv or labels.jsonl (a multi-label image folder), None when it has neither."""
-    found = [
-        Path(folder).expanduser() / name
-        for name in LABEL_FILES
-        if (Path(folder).expanduser() / name).is_file()
-    ]
-    if len(found) > 1:
-        raise ValueError(
-            f"{_named(argument, folder)} holds both labels.csv and labels.jsonl; keep one of them."
-        )
-    return found[0] if found else None
-
-
-def _csv_rows(path: Path, separator: str) -> list[tuple[int, str, list[str]]]:
-    """(line, file, labels) per row of a labels.csv with the header `file,labels` (or `file_name,labels`)."""
-    with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
-        reader = csv.DictReader(handle)
-        fields = [name.strip() for name in reader.fieldnames or []]
-        file_key = next((name for name in ("file", "file_name") if name in fields), None)
-        if file_key is None or "labels" not in fields:
-            raise ValueError(f"{path}: the header is {fields}; it must name the columns file,labels.")
-        reader.fieldnames = fields
-        rows = []
-        for row in reader:
-            cell = (row.get("labels") or "").strip()
-            labels = [part.strip() for part in cell.split(separator)] if cell else []
-            if any(not label for label in labels):
-                raise ValueError(
-                    f"{path} line {reader.line_num}: {row[file_key]!r} has an empty label in {cell!r} (labels are "
-                    f"separated by {separator!r}; an image with no label has an empty labels cell)."
-                )
-            rows.append((reader.line_num, (row[file_key] or "").strip(), labels))
-    return rows
-
-
-def _jsonl_rows(path: Path) -> list[tuple[int, str, list[str]]]:
-    """(line, file, labels) per line of a labels.jsonl of {"file": ..., "labels": [...]} objects."""
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"{path} line {number} is not JSON ({error.msg}); write one object a line."
-            ) from None
-        file = record.get("file", record.get("file_name")) if isinstance(record, dict) else None
-        labels = record.get("labels") if isinstance(record, dict) else None
-        if not isinstance(file, str) or not isinstance(labels, list):
-            raise ValueError(
-                f'{path} line {number}: expected {{"file": "<image>", "labels": [...]}}, got {line.strip()[:80]}'
-            )
-        bad = [
-            label
-            for label in labels
-            if isinstance(label, bool) or not isinstance(label, (str, int)) or not str(label).strip()
-        ]
-        if bad:
-            raise ValueError(
-                f"{path} line {number}: {file!r} has the invalid label {bad[0]!r}; labels are non-empty names."
-            )
-        rows.append((number, file.strip(), [str(label).strip() for label in labels]))
-    return rows
-
-
-def _check_rows(root: Path, path: Path, rows: list[tuple[int, str, list[str]]]) -> list[str]:
-    """The rows' image paths relative to root; a missing, outside, non-image, twice-listed or unlisted
-    image is a one-line error naming it."""
-    extensions, seen, relative = image_extensions(), {}, []
-    for line, file, _ in rows:
-        key = os.path.normpath(file)
-        if not file or os.path.isabs(key) or key.split(os.sep)[0] == "..":
-            raise ValueError(
-                f"{path} line {line}: file {file!r} must be a path inside {root}, relative to it."
-            )
-        if key in seen:
-            raise ValueError(
-                f"{path} lists {file!r} twice (lines {seen[key]} and {line}); merge its labels into one row."
-            )
-        if not (root / key).is_file():
-            raise FileNotFoundError(
-                f"{path} line {line} names {file!r}, which is not a file in {root}; fix the name or remove the row."
-            )
-        if Path(key).suffix.lower() not in extensions:
-            raise ValueError(
-                f"{path} line {line}: {file!r} is not an image file ({', '.join(sorted(extensions)[:6])}, ...)."
-            )
-        seen[key] = line
-        relative.append(key)
-    unlisted = sorted(
-        str(p.relative_to(root)) for p in root.rglob("*")
-        if p.suffix.lower() in extensions and p.is_file()
-        and not any(is_hidden(part) for part in p.relative_to(root).parts) and str(p.relative_to(root)) not in seen
-    )  # fmt: skip
-    if unlisted:
-        raise ValueError(
-            f"{len(unlisted)} image(s) of {root} are not listed in {path.name}, e.g. {unlisted[0]!r}; add a row "
-            "for each (an empty labels cell means no label) or move them out of the folder."
-        )
-    return relative
-
-
-def read_labelled_folder(
-    folder: str | os.PathLike,
-    argument: str = "train_dir",
-    names: Sequence[str] | None = None,
-    separator: str = ";",
-) -> tuple[datasets.Dataset, list[str]]:
-    """An image folder with labels.csv / labels.jsonl -> (Dataset with "image" (datasets.Image) and "label"
-    (multi-hot float32 vectors), label names). Names are the sorted labels found, or `names` (the training
-    folder's) for a validation or test folder, where a label outside them is an error. Rows keep the file's
-    order. Everything is checked before any image is opened."""
-    root = Path(folder).expanduser()
-    path = labels_file(root, argument) if root.is_dir() else None
-    if path is None:
-        raise FileNotFoundError(
-            f"{_named(argument, folder)} is not a folder holding labels.csv or labels.jsonl."
-        )
-    rows = _jsonl_rows(path) if path.suffix == ".jsonl" else _csv_rows(path, separator)
-    files = _check_rows(root, path, rows)
-    found = sorted({label for _, _, labels in rows for label in labels})
-    if names is None:
-        if len(found) < 2:
-            raise ValueError(
-                f"{path} names {len(found)} label(s) {found}; multi-label classification needs at least two "
-                "(for a yes/no task use one sub-folder per class instead)."
-            )
-        names = found
-    names = list(names)
-    matrix = _rows_to_matrix([labels for _, _, labels in rows], datasets.Value("string"), names, str(path))
-    features = datasets.Features({"image": datasets.Image(), "label": multi_hot_feature(len(names))})
-    data = {"image": [str(root / file) for file in files], "label": list(matrix)}
-    return datasets.Dataset.from_dict(data, features=features), names
 
 
 def _move_one(labels: np.ndarray, source: np.ndarray, label: int) -> bool:

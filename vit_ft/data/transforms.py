@@ -196,7 +196,7 @@ class ImageClassificationTransform:
                 pixel_values.append(torch.zeros(3, *self.image_size))
         output: dict[str, list] = {"pixel_values": pixel_values}
         if self.label_column in batch:
-            output["labels"] = [int(label) for label in batch[self.label_column]]
+            output["labels"] = [_label_value(label) for label in batch[self.label_column]]
         if self.train and INDEX_COLUMN in batch:  # for a batch-level mix seeded by its images (data.mixup)
             output[INDEX_COLUMN] = [int(i) for i in batch[INDEX_COLUMN]]
         return output
@@ -304,12 +304,20 @@ def _check_statistics_and_crops(
         raise ValueError(f"crop_pct={crop_pct} must be in (0, 1]; 1.0 keeps the whole shorter side.")
 
 
+def _label_value(label: Any) -> int | list[float]:
+    """A class id, or a multi-label example's multi-hot vector as floats (BCE-with-logits targets)."""
+    return [float(value) for value in label] if isinstance(label, (list, tuple)) else int(label)
+
+
 def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Transformed examples -> {"pixel_values": (batch, channels, height, width), "labels": (batch,) long}.
+    """Transformed examples -> {"pixel_values": (batch, channels, height, width), "labels": (batch,) long, or
+    (batch, num_labels) float32 multi-hot for multi-label examples}.
 
     `labels` is left out when the examples have none (prediction on unlabelled images).
     """
     batch = {"pixel_values": torch.stack([example["pixel_values"] for example in examples])}
     if "labels" in examples[0]:
-        batch["labels"] = torch.tensor([int(example["labels"]) for example in examples], dtype=torch.long)
+        labels = [_label_value(example["labels"]) for example in examples]
+        multi = isinstance(labels[0], list)
+        batch["labels"] = torch.tensor(labels, dtype=torch.float32 if multi else torch.long)
     return batch

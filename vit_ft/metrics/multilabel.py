@@ -32,6 +32,12 @@ import numpy as np
 MULTILABEL_METRIC_NAMES = ("mAP", "f1_micro", "f1_macro", "exact_match")
 # a tuned threshold is kept this far inside (0, 1), so that it stays a valid threshold for every tool
 _THRESHOLD_MARGIN = 1e-6
+# transformers' problem_type of a multi-label model (BCE-with-logits; its pipeline applies a sigmoid)
+MULTI_LABEL = "multi_label_classification"
+# the config attribute holding the decision threshold a multi-label fine-tune tuned on validation (saved in
+# config.json, so it travels with the model to every tool, the Hub and the exports)
+THRESHOLD_ATTRIBUTE = "decision_threshold"
+DEFAULT_THRESHOLD = 0.5
 
 Threshold = float | Sequence[float] | np.ndarray
 
@@ -71,6 +77,18 @@ def check_threshold(threshold: Threshold, num_labels: int, argument: str = "thre
             "strictly between 0 and 1, e.g. 0.5."
         )
     return np.broadcast_to(values, (num_labels,)).copy()
+
+
+def is_multi_label(config: Any) -> bool:
+    """Whether a model config (ours or transformers') is a multi-label classifier (`problem_type`)."""
+    return getattr(config, "problem_type", None) == MULTI_LABEL
+
+
+def decision_threshold_of(config: Any) -> np.ndarray:
+    """The (num_labels,) decision threshold a multi-label model's config holds (`THRESHOLD_ATTRIBUTE`: one
+    float or one per label, tuned on validation by the fine-tune), `DEFAULT_THRESHOLD` when it holds none."""
+    value = getattr(config, THRESHOLD_ATTRIBUTE, None)
+    return check_threshold(DEFAULT_THRESHOLD if value is None else value, config.num_labels, THRESHOLD_ATTRIBUTE)
 
 
 def average_precision_per_class(labels: Any, scores: Any) -> np.ndarray:
@@ -205,10 +223,15 @@ def build_multilabel_compute_metrics(threshold: Threshold = 0.5) -> Callable[[An
 
 
 __all__ = [
+    "DEFAULT_THRESHOLD",
     "MULTILABEL_METRIC_NAMES",
+    "MULTI_LABEL",
+    "THRESHOLD_ATTRIBUTE",
     "average_precision_per_class",
     "build_multilabel_compute_metrics",
     "check_threshold",
+    "decision_threshold_of",
+    "is_multi_label",
     "mean_average_precision",
     "multilabel_metrics",
     "per_class_metrics",

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
+from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .families import swiglu_width
 
@@ -172,13 +173,24 @@ def transformers_export_reason(config: PretrainedConfig) -> str:
     return _match(config)[1]
 
 
+def head_fields(config: PretrainedConfig) -> dict[str, Any]:
+    """The classifier head's config fields every transformers export keeps: the label maps, `problem_type`
+    (transformers' pipeline applies a sigmoid for "multi_label_classification") and, when the model has one, the
+    multi-label decision threshold tuned on validation (`THRESHOLD_ATTRIBUTE`), which every tool reads."""
+    fields = {"id2label": dict(config.id2label), "label2id": dict(config.label2id),
+              "problem_type": config.problem_type}  # fmt: skip
+    threshold = getattr(config, THRESHOLD_ATTRIBUTE, None)
+    if threshold is not None:
+        fields[THRESHOLD_ATTRIBUTE] = threshold
+    return fields
+
+
 def family_config(config: ViTFTConfig, target: str) -> PretrainedConfig:
     """transformers' config of `target` (a family class of `LAYOUTS`) for the same model at its resolution."""
     from transformers import DeiTConfig, Dinov2Config, Dinov2WithRegistersConfig, SiglipConfig
 
     size, patch = config.image_hw[0], config.patch_hw[0]
-    head = {"id2label": dict(config.id2label), "label2id": dict(config.label2id),
-            "problem_type": config.problem_type, "architectures": [target]}  # fmt: skip
+    head = {**head_fields(config), "architectures": [target]}
     if target == "SiglipForImageClassification":
         vision = {name: getattr(config, name) for name in ("hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_channels", "hidden_act", "layer_norm_eps")}  # fmt: skip
@@ -241,6 +253,7 @@ __all__ = [
     "LAYOUTS",
     "TARGET_FIXED",
     "family_config",
+    "head_fields",
     "to_family_state_dict",
     "transformers_class_for",
     "transformers_export_reason",

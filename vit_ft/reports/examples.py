@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import datasets
 
@@ -33,9 +34,11 @@ def write_examples(
     per_class = max(1, limit // max(1, len(names)))
     chosen: list[int] = []
     counts = [0] * len(names)
+    stems: dict[int, str] = {}
     for row, label in enumerate(rows["label"]):
-        if counts[label] < per_class:
-            counts[label] += 1
+        key, stems[row] = _example_label(label, names)
+        if counts[key] < per_class:
+            counts[key] += 1
             chosen.append(row)
             if len(chosen) == limit:
                 break
@@ -48,7 +51,7 @@ def write_examples(
             except Exception as error:  # noqa: BLE001 - an example is optional: one that fails is left out
                 logger.warning("Example image %d not written: %s", row, error)
                 continue
-            label = file_stem(names[rows[row]["label"]])  # a 255-byte class name stays a valid file name
+            label = file_stem(stems[row])  # a 255-byte class name stays a valid file name
             stem = f"{len(written):02d}_{label}"
             if max(image.size) <= 256:
                 image.save(partial / f"{stem}.png")
@@ -58,6 +61,15 @@ def write_examples(
                 image.save(partial / f"{stem}.jpg", quality=90)
                 written.append(f"{stem}.jpg")
     return [folder / name for name in written]
+
+
+def _example_label(label: Any, names: list[str]) -> tuple[int, str]:
+    """(the class an example counts for, its file-name label): a class id; or a multi-hot vector, counted for
+    its first label and named by all of them ("3+7"; "no-label" for an all-negative image)."""
+    if not isinstance(label, (list, tuple)):
+        return int(label), names[int(label)]
+    present = [j for j, value in enumerate(label) if value > 0]
+    return (present[0] if present else 0), "+".join(names[j] for j in present) or "no-label"
 
 
 __all__ = ["MAX_CLASS_EXAMPLES", "MAX_EXAMPLES", "write_examples"]

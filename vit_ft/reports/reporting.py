@@ -23,6 +23,11 @@ NO_LOGS = "no training logs yet"
 # (key, label, format): accuracy and F1 in panels of their own, so that neither hides the other
 ACCURACY_CURVES = (("eval_accuracy", "top-1", "o-"), ("eval_top5_accuracy", "top-5", "s--"))
 F1_CURVES = (("eval_f1", "macro-F1", "^-"),)
+# a multi-label run's panels: mAP (and exact match), micro- and macro-F1 at its decision threshold
+MULTILABEL_PANELS = (
+    ("Evaluation mAP", (("eval_mAP", "mAP", "o-"), ("eval_exact_match", "exact match", "s--"))),
+    ("Evaluation F1", (("eval_f1_micro", "micro-F1", "^-"), ("eval_f1_macro", "macro-F1", "v--"))),
+)
 
 
 def plot_training_curves(
@@ -34,7 +39,8 @@ def plot_training_curves(
     """One PNG of four panels against the optimizer step: loss, learning rate, evaluation accuracy (top-1 and
     top-5) and macro-F1, each panel's legend above it (off the curves) and the metric panels zoomed to their
     values. The best and the final evaluated step are marked on every panel; `best_step` is the checkpoint the
-    run kept (default: the first step with the highest accuracy, as the recipes' metric_for_best_model).
+    run kept (default: the first step with the highest accuracy, as the recipes' metric_for_best_model). A
+    multi-label run's logs (eval_mAP) get mAP / exact-match and micro / macro-F1 panels instead.
     `evaluated_on` names the evaluation data ("validation, 144 images"; default: the size the Trainer's logs
     imply). A panel with nothing to draw says so ("no training logs yet" and why), as after a run shorter than
     its logging_steps."""
@@ -47,10 +53,12 @@ def plot_training_curves(
     lr = [e for e in train if "learning_rate" in e]
     _curves(lr_ax, "Learning rate", [("learning rate", "-", lr, "learning_rate")],
             "the run stopped before its first logging step")  # fmt: skip
-    for ax, title, curves in ((accuracy_ax, "Evaluation accuracy", ACCURACY_CURVES), (f1_ax, "Evaluation macro-F1", F1_CURVES)):  # fmt: skip
+    multi_label = any("eval_mAP" in e for e in evals)
+    panels = MULTILABEL_PANELS if multi_label else (("Evaluation accuracy", ACCURACY_CURVES), ("Evaluation macro-F1", F1_CURVES))  # fmt: skip
+    for ax, (title, curves) in zip((accuracy_ax, f1_ax), panels, strict=True):
         _curves(ax, title, [(label, fmt, evals, key) for key, label, fmt in curves], "no evaluation has run")
         _zoom_to_fractions(ax)
-    steps = _marked_steps(evals, best_step)
+    steps = _marked_steps(evals, best_step, "mAP" if multi_label else "accuracy")
     for ax in axes.flat:
         for step, (label, style) in steps.items():
             if ax.get_lines():
@@ -69,24 +77,23 @@ def plot_training_curves(
     return path
 
 
-def _marked_steps(evals: list[dict[str, Any]], best_step: int | None) -> dict[int, tuple[str, str]]:
-    """{step: (legend label, line style)} of the best and the final evaluated step (one line when equal)."""
-    scored = [e for e in evals if "eval_accuracy" in e]
+def _marked_steps(
+    evals: list[dict[str, Any]], best_step: int | None, metric: str = "accuracy"
+) -> dict[int, tuple[str, str]]:
+    """{step: (legend label, line style)} of the best and the final evaluated step (one line when equal), by
+    `metric` (accuracy; mAP for a multi-label run)."""
+    key = f"eval_{metric}"
+    scored = [e for e in evals if key in e]
     if not scored:
         return {}
     final = scored[-1]
-    best = max(scored, key=lambda e: e["eval_accuracy"])  # max keeps the first of equals, as the Trainer
+    best = max(scored, key=lambda e: e[key])  # max keeps the first of equals, as the Trainer
     best = next((e for e in scored if e["step"] == best_step), best) if best_step is not None else best
     if best["step"] == final["step"]:
-        return {
-            final["step"]: (
-                f"best = final: step {final['step']}, accuracy {final['eval_accuracy']:.3f}",
-                "--",
-            )
-        }
+        return {final["step"]: (f"best = final: step {final['step']}, {metric} {final[key]:.3f}", "--")}
     return {
-        best["step"]: (f"best: step {best['step']}, accuracy {best['eval_accuracy']:.3f}", "--"),
-        final["step"]: (f"final: step {final['step']}, accuracy {final['eval_accuracy']:.3f}", ":"),
+        best["step"]: (f"best: step {best['step']}, {metric} {best[key]:.3f}", "--"),
+        final["step"]: (f"final: step {final['step']}, {metric} {final[key]:.3f}", ":"),
     }
 
 

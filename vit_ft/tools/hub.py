@@ -24,11 +24,20 @@ from typing import Any
 from huggingface_hub import HfApi
 
 from ..data.images import image_extensions
+from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ..reports.card import model_card
 from ..utils.hub_ids import check_hub_id
 from ..utils.output_dir import check_output_dir
 from ..utils.run_record import ADAPTER_DIR, EXAMPLES_DIR, PROCESSOR_FILE, RUN_RECORD_FILE
-from .hub_format import AUTO, FORMAT_CHOICES, FORMATS, check_format, check_same_logits, choose_format
+from .hub_format import (
+    AUTO,
+    FORMAT_CHOICES,
+    FORMATS,
+    check_format,
+    check_same_head,
+    check_same_logits,
+    choose_format,
+)
 from .trained import Origin, load_trained, locate
 
 logger = logging.getLogger("vit_ft")
@@ -128,7 +137,8 @@ def verify_staged(
     included) and check that every parameter is there with the shape its config says and nothing is left
     over. A truncated or mismatched folder is an OSError or ValueError naming the file (in `source`, the folder
     it was copied from, when it is there) or the keys, raised before anything is uploaded. With `reference`
-    (the model it was exported from), the staged model must also give its logits (`check_same_logits`)."""
+    (the model it was exported from), the staged model must also give its logits (`check_same_logits`) and keep
+    its `problem_type` and multi-label decision threshold (`check_same_head`)."""
     from safetensors import safe_open
 
     if format == "transformers":  # the class config.json names (ViT, or a family's own)
@@ -169,6 +179,7 @@ def verify_staged(
         )
     if reference is not None:
         check_same_logits(reference, staged, staging)
+        check_same_head(reference, staged, staging)
 
 
 def _check_online() -> None:
@@ -240,6 +251,7 @@ def _run_info(origin: Origin) -> dict[str, Any]:
     )
     size = config.get("image_size")
     metrics_path = output_dir / "all_results.json"
+    threshold = config.get(THRESHOLD_ATTRIBUTE)  # a multi-label model's: the card states it
     return {
         "recipe": None,
         "base_model": None,
@@ -247,6 +259,8 @@ def _run_info(origin: Origin) -> dict[str, Any]:
         "lora": adapter_dir is not None,
         "data": {},
         "metrics": json.loads(metrics_path.read_text()) if metrics_path.is_file() else {},
+        "problem_type": config.get("problem_type"),
+        THRESHOLD_ATTRIBUTE: {"value": threshold} if threshold is not None else None,
     }
 
 

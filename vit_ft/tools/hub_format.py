@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from transformers import PretrainedConfig
+
+from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
 
 AUTO = "auto"
 FORMATS = ("vit_ft", "transformers")
@@ -71,6 +74,29 @@ def check_same_logits(reference: Any, staged: Any, staging: Path) -> None:
         )
 
 
+def check_same_head(reference: Any, staged: Any, staging: Path) -> None:
+    """`staged` (loaded from `staging`) keeps `reference`'s `problem_type` and multi-label decision threshold
+    (`family_export.head_fields`); else a ValueError: without them transformers' pipeline would give a
+    multi-label model softmax scores, and every tool would keep labels at 0.5 instead of the tuned threshold."""
+    from ..model.family_export import head_fields
+
+    def normalised(name: str, value: Any) -> Any:  # a threshold tuple, JSON list or numpy value compare equal
+        numbers = name == THRESHOLD_ATTRIBUTE and value is not None
+        return np.asarray(value, dtype=np.float64).tolist() if numbers else value
+
+    expected = head_fields(reference.config)
+    lost = [
+        f"{name}={expected.get(name)!r} (staged: {getattr(staged.config, name, None)!r})"
+        for name in ("problem_type", THRESHOLD_ATTRIBUTE)
+        if normalised(name, expected.get(name)) != normalised(name, getattr(staged.config, name, None))
+    ]
+    if lost:
+        raise ValueError(
+            f"the {type(staged).__name__} staged in {staging} lost the model's {'; '.join(lost)}; share it with "
+            "--format vit_ft, which keeps config.json as the fine-tune saved it."
+        )
+
+
 def check_format(requested: str) -> None:
     """A ValueError naming the choices unless `requested` is one of `FORMAT_CHOICES`."""
     if requested not in FORMAT_CHOICES:
@@ -110,6 +136,7 @@ __all__ = [
     "FORMAT_CHOICES",
     "ShareFormat",
     "check_format",
+    "check_same_head",
     "check_same_logits",
     "choose_format",
     "remote_code_reasons",

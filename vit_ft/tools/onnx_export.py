@@ -7,7 +7,9 @@ The graph takes `pixel_values` (batch, channels, height, width), normalised as `
 and returns `logits` (batch, num_labels); `config.json` holds `id2label`. The batch is dynamic. Height and width
 are dynamic too (the position embeddings are resampled inside the graph, as in PyTorch) when the export gives
 PyTorch's logits at a second resolution; otherwise the graph is fixed at the fine-tuned resolution, and the
-result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place.
+result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place. A
+multi-label model's `config.json` keeps its `problem_type` and `decision_threshold`: its label probabilities are
+the sigmoid of the logits, each label predicted at or above its threshold.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE, is_multi_label
 from ..utils.files import staged_folder
 from ..utils.output_dir import check_output_dir
 from .hub import write_image_processor
@@ -52,6 +55,7 @@ class OnnxExport:
     fp32_difference: float
     int8_difference: float | None = None
     checked_sizes: list[tuple[int, int]] = field(default_factory=list)
+    multi_label: bool = False  # the logits' sigmoid are independent label probabilities (config.json says so)
 
     def summary(self) -> str:
         size = "any height and width (multiples of the patch size)" if self.dynamic_size else (
@@ -60,6 +64,9 @@ class OnnxExport:
                 f"within {self.fp32_difference:.1e} of PyTorch")  # fmt: skip
         if self.int8_difference is not None:
             text += f", int8 within {self.int8_difference:.2g}"
+        if self.multi_label:
+            text += (f"; multi-label: a label's probability is the sigmoid of its logit, predicted at or above "
+                     f"config.json's {THRESHOLD_ATTRIBUTE}")  # fmt: skip
         return text + "."
 
 
@@ -261,7 +268,26 @@ def export_onnx(
         write_image_processor(origin, staging, image_size)
         (staging / "config.json").write_text(json.dumps(_config_dict(trained.model.config), indent=2) + "\n")
         files = sorted(p.name for p in staging.iterdir())
-    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes)
+    multi = trained.multi_label
+    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, multi_label=multi)
+
+
+MULTI_LABEL_EVALUATION = (
+    "--evaluate compares top-1 accuracy, which a multi-label model ({model}: problem_type {problem_type}) does not "
+    "have; leave --evaluate out (every graph is checked against PyTorch's logits either way) and measure its mAP "
+    "with vit-ft evaluate --model {model}."
+)
+
+
+def check_evaluation(model: str | os.PathLike) -> None:
+    """A ValueError when `--evaluate` cannot run on the trained `model`: a multi-label model has no top-1
+    accuracy. Reads only its config, so the command can refuse before anything is exported."""
+    from ..model.configuration_vit_ft import ViTFTConfig
+
+    origin = locate(model)
+    config = ViTFTConfig.from_pretrained(origin.adapter if origin.loads_adapter else origin.path or origin.name)
+    if is_multi_label(config):
+        raise ValueError(MULTI_LABEL_EVALUATION.format(model=model, problem_type=MULTI_LABEL))
 
 
 def compare_accuracy(
@@ -269,10 +295,11 @@ def compare_accuracy(
 ) -> dict[str, Any]:
     """Top-1 accuracy of the trained `model` (PyTorch) and of each graph exported to `folder` (onnxruntime) on
     the same images: `split` of the data the fine-tune recorded, each through the model's own eval transform;
-    with how often each graph's top-1 equals PyTorch's."""
+    with how often each graph's top-1 equals PyTorch's. A multi-label model is a ValueError (`check_evaluation`)."""
     from .eval_data import resolve_eval_data
     from .evaluation import predict_dataset
 
+    check_evaluation(model)
     trained = load_trained(model, device="cpu", merge_lora=True)
     data = resolve_eval_data(trained.origin, trained.id2label, split=split)
     runners = {"PyTorch": trained}
@@ -303,6 +330,7 @@ __all__ = [
     "OnnxClassifier",
     "OnnxExport",
     "QUANTIZE_CHOICES",
+    "check_evaluation",
     "check_export_dir",
     "compare_accuracy",
     "export_model",

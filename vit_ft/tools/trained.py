@@ -20,12 +20,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..data.images import DEFAULT_MAX_PIXELS
 from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
 from ..metrics.calibration import softmax_with_temperature
+from ..metrics.multilabel import decision_threshold_of, is_multi_label, sigmoid
 from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
 from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
@@ -269,10 +271,22 @@ class Trained:
         return len(self.id2label)
 
     @property
+    def multi_label(self) -> bool:
+        """A multi-label model (config `problem_type`): independent sigmoid probabilities, several labels (or
+        none) per image, each predicted at probability >= its `decision_threshold`."""
+        return is_multi_label(self.model.config)
+
+    @property
+    def decision_threshold(self) -> np.ndarray:
+        """The (num_labels,) decision thresholds of a multi-label model, tuned on the fine-tune's validation
+        split and saved in its config (0.5 when none was); meaningless for a single-label model."""
+        return decision_threshold_of(self.model.config)
+
+    @property
     def temperature(self) -> float:
         """The calibration temperature fitted on the fine-tune's validation split (its run record), 1.0 when
-        none was: every tool's probabilities are `softmax(logits / temperature)`."""
-        return recorded_temperature(self.run_record)
+        none was (and for a multi-label model): single-label probabilities are `softmax(logits / temperature)`."""
+        return 1.0 if self.multi_label else recorded_temperature(self.run_record)
 
     def autocast(self) -> torch.autocast:
         """bf16 autocast on the model's device when `bf16`, else a no-op context."""
@@ -291,8 +305,12 @@ class Trained:
         return out.logits.float().cpu()
 
     def probabilities(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """Calibrated class probabilities `(batch, num_labels)`: softmax of `logits / temperature`."""
-        return softmax_with_temperature(self.logits(pixel_values), self.temperature)
+        """Class probabilities `(batch, num_labels)`: calibrated softmax of `logits / temperature`, or for a
+        multi-label model the sigmoid of each logit (independent per label)."""
+        logits = self.logits(pixel_values)
+        if self.multi_label:
+            return torch.from_numpy(sigmoid(logits.numpy())).float()
+        return softmax_with_temperature(logits, self.temperature)
 
 
 def load_trained(

@@ -14,6 +14,7 @@ import torch
 from transformers import TrainingArguments
 
 from vit_ft.metrics import METRIC_NAMES
+from vit_ft.metrics.multilabel import MULTILABEL_METRIC_NAMES
 from vit_ft.model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from vit_ft.training.arguments import DataArguments, ModelArguments
 from vit_ft.training.recipe_fields import RecipeError, suggest
@@ -211,9 +212,10 @@ def check_evaluation(data_args: DataArguments, training_args: TrainingArguments)
     if metric is not None:
         name = metric.removeprefix("eval_")
         # ema_<metric>: the same metrics of the weights' moving average (ema_decay), see check_ema
-        known = (*METRIC_NAMES, "loss", *(f"ema_{n}" for n in (*METRIC_NAMES, "loss")))
+        names = (*METRIC_NAMES, *MULTILABEL_METRIC_NAMES, "loss")  # multi-label: mAP, f1_micro, ...
+        known = (*names, *(f"ema_{n}" for n in names))
         if name not in known:
-            allowed = ", ".join((*METRIC_NAMES, "loss"))
+            allowed = ", ".join(names)
             raise RecipeError(
                 f"metric_for_best_model={metric!r} is not computed here; use one of {allowed} (ema_<metric> for "
                 f"the EMA's, with ema_decay set){suggest(name, known) or '.'}"

@@ -14,7 +14,8 @@ from .augmentation_arguments import AugmentationArguments
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 BUILTIN_PRETRAININGS = ("digits",)
-BUILTIN_DATASETS = ("digits",)
+BUILTIN_DATASETS = ("digits", "digits-multilabel")
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification")  # transformers' names
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
@@ -194,7 +195,33 @@ class DataArguments(AugmentationArguments):
         },
     )
     image_column: str = field(default="image", metadata={"help": "Column holding the images."})
-    label_column: str = field(default="label", metadata={"help": "Column holding the integer class labels."})
+    label_column: str = field(
+        default="label",
+        metadata={
+            "help": "Column holding the labels: one class (id or name) per image, or several (a list of class "
+            "names or ids, Sequence(ClassLabel), or a multi-hot 0/1 list) for multi-label classification."
+        },
+    )
+    problem_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "single_label_classification or multi_label_classification (several labels or none per "
+            "image; BCE loss, mAP). Unset: chosen from the data (a list-valued label column or labels.csv)."
+        },
+    )
+    class_names: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Multi-label: the label names of a multi-hot label column, in its order (YAML list or "
+            "comma-separated); other columns name their labels themselves."
+        },
+    )
+    label_separator: str = field(
+        default=";",
+        metadata={
+            "help": "Multi-label image folders: the separator of the labels in labels.csv's labels cell."
+        },
+    )
     validation_split_percentage: float = field(
         default=0.1,
         metadata={
@@ -244,6 +271,17 @@ class DataArguments(AugmentationArguments):
                 "source (pass --dataset_name none to use the folders, or --train_dir none to use the Hub dataset)."
             )
         _check_choice("builtin_dataset", self.builtin_dataset, BUILTIN_DATASETS, allow_none=True)
+        _check_choice("problem_type", self.problem_type, PROBLEM_TYPES, allow_none=True)
+        if isinstance(self.class_names, str):
+            self.class_names = [name.strip() for name in self.class_names.split(",")]
+        if self.class_names is not None and (
+            len(set(self.class_names)) != len(self.class_names) or "" in self.class_names
+        ):
+            raise ValueError(f"class_names={self.class_names!r} must be distinct, non-empty label names.")
+        if not self.label_separator:
+            raise ValueError(
+                "label_separator is empty; set it to the character between labels in labels.csv (';')."
+            )
         if self.builtin_dataset and not self.train_dir:
             raise ValueError(
                 f"builtin_dataset={self.builtin_dataset!r} writes image folders to train_dir/test_dir; "

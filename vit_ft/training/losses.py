@@ -46,6 +46,20 @@ class ClassificationLoss:
         return F.cross_entropy(logits, labels, weight=weight, label_smoothing=self.label_smoothing)
 
 
+class MultiLabelLoss:
+    """Multi-label `(model outputs, multi-hot float labels (batch, num_labels)) -> scalar loss`: exactly
+    `F.binary_cross_entropy_with_logits(logits, labels, pos_weight=)`, the mean over images and labels, as the
+    model's own multi-label loss (transformers' BCEWithLogitsLoss) with per-label positive weights added."""
+
+    def __init__(self, pos_weight: torch.Tensor | None = None) -> None:
+        self.pos_weight = pos_weight
+
+    def __call__(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+        logits = (outputs["logits"] if isinstance(outputs, dict) else outputs[0]).float()
+        weight = None if self.pos_weight is None else self.pos_weight.to(logits.device)
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), pos_weight=weight)
+
+
 def balanced_class_weights(labels: Sequence[int], num_classes: int) -> np.ndarray:
     """scikit-learn's `compute_class_weight("balanced")`: n_samples / (n_classes * count) per class.
 
@@ -81,4 +95,4 @@ def class_weight_vector(
     return weights
 
 
-__all__ = ["ClassificationLoss", "balanced_class_weights", "class_weight_vector"]
+__all__ = ["ClassificationLoss", "MultiLabelLoss", "balanced_class_weights", "class_weight_vector"]

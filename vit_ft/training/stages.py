@@ -6,31 +6,33 @@ command line that starts a fine-tune is read by `argv`, the command itself is `v
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from pathlib import Path
 from typing import Any
 
 import datasets
-from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, set_seed
+from transformers import TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
 from ..data.bad_images import drop_bad_images
-from ..data.datasets import load_image_datasets
+from ..data.datasets import is_multi_label_dataset, load_image_datasets
 from ..data.digits import write_digits_imagefolder
+from ..data.digits_multilabel import write_digits_multilabel_imagefolder
+from ..data.multilabel import MULTI_LABEL, SINGLE_LABEL
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
-from ..reports.examples import write_examples
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
-from ..utils.run_record import LABELS_FILE, mark_unfinished, write_run_record
+from ..utils.run_record import mark_unfinished
 from .arguments import DataArguments, ModelArguments
 from .checkpoints import CheckpointRecordCallback, check_output_dir, resolve_resume, run_inputs
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .losses import class_weight_vector
+from .multilabel import check_task_options, train_pos_weight, training_threshold, tune_decision_threshold
+from .outputs import save_outputs
 from .preemption import PreemptionCallback
 from .trainer import build_trainer, evaluate_final_model
 from .training_arguments import data_seed
@@ -40,9 +42,10 @@ logger = logging.getLogger("vit_ft")
 
 def prepare_builtin_data(data_args: DataArguments, training_args: TrainingArguments) -> None:
     """Write the built-in dataset's image folders when they are missing (main process first)."""
-    if data_args.builtin_dataset == "digits":
-        with training_args.main_process_first(desc="writing the built-in digits images"):
-            write_digits_imagefolder(Path(data_args.train_dir).parent, seed=0)
+    writers = {"digits": write_digits_imagefolder, "digits-multilabel": write_digits_multilabel_imagefolder}
+    if data_args.builtin_dataset in writers:
+        with training_args.main_process_first(desc=f"writing the built-in {data_args.builtin_dataset} images"):
+            writers[data_args.builtin_dataset](Path(data_args.train_dir).parent, seed=0)
 
 
 def prepare_builtin_checkpoint(
@@ -92,6 +95,9 @@ def load_data(
             seed=data_seed(training_args),
             max_train_samples=data_args.max_train_samples,
             max_eval_samples=data_args.max_eval_samples,
+            problem_type=data_args.problem_type,
+            label_names=data_args.class_names,
+            label_separator=data_args.label_separator,
         )
         if data_args.check_images:
             for split in list(splits):
@@ -106,8 +112,11 @@ def load_data(
     return splits, names
 
 
-def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTImageProcessorPil]:
-    """The pre-trained ViT at the fine-tuning resolution with a new head, and its image processor."""
+def load_model(
+    model_args: ModelArguments, names: list[str], multi_label: bool = False
+) -> tuple[Any, ViTImageProcessorPil]:
+    """The pre-trained ViT at the fine-tuning resolution with a new head (multi-label: BCE, `problem_type`
+    saved in its config), and its image processor."""
     check_base_checkpoint(model_args.model_name_or_path)  # cut short, or pickled code: one line, nothing run
     id2label = dict(enumerate(names))
     model = ViTFTForImageClassification.from_pretrained(
@@ -115,6 +124,7 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
         id2label=id2label,
         label2id={name: i for i, name in id2label.items()},
         image_size=model_args.image_size,
+        problem_type=MULTI_LABEL if multi_label else SINGLE_LABEL,
         **({} if model_args.pooling is None else {"pooling": model_args.pooling}),
         hidden_dropout_prob=model_args.hidden_dropout_prob,
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
@@ -123,7 +133,11 @@ def load_model(model_args: ModelArguments, names: list[str]) -> tuple[Any, ViTIm
         cache_dir=model_args.cache_dir,
     )
     kernelize(model)  # the CPU kernels where the switch allows them, before LoRA wraps the layers
-    new_heads = ("classifier.", "distillation_classifier.", "attn_pool.")  # a head, or a pooling head asked for
+    new_heads = (
+        "classifier.",
+        "distillation_classifier.",
+        "attn_pool.",
+    )  # a head, or a pooling head asked for
     missing = [key for key in model.loading_report.newly_initialized if not key.startswith(new_heads)]
     if missing:
         raise ValueError(
@@ -286,10 +300,13 @@ def _finetune(
     # data and checkpoint
     prepare_builtin_data(data_args, training_args)
     splits, names = load_data(data_args, training_args)  # folders checked before any pre-training
+    multi_label = is_multi_label_dataset(splits["train"])
+    check_task_options(multi_label, data_args, training_args)  # before the pre-training and the model
     prepare_builtin_checkpoint(model_args, data_args, training_args)
-    train_labels = [int(label) for label in splits["train"]["label"]]
-    class_weights = train_class_weights(training_args, names, train_labels)  # a bad label: before the model
-    model, processor = load_model(model_args, names)
+    train_labels = None if multi_label else [int(label) for label in splits["train"]["label"]]
+    class_weights = None if multi_label else train_class_weights(training_args, names, train_labels)
+    pos_weight = train_pos_weight(training_args, splits["train"], names) if multi_label else None
+    model, processor = load_model(model_args, names, multi_label)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
     write_augmentations(splits, train_transform, mixup, training_args)
@@ -300,6 +317,8 @@ def _finetune(
         train_collator=mixup.collate if mixup else None,
         train_labels=train_labels,
         resume=resume,
+        pos_weight=pos_weight,
+        multi_label_threshold=training_threshold(training_args) if multi_label else None,
     )  # fmt: skip
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)
@@ -318,70 +337,12 @@ def _finetune(
     trainer.save_metrics("train", train_metrics)
     trainer.save_state()
 
-    # evaluate, save
-    metrics = {**train_metrics, **evaluate_final_model(trainer, splits)}
-    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe)
+    # choose the multi-label threshold on validation; evaluate; save
+    threshold = tune_decision_threshold(trainer, training_args.decision_threshold) if multi_label else None
+    retune = multi_label and trainer.eval_dataset is not None  # the metrics at the tuned threshold
+    metrics = {**train_metrics, **evaluate_final_model(trainer, splits, reuse=not retune)}
+    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe, threshold)
     return metrics
-
-
-def save_outputs(
-    trainer: Trainer,
-    model_args: ModelArguments,
-    data_args: DataArguments,
-    training_args: TrainingArguments,
-    names: list[str],
-    metrics: dict[str, float],
-    recipe: str | None,
-) -> None:
-    """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves."""
-    from ..reports.card import write_model_card
-    from ..reports.reporting import plot_training_curves
-    from .calibration import fit_and_record_temperature
-    from .lora import save_lora_outputs
-
-    output_dir = Path(training_args.output_dir)
-    if model_args.use_lora:
-        save_lora_outputs(trainer, model_args, output_dir)
-    else:
-        trainer.save_model(str(output_dir))
-    # every process: predict gathers across them; T is fitted on validation, never on test
-    calibration = fit_and_record_temperature(trainer, trainer.eval_dataset) if trainer.eval_dataset else None
-    if not trainer.is_world_process_zero():
-        return
-    id2label = dict(enumerate(names))
-    (output_dir / LABELS_FILE).write_text(
-        json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
-    )
-    write_examples(trainer.eval_dataset, names, output_dir)
-    run_info = {
-        "recipe": recipe,
-        "base_model": model_args.model_name_or_path,
-        "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
-        "lora": model_args.use_lora,
-        "data": {k: v for k, v in vars(data_args).items()},
-        "seed": training_args.seed,
-        "data_seed": training_args.data_seed,
-        "world_size": training_args.world_size,
-        "written_by_process": training_args.process_index,
-        "metrics": metrics,
-        "calibration": calibration,
-    }
-    write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
-    best = trainer.state.best_model_checkpoint
-    plot_training_curves(
-        trainer.state.log_history,
-        output_dir / "training_curves.png",
-        evaluated_on=f"validation, {len(trainer.eval_dataset)} images" if trainer.eval_dataset else None,
-        best_step=int(Path(best).name.rsplit("-", 1)[-1]) if best and training_args.load_best_model_at_end else None,
-    )
-    write_model_card(output_dir, run_info)
-    # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
-    write_run_record(output_dir, {**run_info, "finished": True})
-    logger.info(
-        "Results in %s: %s",
-        output_dir,
-        {k: round(v, 4) for k, v in metrics.items() if k.endswith("accuracy")},
-    )
 
 
 __all__ = [
@@ -393,7 +354,6 @@ __all__ = [
     "prepare_builtin_checkpoint",
     "prepare_builtin_data",
     "run_finetune",
-    "save_outputs",
     "train_class_weights",
     "write_augmentations",
 ]

@@ -20,9 +20,10 @@ from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
 from ..data.transforms import collate_fn
 from ..metrics import build_compute_metrics
+from ..metrics.multilabel import build_multilabel_compute_metrics
 from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
-from .losses import ClassificationLoss
+from .losses import ClassificationLoss, MultiLabelLoss
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
 from .training_arguments import data_seed
@@ -85,10 +86,16 @@ class FineTuneTrainer(Trainer):
 
 
 def training_loss(
-    training_args: Any, data_args: Any, class_weights: torch.Tensor | None
-) -> ClassificationLoss | None:
-    """The loss for compute_loss_func when class weights or mixed batches need it, else None (the model's loss,
-    with Trainer's label smoothing). Label smoothing moves into it (hard labels) or into the mixup targets."""
+    training_args: Any,
+    data_args: Any,
+    class_weights: torch.Tensor | None,
+    pos_weight: torch.Tensor | None = None,
+) -> ClassificationLoss | MultiLabelLoss | None:
+    """The loss for compute_loss_func when class weights, mixed batches or (multi-label) BCE positive weights
+    need it, else None (the model's loss, with Trainer's label smoothing). Label smoothing moves into it (hard
+    labels) or into the mixup targets."""
+    if pos_weight is not None:
+        return MultiLabelLoss(pos_weight)
     if class_weights is None and not data_args.mixes_batches:
         return None
     smoothing = 0.0 if data_args.mixes_batches else training_args.label_smoothing_factor
@@ -106,16 +113,19 @@ def build_trainer(
     train_collator: Any = None,
     train_labels: list[int] | None = None,
     resume: str | None = None,
+    pos_weight: torch.Tensor | None = None,
+    multi_label_threshold: float | None = None,
 ) -> tuple[FineTuneTrainer, EvaluationTime]:
     """The Trainer over the train and validation splits, and the callback that times its evaluations.
 
     `epoch_targets` (the seeded train transform, the mixup collator) get each epoch's number at its start;
     `train_labels` feed the balanced sampler when the recipe asks for it; `resume` is the checkpoint the EMA is
-    read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune command.
+    read from. A multi-label run passes `multi_label_threshold` (its metrics: mAP, F1 at that threshold, exact
+    match) and maybe BCE `pos_weight`. It never pushes: the finished folder is pushed once, with our card, by the fine-tune command.
     """
     trainer_args = copy.copy(training_args)
     trainer_args.push_to_hub = False
-    loss = training_loss(training_args, data_args, class_weights)
+    loss = training_loss(training_args, data_args, class_weights, pos_weight)
     if loss is not None:
         trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
         trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
@@ -140,7 +150,9 @@ def build_trainer(
         train_dataset=splits["train"],
         eval_dataset=splits["validation"],
         data_collator=collate_fn,
-        compute_metrics=build_compute_metrics(),
+        compute_metrics=build_compute_metrics()
+        if multi_label_threshold is None
+        else build_multilabel_compute_metrics(multi_label_threshold),
         compute_loss_func=loss,
         processing_class=processor,
         callbacks=callbacks,
@@ -177,13 +189,16 @@ def evaluated_final_model(state: Any, args: Any) -> dict[str, float] | None:
     return None
 
 
-def evaluate_final_model(trainer: Trainer, splits: datasets.DatasetDict) -> dict[str, float]:
+def evaluate_final_model(
+    trainer: Trainer, splits: datasets.DatasetDict, reuse: bool = True
+) -> dict[str, float]:
     """Validation (and test) metrics of the weights the run ends with, each logged and saved.
 
     The best model is loaded at the end when load_best_model_at_end; a validation pass already made on the final
-    weights during training is reused, not repeated.
+    weights during training is reused, not repeated, unless `reuse` is False (a multi-label run's metrics
+    changed with the tuned threshold).
     """
-    metrics = evaluated_final_model(trainer.state, trainer.args) or trainer.evaluate()
+    metrics = (evaluated_final_model(trainer.state, trainer.args) if reuse else None) or trainer.evaluate()
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
     if "test" in splits:

@@ -16,6 +16,7 @@ from typing import Any
 from transformers import TrainingArguments
 
 BALANCED = "balanced"
+TUNE, TUNE_PER_CLASS = "tune", "tune_per_class"  # decision_threshold: tuned on validation after training
 
 
 def data_seed(args: TrainingArguments) -> int:
@@ -58,6 +59,23 @@ def parse_class_weights(value: Any) -> str | dict[str, float] | None:
                 "to give it 1)."
             )
     return weights
+
+
+def parse_decision_threshold(value: Any) -> str | float:
+    """`decision_threshold` as TUNE, TUNE_PER_CLASS or a float in (0, 1); anything else a one-line ValueError."""
+    text = str(value).strip()
+    if text in (TUNE, TUNE_PER_CLASS):
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        number = float("nan")
+    if not 0.0 < number < 1.0:  # NaN fails too
+        raise ValueError(
+            f"decision_threshold={value!r} must be '{TUNE}', '{TUNE_PER_CLASS}' or a probability strictly between "
+            "0 and 1, e.g. 0.5."
+        )
+    return number
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:
@@ -137,8 +155,30 @@ class FineTuneTrainingArguments(TrainingArguments):
         },
     )
 
+    pos_weight: str | None = field(
+        default=None,
+        metadata={
+            "help": "Multi-label only: BCE positive weight per label, 'balanced' (negatives / positives of the "
+            "label in train, as torch's BCEWithLogitsLoss pos_weight), or unset for none."
+        },
+    )
+    decision_threshold: str = field(
+        default=TUNE,
+        metadata={
+            "help": "Multi-label only: the probability at or above which a label is predicted. 'tune': one "
+            "threshold for all labels with the best micro F1 on the validation split after training; "
+            "'tune_per_class': one per label (its best F1); or a number in (0, 1), e.g. 0.5. Saved in the "
+            "model's config (decision_threshold) and used by every tool; the test split never chooses it."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
+        self.decision_threshold = parse_decision_threshold(self.decision_threshold)
+        if self.pos_weight is not None and self.pos_weight != BALANCED:
+            raise ValueError(
+                f"pos_weight={self.pos_weight!r} is not supported; use 'balanced', or leave it unset."
+            )
         if self.layer_decay is not None and not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(
                 f"layer_decay={self.layer_decay!r} must be in (0, 1] (0.65-0.75 for ViT-B, 1 for no decay), or unset."
@@ -156,4 +196,11 @@ class FineTuneTrainingArguments(TrainingArguments):
         self.class_weights = parse_class_weights(self.class_weights)
 
 
-__all__ = ["BALANCED", "FineTuneTrainingArguments", "parse_class_weights"]
+__all__ = [
+    "BALANCED",
+    "TUNE",
+    "TUNE_PER_CLASS",
+    "FineTuneTrainingArguments",
+    "parse_class_weights",
+    "parse_decision_threshold",
+]

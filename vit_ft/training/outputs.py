@@ -1,0 +1,89 @@
+"""The fine-tune's output folder once training ends: the model (vit_ft format, or the LoRA adapter), label maps,
+example images, the run record (written twice: first unfinished, last finished, the completion marker), the
+model card and the training curves."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer, TrainingArguments
+
+from ..metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE
+from ..reports.examples import write_examples
+from ..utils.run_record import LABELS_FILE, write_run_record
+from .arguments import DataArguments, ModelArguments
+
+logger = logging.getLogger("vit_ft")
+
+
+def save_outputs(
+    trainer: Trainer,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    names: list[str],
+    metrics: dict[str, float],
+    recipe: str | None,
+    threshold: dict[str, Any] | None = None,
+) -> None:
+    """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves.
+    A multi-label run passes its `threshold` record (already set in the model's config, so saved with it); a
+    single-label one fits its calibration temperature here."""
+    from ..reports.card import write_model_card
+    from ..reports.reporting import plot_training_curves
+    from .calibration import fit_and_record_temperature
+    from .lora import save_lora_outputs
+
+    output_dir = Path(training_args.output_dir)
+    if model_args.use_lora:
+        save_lora_outputs(trainer, model_args, output_dir)
+    else:
+        trainer.save_model(str(output_dir))
+    # every process: predict gathers across them; T is fitted on validation, never on test
+    fits = trainer.eval_dataset is not None and threshold is None  # the temperature is single-label only
+    calibration = fit_and_record_temperature(trainer, trainer.eval_dataset) if fits else None
+    if not trainer.is_world_process_zero():
+        return
+    id2label = dict(enumerate(names))
+    (output_dir / LABELS_FILE).write_text(
+        json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
+    )
+    write_examples(trainer.eval_dataset, names, output_dir)
+    run_info = {
+        "recipe": recipe,
+        "base_model": model_args.model_name_or_path,
+        "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
+        "lora": model_args.use_lora,
+        "data": {k: v for k, v in vars(data_args).items()},
+        "seed": training_args.seed,
+        "data_seed": training_args.data_seed,
+        "world_size": training_args.world_size,
+        "written_by_process": training_args.process_index,
+        "metrics": metrics,
+        "calibration": calibration,
+        **({} if threshold is None else {"problem_type": MULTI_LABEL, THRESHOLD_ATTRIBUTE: threshold}),
+    }
+    write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
+    best = trainer.state.best_model_checkpoint
+    plot_training_curves(
+        trainer.state.log_history,
+        output_dir / "training_curves.png",
+        evaluated_on=f"validation, {len(trainer.eval_dataset)} images" if trainer.eval_dataset else None,
+        best_step=int(Path(best).name.rsplit("-", 1)[-1])
+        if best and training_args.load_best_model_at_end
+        else None,
+    )
+    write_model_card(output_dir, run_info)
+    # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
+    write_run_record(output_dir, {**run_info, "finished": True})
+    logger.info(
+        "Results in %s: %s",
+        output_dir,
+        {k: round(v, 4) for k, v in metrics.items() if k.endswith(("accuracy", "mAP", "f1_micro"))},
+    )
+
+
+__all__ = ["save_outputs"]
