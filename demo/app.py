@@ -8,9 +8,10 @@ python demo/app.py --model outputs/dogs --host 0.0.0.0          # reachable from
 
 Runs on CPU with the model's own resolution and normalisation. An upload, or a click on an example, is
 classified at once (Classify runs it again). Probabilities are divided by the temperature the fine-tune fitted
-on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure. API:
-`gradio_client.Client(url).predict(handle_file("cat.jpg"), api_name="/predict")` returns the label
-confidences; `api_name="/rollout"` returns the heat map image.
+on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure. A multi-label
+model shows every label at or above its decision threshold (sigmoid probabilities, no temperature) and the next
+few below it. API: `gradio_client.Client(url).predict(handle_file("cat.jpg"), api_name="/predict")` returns the
+label confidences; `api_name="/rollout"` returns the heat map image.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from vit_ft.data.images import (  # noqa: E402
     to_normalized_tensor,
 )
 from vit_ft.metrics.calibration import softmax_with_temperature  # noqa: E402
+from vit_ft.metrics.multilabel import THRESHOLD_ATTRIBUTE, sigmoid  # noqa: E402
 from vit_ft.tools.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
@@ -46,6 +48,7 @@ logger = logging.getLogger("vit_ft")
 
 TOP_K = 5
 LOW_CONFIDENCE = 0.5  # a top-1 probability (calibrated) below this is reported as unsure
+BELOW_SHOWN = 3  # a multi-label answer also shows this many labels under their thresholds: the near misses
 HEAT_ALPHA = 0.6  # overlay_heatmap's default: the legend shows the same blend
 READY = "Upload an image or click an example: it is classified at once."
 DISPLAY_SIDE = 448  # the heat map is drawn at about this size (longer side), whatever the model's resolution
@@ -88,7 +91,13 @@ class Classifier:
             pre.resample,
         )
         self.max_pixels = max_pixels
-        self.temperature = trained.temperature  # 1.0 when the fine-tune fitted none
+        self.temperature = trained.temperature  # 1.0 when the fine-tune fitted none (and for multi-label)
+        # a multi-label model: independent sigmoid probabilities, each label kept at or above its own decision
+        # threshold (the config's, tuned on validation), several labels or none; no unsure, no temperature
+        self.multi_label = trained.multi_label
+        thresholds = trained.decision_threshold.tolist() if self.multi_label else []
+        self.thresholds = {self.labels[i]: float(t) for i, t in enumerate(thresholds)}
+        self.threshold_source = threshold_source(trained.model.config, trained.run_record)
         examples = trained.origin.examples_dir
         suffixes = image_extensions()
         self.examples = sorted(
@@ -141,11 +150,22 @@ class Classifier:
 
     @torch.inference_mode()
     def predict(self, upload: str | dict | None) -> dict[str, float]:
-        """The top-5 labels with their probabilities, calibrated: softmax of the logits / temperature."""
+        """The top-5 labels with their probabilities, calibrated: softmax of the logits / temperature. A
+        multi-label model's labels at or above their thresholds and the next below (`shown_labels`)."""
         logits = self.model(pixel_values=self.pixel_values(self.open(upload))).logits[0]
+        if self.multi_label:
+            return self.shown_labels(sigmoid(logits.numpy()))
         probs = softmax_with_temperature(logits, self.temperature)
         top = probs.topk(min(TOP_K, probs.numel()))
         return {self.labels[int(i)]: float(p) for p, i in zip(top.values, top.indices, strict=True)}
+
+    def shown_labels(self, probs: np.ndarray) -> dict[str, float]:
+        """{label: probability} of a multi-label answer from the `(num_labels,)` sigmoid probabilities: every
+        label at or above its threshold, then the BELOW_SHOWN most probable of the others, each by probability."""
+        ranked = {self.labels[int(i)]: float(probs[i]) for i in np.argsort(-probs, kind="stable")}
+        above = {label: p for label, p in ranked.items() if p >= self.thresholds[label]}
+        below = [label for label in ranked if label not in above][:BELOW_SHOWN]
+        return {**above, **{label: ranked[label] for label in below}}
 
     def example(self, selected: gr.SelectData) -> str:
         """The path of the example clicked in the gallery."""
@@ -156,6 +176,8 @@ class Classifier:
         (unsure below LOW_CONFIDENCE); or, when there is no answer, why, kept on the page (the toast fades),
         with a file that is not a readable image taken out of the input (no broken-image outline)."""
         confidences = (labels or {}).get("confidences") or []
+        if confidences and self.multi_label:
+            return describe_labels(confidences, self.thresholds, self.threshold_source), gr.skip()
         if confidences:
             top = confidences[0]
             return describe_prediction(
@@ -186,6 +208,51 @@ def describe_prediction(label: str, probability: float, num_classes: int, temper
         f"{line}\n\n**Unsure:** the top probability is below {100 * LOW_CONFIDENCE:.0f} %. The model only knows "
         f"its {num_classes} classes: this image may show none of them, or look unlike its training images."
     )
+
+
+def threshold_source(config: Any, record: dict | None) -> str:
+    """Where a multi-label model's decision threshold comes from, in words for the page."""
+    if getattr(config, THRESHOLD_ATTRIBUTE, None) is None:
+        return "the default: none was tuned"
+    entry = (record or {}).get(THRESHOLD_ATTRIBUTE) or {}  # the fine-tune's `kind` says how it chose it
+    if entry.get("kind") in ("global", "per_class"):
+        return f"tuned on the {entry.get('split') or 'validation'} split"
+    return {"fixed": "fixed by the recipe", "default": "the default: no validation split to tune it on"}.get(
+        entry.get("kind"), "from the model's config"
+    )
+
+
+def describe_threshold(thresholds: dict[str, float], source: str) -> str:
+    """The decision threshold in words: one for every label, or the range of the per-label ones."""
+    values = sorted(set(thresholds.values()))
+    if len(values) == 1:
+        return f"decision threshold {100 * values[0]:.1f} % ({source})"
+    return f"per-label decision thresholds, {100 * values[0]:.1f} to {100 * values[-1]:.1f} % ({source})"
+
+
+def describe_labels(confidences: list[dict], thresholds: dict[str, float], source: str) -> str:
+    """The status line of a multi-label answer (`shown_labels`, as gr.Label returns it): the labels at or above
+    their thresholds, or that there is none, then the ones below, marked as not predicted."""
+    shared = len(set(thresholds.values())) == 1
+
+    def item(entry: dict) -> str:
+        own = "" if shared else f" (threshold {100 * thresholds[entry['label']]:.1f} %)"
+        return f"{entry['label']} {100 * entry['confidence']:.1f} %{own}"
+
+    above = [e for e in confidences if e["confidence"] >= thresholds[e["label"]]]
+    below = [e for e in confidences if e["confidence"] < thresholds[e["label"]]]
+    rule = describe_threshold(thresholds, source)
+    if above:
+        line = f"**{len(above)} label{'s' * (len(above) != 1)}** at or above the {rule}: " + ", ".join(
+            f"**{item(e)}**" for e in above
+        )
+    else:
+        line = (
+            f"**No label above threshold** ({rule}): the model predicts none of its {len(thresholds)} labels."
+        )
+    if below:
+        line += "\n\nBelow the threshold, not predicted: " + ", ".join(f"_{item(e)}_" for e in below)
+    return line
 
 
 def example_caption(path: str) -> str:
@@ -253,8 +320,9 @@ def build_demo(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     concurrency_limit: int = 1,
 ) -> gr.Blocks:
-    """The app: an upload, a click on an example or Classify -> the top-5 labels (`/predict`), a status line
-    (the answer and how sure it is, or why there is none), then the rollout heat map (`/rollout`).
+    """The app: an upload, a click on an example or Classify -> the top-5 labels, or a multi-label model's labels
+    at or above threshold and the next below (`/predict`), a status line (the answer and how sure it is, or why
+    there is none), then the rollout heat map (`/rollout`).
 
     Requests wait in Gradio's queue (unbounded) and run `concurrency_limit` at a time; both endpoints share
     that limit, as they share the model.
@@ -262,13 +330,7 @@ def build_demo(
     classifier = model if isinstance(model, Classifier) else Classifier(model, max_pixels=max_pixels)
     height, width = classifier.size
     with gr.Blocks(title=f"vit-ft: {classifier.name}") as demo:
-        gr.Markdown(
-            f"## {classifier.name}\nA ViT fine-tuned with vit-ft: {len(classifier.labels)} classes at "
-            f"{height}x{width}. Upload an image or click an example for the top-5 labels and an attention-rollout "
-            "map (Abnar & Zuidema 2020) of where the class token's information comes from. The model only knows "
-            f"its {len(classifier.labels)} classes; a top probability under {100 * LOW_CONFIDENCE:.0f} % is "
-            "flagged as unsure."
-        )
+        gr.Markdown(introduction(classifier))
         with gr.Row():
             with gr.Column():
                 image = gr.Image(
@@ -282,11 +344,13 @@ def build_demo(
                 examples = _examples_gallery(classifier)
             with gr.Column():
                 status = gr.Markdown(READY, elem_id="status")
-                labels = gr.Label(num_top_classes=TOP_K, label="Top-5 labels", elem_id="labels")
+                labels = _labels_panel(classifier)
                 gr.Markdown(
-                    f"**Attention rollout** on the centre crop the model sees ({height}x{width}, enlarged):",
+                    f"**Attention rollout** on the centre crop the model sees ({height}x{width}, enlarged)"
+                    + (": one map for the image, the same for every label (rollout is class-agnostic)."
+                       if classifier.multi_label else ":"),
                     elem_id="rollout-caption",
-                )
+                )  # fmt: skip
                 # no label badge nor buttons laid over the map
                 heatmap = gr.Image(type="pil", format="png", show_label=False, interactive=False, buttons=[],
                                    elem_id="rollout")  # fmt: skip
@@ -301,6 +365,40 @@ def build_demo(
             _classify_on(picked.then, classifier, outputs)
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=None)
     return demo
+
+
+def introduction(classifier: Classifier) -> str:
+    """The text at the top of the page: the model, what an answer shows and how sure it is."""
+    count, (height, width) = len(classifier.labels), classifier.size
+    if not classifier.multi_label:
+        return (
+            f"## {classifier.name}\nA ViT fine-tuned with vit-ft: {count} classes at {height}x{width}. Upload an "
+            "image or click an example for the top-5 labels and an attention-rollout map (Abnar & Zuidema 2020) of "
+            f"where the class token's information comes from. The model only knows its {count} classes; a top "
+            f"probability under {100 * LOW_CONFIDENCE:.0f} % is flagged as unsure."
+        )
+    return (
+        f"## {classifier.name}\nA multi-label ViT fine-tuned with vit-ft: {count} labels at {height}x{width}. "
+        "Upload an image or click an example for the labels it shows, several or none: each label's probability "
+        "is the sigmoid of its logit, independent of the others, and a label is predicted at or above the "
+        f"{describe_threshold(classifier.thresholds, classifier.threshold_source)}; the {BELOW_SHOWN} most "
+        "probable labels below it are shown too, marked as not predicted. The attention-rollout map (Abnar & "
+        "Zuidema 2020) of where the class token's information comes from is class-agnostic: one map for the "
+        "image, the same for every label."
+    )
+
+
+def _labels_panel(classifier: Classifier) -> gr.Label:
+    """The answer's bars: the top-5 labels; for a multi-label model the labels `shown_labels` gives, with no
+    heading (gr.Label's heading names one top label, which a multi-label answer does not have)."""
+    if not classifier.multi_label:
+        return gr.Label(num_top_classes=TOP_K, label="Top-5 labels", elem_id="labels")
+    return gr.Label(
+        num_top_classes=None,
+        label=f"Labels at or above their threshold, then the next {BELOW_SHOWN} below (sigmoid probabilities)",
+        show_heading=False,
+        elem_id="labels",
+    )
 
 
 def _examples_gallery(classifier: Classifier) -> gr.Gallery | None:

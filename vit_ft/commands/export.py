@@ -40,10 +40,18 @@ def export(argv: list[str] | None = None) -> str:
     """Parse the flags and run `vit_ft.tools.onnx_export.export_onnx`; returns its summary line."""
     args = parse_args(argv)
     setup_logging(timestamps=False)
-    from ..tools.onnx_export import check_export_dir, compare_accuracy, export_onnx, require_onnxruntime
+    from ..tools.onnx_export import (
+        check_evaluation,
+        check_export_dir,
+        compare_accuracy,
+        export_onnx,
+        require_onnxruntime,
+    )
 
     require_onnxruntime()  # before the model loads: the one line names the install command
     check_export_dir(args.output_dir, args.model, args.overwrite)
+    if args.evaluate:
+        check_evaluation(args.model)  # a multi-label model: refused before anything is written
     summary = export_onnx(args.model, args.output_dir, args.quantize, args.overwrite).summary()
     print(summary)
     if args.evaluate:

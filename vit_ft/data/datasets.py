@@ -174,18 +174,12 @@ def load_image_datasets(
     `validation_split_percentage` fraction of train becomes validation; 0 means no "validation" split at all.
     max_train_samples / max_eval_samples then take seeded random subsets (eval: validation and test).
 
-    Multi-label (several labels or none per image): chosen from the data, or forced with `problem_type`
-    ("multi_label_classification"; a single-label column then gives one label per image). The label column
-    is a Sequence(ClassLabel), a list of label names or a multi-hot 0/1 list (names from `label_names`, else
-    "0", "1", ...); an image folder holds labels.csv / labels.jsonl (`vit_ft.data.multilabel`, labels
-    separated by `label_separator`). The "label" column then holds multi-hot float32 vectors over the training
-    split's label names (`is_multi_label_dataset`), and the validation hold-out is iterative stratification.
+    Multi-label (from the data, or `problem_type`): a Sequence(ClassLabel), name-list or multi-hot column
+    (names: `label_names`), or folders with labels.csv / labels.jsonl (`vit_ft.data.label_files`, labels split
+    by `label_separator`) give multi-hot float32 "label" vectors (`is_multi_label_dataset`); the hold-out is
+    iterative stratification.
     """
-    check_one_source(dataset_name, train_dir, validation_dir, test_dir)
-    if problem_type is not None and problem_type not in PROBLEM_TYPES:
-        raise ValueError(
-            f"problem_type={problem_type!r} is not one of {list(PROBLEM_TYPES)} (or None: from the data)."
-        )
+    check_one_source(dataset_name, train_dir, validation_dir, test_dir, problem_type, PROBLEM_TYPES)
     if dataset_name is not None:
         splits = (train_split, validation_split, test_split)
         raw = named_splits(dataset_name, dataset_config, splits, validation_split_percentage, cache_dir)
@@ -197,13 +191,7 @@ def load_image_datasets(
     labelled, names = _labelled_splits(raw, image_column, label_column, problem_type, label_names)
     _add_validation_split(labelled, validation_split_percentage, seed)
 
-    labelled["train"] = _subsample(labelled["train"], max_train_samples, seed, "max_train_samples")
-    for split in ("validation", "test"):
-        if split in labelled:
-            labelled[split] = _subsample(labelled[split], max_eval_samples, seed, "max_eval_samples")
-    result = datasets.DatasetDict(
-        {split: labelled[split] for split in ("train", "validation", "test") if split in labelled}
-    )
+    result = _subsampled(labelled, max_train_samples, max_eval_samples, seed)
     logger.info(
         "Loaded %s with %d classes.", ", ".join(f"{k}: {len(v)}" for k, v in result.items()), len(names)
     )
@@ -211,6 +199,20 @@ def load_image_datasets(
         report = data_report({split: multi_hot_matrix(ds) for split, ds in result.items()}, names)
         logger.info("Multi-label data, positive images per label:\n%s", report)
     return result, names
+
+
+def _subsampled(
+    splits: dict[str, datasets.Dataset], max_train: int | None, max_eval: int | None, seed: int
+) -> datasets.DatasetDict:
+    """The splits in order train, validation, test, each a seeded subset (max_eval: validation and test)."""
+    return datasets.DatasetDict(
+        {
+            split: _subsample(splits[split], *((max_train, seed, "max_train_samples") if split == "train"
+                                              else (max_eval, seed, "max_eval_samples")))
+            for split in ("train", "validation", "test")
+            if split in splits
+        }
+    )  # fmt: skip
 
 
 def is_multi_label_dataset(dataset: datasets.Dataset) -> bool:

@@ -17,6 +17,7 @@ from .conversion import to_hf_vit_state_dict
 from .family_export import (
     VIT_CLASS,
     family_config,
+    head_fields,
     to_family_state_dict,
     transformers_class_for,
     transformers_export_reason,
@@ -141,11 +142,7 @@ def _vit_config(config: ViTFTConfig, with_head: bool) -> ViTConfig:
     """transformers' ViTConfig of the same architecture at the model's resolution (labels only with a head)."""
     height, width = config.image_hw
     fields = {name: getattr(config, name) for name in VIT_CONFIG_FIELDS if name != "image_size"}
-    head = {
-        "id2label": dict(config.id2label),
-        "label2id": dict(config.label2id),
-        "problem_type": config.problem_type,
-    }
+    head = head_fields(config)  # labels, problem_type and a multi-label model's decision threshold
     return ViTConfig(
         **fields,
         image_size=height if height == width else [height, width],

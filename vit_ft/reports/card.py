@@ -67,7 +67,9 @@ def is_multi_label_run(run_info: dict[str, Any]) -> bool:
 def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardData:
     metrics = run_info.get("metrics") or {}
     multi = is_multi_label_run(run_info)
-    threshold = {"threshold": _threshold(run_info)[0]} if multi else None
+    value = _threshold(run_info)[0]
+    # F1 and exact match count the labels at or above it; a per-label list stays in config.json, not repeated
+    threshold = {"threshold": "per label (decision_threshold)" if isinstance(value, list) else value}
     data = run_info.get("data") or {}
     dataset_id = (
         data.get("dataset_name")
@@ -87,8 +89,7 @@ def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardDat
             metric_type=metric,
             metric_name=title if multi else None,
             metric_value=float(metrics[prefix + metric]),
-            # F1 and exact match count the labels at or above the decision threshold (mAP needs none)
-            metric_args=threshold if multi and metric != "mAP" else None,
+            metric_args=threshold if multi and metric != "mAP" else None,  # mAP needs no threshold
         )
         for metric, title in (MULTILABEL_METRICS if multi else SINGLE_LABEL_METRICS)
         if prefix + metric in metrics
@@ -240,20 +241,26 @@ MULTILABEL_TASK = (
 )
 
 
+# how the fine-tune chose the threshold (`training.multilabel.tune_decision_threshold`'s "kind"), in words
+THRESHOLD_KINDS = {
+    "global": "tuned on the {split} split{images} for the best micro F1 (the test split never chose it)",
+    "per_class": "tuned on the {split} split{images} for each label's best F1 (the test split never chose it)",
+    "fixed": "fixed by the recipe",
+    "default": "the default: there was no validation split to tune it on",
+}
+
+
 def _threshold(run_info: dict[str, Any]) -> tuple[float | list[float], str]:
-    """A multi-label run's decision threshold (one float, or one per label in label id order) and where it came
-    from, in words: the run record's (`THRESHOLD_ATTRIBUTE`: value, kind, split, images), else the default."""
+    """A multi-label run's decision threshold (one float, or one per label in label id order) and how it was
+    chosen, in words: the run record's (`THRESHOLD_ATTRIBUTE`: value, kind, split, images), else the default."""
     record = run_info.get(THRESHOLD_ATTRIBUTE)
     if not isinstance(record, dict) or record.get("value") is None:
         return DEFAULT_THRESHOLD, "the default: none was tuned"
-    source = "`decision_threshold` in config.json"
-    if record.get("split"):
-        images = f", {record['images']:,} images" if isinstance(record.get("images"), int) else ""
-        source = (
-            f"tuned on the {record['split']} split{images} to maximise F1 (the test split never chose it); "
-            + source
-        )
-    return record["value"], source
+    images = f" ({record['images']:,} images)" if isinstance(record.get("images"), int) else ""
+    how = THRESHOLD_KINDS.get(record.get("kind"), "")
+    how = how.format(split=record.get("split") or "validation", images=images)
+    where = "`decision_threshold` in config.json"
+    return record["value"], f"{how}; {where}" if how else where
 
 
 def _threshold_line(run_info: dict[str, Any]) -> str:
@@ -265,6 +272,9 @@ def _threshold_line(run_info: dict[str, Any]) -> str:
             f"{source}"
         )
     return f"- Decision threshold: {float(value):.3f} for every label, {source}"
+
+
+REMOTE_CODE = "the model code beside the weights (vit-ft's ViT)"
 
 
 def _multilabel_usage(where: str, model: str, format: str, threshold: Any) -> str:
@@ -291,8 +301,8 @@ def _multilabel_usage(where: str, model: str, format: str, threshold: Any) -> st
         f"{keep}```\n\n"
         "config.json says `problem_type: multi_label_classification`, so `pipeline()` applies a sigmoid to each "
         "logit: the scores are independent and do not sum to 1. Keep the labels at or above the decision "
-        "threshold (`decision_threshold` in config.json, tuned on the validation split); none may be."
-        + (" The model's code is in this folder or repository (vit-ft's ViT)." if remote else "")
+        "threshold (`decision_threshold` in config.json, stated above); an image may have none."
+        + (f" `trust_remote_code=True` runs {REMOTE_CODE}." if remote else "")
     )
 
 

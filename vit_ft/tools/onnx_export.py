@@ -285,7 +285,9 @@ def check_evaluation(model: str | os.PathLike) -> None:
     from ..model.configuration_vit_ft import ViTFTConfig
 
     origin = locate(model)
-    config = ViTFTConfig.from_pretrained(origin.adapter if origin.loads_adapter else origin.path or origin.name)
+    config = ViTFTConfig.from_pretrained(
+        origin.adapter if origin.loads_adapter else origin.path or origin.name
+    )
     if is_multi_label(config):
         raise ValueError(MULTI_LABEL_EVALUATION.format(model=model, problem_type=MULTI_LABEL))
 
@@ -296,10 +298,10 @@ def compare_accuracy(
     """Top-1 accuracy of the trained `model` (PyTorch) and of each graph exported to `folder` (onnxruntime) on
     the same images: `split` of the data the fine-tune recorded, each through the model's own eval transform;
     with how often each graph's top-1 equals PyTorch's. A multi-label model is a ValueError (`check_evaluation`)."""
+    check_evaluation(model)  # before anything loads
     from .eval_data import resolve_eval_data
     from .evaluation import predict_dataset
 
-    check_evaluation(model)
     trained = load_trained(model, device="cpu", merge_lora=True)
     data = resolve_eval_data(trained.origin, trained.id2label, split=split)
     runners = {"PyTorch": trained}

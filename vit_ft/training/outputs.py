@@ -33,7 +33,6 @@ def save_outputs(
     A multi-label run passes its `threshold` record (already set in the model's config, so saved with it); a
     single-label one fits its calibration temperature here."""
     from ..reports.card import write_model_card
-    from ..reports.reporting import plot_training_curves
     from .calibration import fit_and_record_temperature
     from .lora import save_lora_outputs
 
@@ -67,15 +66,7 @@ def save_outputs(
         **({} if threshold is None else {"problem_type": MULTI_LABEL, THRESHOLD_ATTRIBUTE: threshold}),
     }
     write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
-    best = trainer.state.best_model_checkpoint
-    plot_training_curves(
-        trainer.state.log_history,
-        output_dir / "training_curves.png",
-        evaluated_on=f"validation, {len(trainer.eval_dataset)} images" if trainer.eval_dataset else None,
-        best_step=int(Path(best).name.rsplit("-", 1)[-1])
-        if best and training_args.load_best_model_at_end
-        else None,
-    )
+    _plot_curves(trainer, training_args, output_dir)
     write_model_card(output_dir, run_info)
     # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
     write_run_record(output_dir, {**run_info, "finished": True})
@@ -83,6 +74,20 @@ def save_outputs(
         "Results in %s: %s",
         output_dir,
         {k: round(v, 4) for k, v in metrics.items() if k.endswith(("accuracy", "mAP", "f1_micro"))},
+    )
+
+
+def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir: Path) -> None:
+    """training_curves.png, the kept checkpoint marked when the run loaded its best one."""
+    from ..reports.reporting import plot_training_curves
+
+    best = trainer.state.best_model_checkpoint
+    kept = int(Path(best).name.rsplit("-", 1)[-1]) if best and training_args.load_best_model_at_end else None
+    plot_training_curves(
+        trainer.state.log_history,
+        output_dir / "training_curves.png",
+        evaluated_on=f"validation, {len(trainer.eval_dataset)} images" if trainer.eval_dataset else None,
+        best_step=kept,
     )
 
 

@@ -76,10 +76,12 @@ def seed_commands(argv: list[str], seeds: list[int], output_dir: Path) -> dict[i
 
 def _accuracy(run_dir: Path) -> tuple[str, float]:
     results = json.loads((run_dir / "all_results.json").read_text())
-    for key in ("test_accuracy", "eval_accuracy"):
+    for key in ("test_accuracy", "eval_accuracy", "test_mAP", "eval_mAP"):  # mAP: a multi-label run
         if key in results:
             return key, float(results[key])
-    raise ValueError(f"{run_dir / 'all_results.json'} has no test_accuracy or eval_accuracy.")
+    raise ValueError(
+        f"{run_dir / 'all_results.json'} has no test_accuracy or eval_accuracy (test_mAP / eval_mAP)."
+    )
 
 
 def run_seeds(argv: list[str], seeds: list[int], output_dir: str | os.PathLike) -> dict[str, Any]:

@@ -44,6 +44,10 @@ class SweepRun:
         raise KeyError(name)  # pragma: no cover - parse_sweep checked the name
 
 
+# the numbers each sweep row shows besides the chosen metric (mAP: a multi-label sweep)
+_TABLE_METRICS = ("eval_accuracy", "eval_mAP", "eval_loss", "test_accuracy", "test_mAP", "test_loss")
+
+
 def selection_metric(training_args: TrainingArguments) -> tuple[str, bool]:
     """The validation metric that chooses the winner (`eval_<metric_for_best_model>`) and whether higher wins."""
     metric = training_args.metric_for_best_model or "accuracy"
@@ -131,7 +135,7 @@ def summarize(name: str, runs: list[SweepRun], training_args: TrainingArguments)
                 metric: _number(metrics, metric),
                 **{
                     key: _number(metrics, key)
-                    for key in ("eval_accuracy", "eval_loss", "test_accuracy", "test_loss")
+                    for key in _TABLE_METRICS
                     if key in metrics and key != metric
                 },
             }
@@ -154,7 +158,7 @@ def sweep_table(summary: dict[str, Any]) -> str:
     metric = summary["metric"]
     columns = [metric] + [
         key
-        for key in ("eval_accuracy", "eval_loss", "test_accuracy", "test_loss")
+        for key in _TABLE_METRICS
         if key != metric and any(key in row for row in summary["runs"])
     ]
     lines = [
