@@ -1,7 +1,9 @@
 """The tools as a user meets them (predict, evaluate, inspect, push_to_hub, bench, the demo's start-up): each mistake
 is one line `error: ...` on stderr and exit code 1, no traceback (unless --debug), and every file the user
 had (the images, an existing output, the model folders) is byte-identical afterwards. Each case runs the real
-script in a subprocess, two at a time."""
+script (`python SCRIPT ARGS`): one case per tool in a subprocess, the real command line (IN_A_PROCESS, two at a
+time), the others in this process through `tests.cli_runner.run_script`, which runs the same script file with the
+same arguments, working folder and environment, without a fresh interpreter's imports."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from PIL import Image
 
 from vit_ft.tools.prediction import PredictionWriter
 
+from ..cli_runner import run_script
 from ..conftest import REPO
 
 TOOLS = {
@@ -153,6 +156,20 @@ CASES = {
     "bench: unknown flag": ("bench", ["--quick", "--round", "3"], {}, "unrecognized arguments: --round 3"),
 }  # fmt: skip
 
+# one case per tool runs as a real process (`python SCRIPT ARGS`, exit status and stderr of the process itself):
+# the case of each that goes deepest (a model or data loaded before the error), and the offline push, as
+# huggingface_hub reads HF_HUB_OFFLINE when it is imported
+IN_A_PROCESS = (
+    "predict: truncated weights",
+    "evaluate: --data_dir without class folders",
+    "inspect: too many tokens",
+    "fewshot: output inside the model folder",
+    "push: offline",
+    "demo: missing model path",
+    "bench: unknown section",
+)
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+
 
 def run_tool(
     tool: str, args: list[str], cwd: Path, env: dict[str, str] | None = None
@@ -204,17 +221,24 @@ def make_workspace(folder: Path, model: Path) -> Path:
     return folder
 
 
+def prepare(case: str, workspace: Path, model: Path, hf: str) -> tuple[str, list[str], dict[str, str]]:
+    """The case's workspace made, and (tool, its arguments, its extra environment)."""
+    tool, args, env, _ = CASES[case]
+    make_workspace(workspace, model)
+    data = json.loads((model / "vit_ft_run.json").read_text())["data"]["test_dir"]
+    return tool, [a.format(w=workspace, model=model, hf=hf, data=data) for a in args], env
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, tiny_finetuned_dir, hf_classifier_dir):
-    """Every case run once in its own workspace: {id: (result, workspace, snapshot before, model snapshot before)}."""
+def processes(tmp_path_factory, tiny_finetuned_dir, hf_classifier_dir):
+    """The IN_A_PROCESS cases run as `python SCRIPT ARGS`, two at a time: {id: (result, workspace, snapshot
+    before, model snapshot before, model)}."""
     root = tmp_path_factory.mktemp("tool_errors")
     model = Path(tiny_finetuned_dir)
-    data = json.loads((model / "vit_ft_run.json").read_text())["data"]["test_dir"]
     jobs = {}
-    for i, (case, (tool, args, env, _)) in enumerate(CASES.items()):
-        workspace = make_workspace(root / f"case{i}", model)
-        args = [a.format(w=workspace, model=model, hf=hf_classifier_dir, data=data) for a in args]
-        jobs[case] = (tool, args, env, workspace, snapshot(workspace))
+    for i, case in enumerate(IN_A_PROCESS):
+        tool, args, env = prepare(case, root / f"case{i}", model, hf_classifier_dir)
+        jobs[case] = (tool, args, env, root / f"case{i}", snapshot(root / f"case{i}"))
     model_before = snapshot(model)
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
@@ -226,7 +250,29 @@ def results(tmp_path_factory, tiny_finetuned_dir, hf_classifier_dir):
         }
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, expected: str) -> None:
+@pytest.fixture
+def run_case(request, tmp_path, capfd, monkeypatch, tiny_finetuned_dir, hf_classifier_dir):
+    """case -> (result, workspace, snapshot before, model snapshot before, model): an IN_A_PROCESS case's
+    subprocess, any other case run now in this process."""
+
+    def run(case: str):
+        if case in IN_A_PROCESS:
+            return request.getfixturevalue("processes")[case]
+        model, workspace = Path(tiny_finetuned_dir), tmp_path / "workspace"
+        tool, args, env = prepare(case, workspace, model, hf_classifier_dir)
+        before, model_before = snapshot(workspace), snapshot(model)
+        if tool == "demo":  # a demo that did not refuse would serve until killed
+            import gradio
+
+            monkeypatch.setattr(gradio.Blocks, "launch", lambda *a, **k: pytest.fail("the demo started"))
+        result = run_script(TOOLS[tool], args, capfd, cwd=workspace, env={**OFFLINE, **env})
+        return result, workspace, before, model_before, model
+
+    return run
+
+
+def assert_one_line_error(result, expected: str) -> None:
+    """`result`: a subprocess.CompletedProcess or a cli_runner.Ran."""
     last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -234,26 +280,26 @@ def assert_one_line_error(result: subprocess.CompletedProcess, expected: str) ->
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_mistake_is_one_line_and_changes_nothing(results, case):
-    result, workspace, before, model_before, model = results[case]
+def test_a_mistake_is_one_line_and_changes_nothing(run_case, case):
+    result, workspace, before, model_before, model = run_case(case)
     assert_one_line_error(result, CASES[case][3])
     assert snapshot(workspace) == before  # nothing changed, nothing added (no figure, no half-staged folder)
     assert snapshot(model) == model_before
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.startswith("evaluate: --data_dir")])
-def test_data_dir_mistakes_name_the_flag_not_a_training_field(results, case):
-    last = results[case][0].stderr.strip().splitlines()[-1]
+def test_data_dir_mistakes_name_the_flag_not_a_training_field(run_case, case):
+    last = run_case(case)[0].stderr.strip().splitlines()[-1]
     assert last.startswith("error: --data_dir ") and "train_dir" not in last, last
 
 
-def test_an_output_inside_the_recorded_data_is_refused_before_anything_is_written(results):
-    model = results["evaluate: output inside the recorded data"][4]
+def test_an_output_inside_the_recorded_data_is_refused_before_anything_is_written(run_case):
+    model = run_case("evaluate: output inside the recorded data")[4]
     data = Path(json.loads((model / "vit_ft_run.json").read_text())["data"]["test_dir"])
     assert data.is_dir() and not (data / "report").exists()
 
 
-def test_debug_shows_the_traceback(tmp_path):
+def test_debug_shows_the_traceback(tmp_path, capfd):
     args = [
         "--model",
         str(tmp_path / "no" / "model"),
@@ -262,7 +308,7 @@ def test_debug_shows_the_traceback(tmp_path):
         str(tmp_path / "p.csv"),
         "--debug",
     ]
-    result = run_tool("predict", args, tmp_path)
+    result = run_script(TOOLS["predict"], args, capfd, cwd=tmp_path, env=OFFLINE)
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "FileNotFoundError" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")

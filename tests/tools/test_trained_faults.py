@@ -1,12 +1,14 @@
 """Hostile and damaged trained folders, through the real commands (predict, evaluate, push, the demo): a trained
 model loads whole or not at all, a config is checked against its weights' header before any layer is built, and
 only the installed vit_ft's model code is published. Each case: exit code 1, exactly one `error:` line naming
-the file and the tensor or field, no traceback, every file byte-identical afterwards."""
+the file and the tensor or field, no traceback, every file byte-identical afterwards. The case with a Hub id runs
+`python SCRIPT ARGS` in a subprocess (huggingface_hub reads the fake Hub's HF_ENDPOINT when it is imported); the
+others run the same script in this process through `tests.cli_runner.run_script` (each tool's command line in a
+real process is tested by tests/tools/test_tool_errors.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from transformers import ViTImageProcessorPil
 from vit_ft import ViTFTConfig, ViTFTForImageClassification
 from vit_ft.tools.trained import Trained, load_trained
 
+from ..cli_runner import run_script
 from ..conftest import REPO, TINY, randomize
 from ..fake_hub import FakeHub
 from .test_hub import push_env, write_lora_run
@@ -163,24 +166,32 @@ def _run(script: str, args: list[str], cwd: Path, env: dict[str, str]) -> subpro
     )  # fmt: skip
 
 
+def _prepare(case: str, workspace: Path, folders: dict[str, Path]) -> tuple[str, list[str], list[Path]]:
+    """The case's workspace (photos/ as <class>/<image>) made: (script, its arguments, the folders to snapshot)."""
+    script, args, damaged, _ = CASES[case]
+    for label in ("ant", "bee"):
+        (workspace / "photos" / label).mkdir(parents=True)
+        Image.new("RGB", (20, 20), (200, 10, 10)).save(workspace / "photos" / label / "a.png")
+    model = folders[damaged or "good"]
+    return script, [a.format(m=model, w=workspace).replace("hub:", "") for a in args], [workspace, model]
+
+
+def _from_the_hub(case: str) -> bool:
+    return any("hub:" in a for a in CASES[case][1])
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, folders):
-    """Every case run once, two at a time: {id: (result, snapshots before, snapshots after)}."""
+def hub_processes(tmp_path_factory, folders):
+    """The Hub cases run as `python SCRIPT ARGS` against a fake Hub, two at a time: {id: (result, snapshots
+    before, snapshots after)}."""
     root = tmp_path_factory.mktemp("faults")
-    offline = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with FakeHub() as hub:
         hub.add_repo("me/damaged", folders["removed"])
         jobs = {}
-        for i, (case, (script, args, damaged, _)) in enumerate(CASES.items()):
-            workspace = root / f"case{i}"
-            for label in ("ant", "bee"):
-                (workspace / "photos" / label).mkdir(parents=True)
-                Image.new("RGB", (20, 20), (200, 10, 10)).save(workspace / "photos" / label / "a.png")
-            model = folders[damaged or "good"]
-            args = [a.format(m=model, w=workspace).replace("hub:", "") for a in args]
-            hub_env = push_env(hub, root / f"hub{i}")  # its cache outside the workspace
-            env = hub_env if any("hub:" in a for a in CASES[case][1]) else offline
-            jobs[case] = (script, args, workspace, env, [workspace, model])
+        for i, case in enumerate(c for c in CASES if _from_the_hub(c)):
+            script, args, snapshotted = _prepare(case, root / f"case{i}", folders)
+            env = push_env(hub, root / f"hub{i}")  # its cache outside the workspace
+            jobs[case] = (script, args, root / f"case{i}", env, snapshotted)
         before = {case: [snapshot(f) for f in job[4]] for case, job in jobs.items()}
         with ThreadPoolExecutor(max_workers=2) as pool:
             futures = {case: pool.submit(_run, *job[:4]) for case, job in jobs.items()}
@@ -188,9 +199,31 @@ def results(tmp_path_factory, folders):
     return {case: (done[case], before[case], [snapshot(f) for f in jobs[case][4]]) for case in jobs}
 
 
+@pytest.fixture
+def run_case(request, tmp_path, capfd, monkeypatch, folders):
+    """case -> (result, snapshots before, snapshots after): a Hub case's subprocess, any other case run now in
+    this process, offline."""
+
+    def run(case: str):
+        if _from_the_hub(case):
+            return request.getfixturevalue("hub_processes")[case]
+        script, args, snapshotted = _prepare(case, tmp_path / "workspace", folders)
+        before = [snapshot(f) for f in snapshotted]
+        if script == "demo":  # a demo that did not refuse would serve until killed
+            import gradio
+
+            monkeypatch.setattr(gradio.Blocks, "launch", lambda *a, **k: pytest.fail("the demo started"))
+        result = run_script(
+            SCRIPTS[script], args, capfd, cwd=tmp_path / "workspace", env={"HF_HUB_OFFLINE": "1"}
+        )
+        return result, before, [snapshot(f) for f in snapshotted]
+
+    return run
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_damaged_model_is_one_line_and_changes_nothing(results, case):
-    result, before, after = results[case]
+def test_a_damaged_model_is_one_line_and_changes_nothing(run_case, case):
+    result, before, after = run_case(case)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -287,11 +320,14 @@ def test_push_stages_the_installed_code(tmp_path, folders):
 
 def test_hub_processors_never_run_or_ask_for_remote_code(monkeypatch):
     """Every AutoImageProcessor load of a checkpoint says trust_remote_code=False (no prompt mid-run)."""
+    import huggingface_hub.constants
     from transformers import AutoImageProcessor
 
     from vit_ft.model.formats import checkpoint_normalization
     from vit_ft.tools.trained import Origin
 
+    # offline as in CI (HF_HUB_OFFLINE=1 before huggingface_hub is imported): no 20 s of network retries here
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     seen = []
 
     def fake(name, **kwargs):

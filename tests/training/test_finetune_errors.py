@@ -1,6 +1,9 @@
 """scripts/finetune.py as a user meets it: each mistake is one line `error: ...`, exit 1, no traceback, and
 nothing the user had (the recipe, a finished run's model) changes. Most cases fail in argument validation,
-before any data or model loads; they run as subprocesses a few at a time."""
+before any data or model loads; they run the script in this process through `tests.cli_runner.run_script`
+(the same script file, arguments, working folder and environment, without a fresh interpreter's imports), as
+does the refused finished run. The cases that need a process of their own (IN_A_PROCESS) run as subprocesses,
+as do the tests of a resume and of Ctrl-C below: the command line itself stays tested."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import pytest
 from vit_ft.training.checkpoints import checkpoint_is_complete
 from vit_ft.utils.run_record import is_finished
 
+from ..cli_runner import run_script
 from ..conftest import REPO, run_finetune_script, write_tiny_recipe
 
 # id -> (extra arguments, where {tmp} is the case folder, extra environment, expected words in the error)
@@ -46,6 +50,9 @@ CASES = {
         "my/train' is not a directory",
     ),
 }
+# a real process each: WORLD_SIZE shapes accelerate's process-wide state (not undone in this process), and
+# huggingface_hub reads HF_HUB_OFFLINE when it is imported
+IN_A_PROCESS = ("processes not joined", "push offline")
 
 
 def digest(path: Path) -> str:
@@ -57,7 +64,8 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpro
     return run_finetune_script(*args, cwd=cwd, env={**os.environ, **(env or {})})
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, expected: str) -> None:
+def assert_one_line_error(result, expected: str) -> None:
+    """`result`: a subprocess.CompletedProcess or a cli_runner.Ran."""
     last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -81,34 +89,51 @@ def prepare_case(tmp: Path, shared: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, str]]:
-    """Every case run once, three at a time: {id: (result, recipe, recipe digest before)}."""
-    root = tmp_path_factory.mktemp("finetune_errors")
-    shared = root / "shared"
+def shared(tmp_path_factory) -> Path:
+    """One tiny recipe's digits folder and backbone, which every case folder links to."""
+    shared = tmp_path_factory.mktemp("finetune_errors") / "shared"
     shared.mkdir()
     write_tiny_recipe(shared)
+    return shared
+
+
+def case_arguments(case: str, tmp: Path, shared: Path) -> tuple[list[str], dict[str, str], Path]:
+    """The case's folder made: (its arguments, its extra environment, its recipe)."""
+    args, env, _ = CASES[case]
+    recipe = prepare_case(tmp, shared)
+    args = [arg.replace("{tmp}", str(tmp)) for arg in args]
+    if "--recipe" not in args:
+        args = ["--recipe", str(recipe), *args]
+    return args, env, recipe
+
+
+@pytest.fixture(scope="module")
+def processes(shared) -> dict[str, tuple[subprocess.CompletedProcess, Path, str]]:
+    """The IN_A_PROCESS cases run as subprocesses, at once: {id: (result, recipe, recipe digest before)}."""
     jobs = {}
-    for i, (case, (args, env, _)) in enumerate(CASES.items()):
-        tmp = root / f"case{i}"
-        recipe = prepare_case(tmp, shared)
-        args = [arg.replace("{tmp}", str(tmp)) for arg in args]
-        if "--recipe" not in args:
-            args = ["--recipe", str(recipe), *args]
+    for i, case in enumerate(IN_A_PROCESS):
+        tmp = shared.parent / f"case{i}"
+        args, env, recipe = case_arguments(case, tmp, shared)
         jobs[case] = (args, tmp, env, recipe, digest(recipe))
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {case: pool.submit(run, args, tmp, env) for case, (args, tmp, env, _, _) in jobs.items()}
         return {case: (futures[case].result(), job[3], job[4]) for case, job in jobs.items()}
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_mistake_is_one_line_and_changes_nothing(results, case):
-    result, recipe, before = results[case]
+def test_a_mistake_is_one_line_and_changes_nothing(request, shared, tmp_path, capfd, case):
+    if case in IN_A_PROCESS:
+        result, recipe, before = request.getfixturevalue("processes")[case]
+    else:
+        args, env, recipe = case_arguments(case, tmp_path / "case", shared)
+        before = digest(recipe)
+        result = run_script("scripts/finetune.py", args, capfd, cwd=tmp_path / "case", env=env)
     assert_one_line_error(result, CASES[case][2])
     assert digest(recipe) == before
     assert not (recipe.parent / "out" / "model.safetensors").exists()
 
 
-def test_a_finished_run_is_refused_and_kept_byte_for_byte(tiny_finetuned_dir):
+def test_a_finished_run_is_refused_and_kept_byte_for_byte(tiny_finetuned_dir, capfd):
     out = tiny_finetuned_dir
     assert is_finished(out)
     files = [
@@ -117,7 +142,9 @@ def test_a_finished_run_is_refused_and_kept_byte_for_byte(tiny_finetuned_dir):
         *sorted(out.glob("checkpoint-*/model.safetensors")),
     ]
     before = {path: digest(path) for path in files}
-    result = run(["--recipe", str(out.parent / "tiny.yaml")], cwd=out.parent)
+    result = run_script(
+        "scripts/finetune.py", ["--recipe", str(out.parent / "tiny.yaml")], capfd, cwd=out.parent
+    )
     assert_one_line_error(result, "holds a finished run")
     assert "--overwrite_output_dir" in result.stderr and "--resume" in result.stderr
     assert {path: digest(path) for path in files} == before

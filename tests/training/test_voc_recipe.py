@@ -13,11 +13,13 @@ import io
 import json
 import sys
 import tarfile
+from pathlib import Path
 
 import datasets
 import numpy as np
 import pytest
 import torch
+import yaml
 from PIL import Image
 from sklearn.metrics import average_precision_score
 from transformers import ViTImageProcessor, ViTModel
@@ -63,6 +65,38 @@ def shard(count: int, seed: int) -> bytes:
     return buffer.getvalue()
 
 
+TAGS_ID, TAGS = "me/street-tags", ["car", "person", "tree"]
+
+
+def tags_dataset_files(tmp: Path) -> dict[str, bytes]:
+    """A Hub dataset whose label column is Sequence(ClassLabel) (as jonathan-roberts1/AID_MultiLabel's), in
+    parquet files that carry datasets' feature metadata, and a README mapping them to train / test."""
+    rng, files = np.random.default_rng(5), {}
+    features = datasets.Features(
+        {"image": datasets.Image(), "labels": datasets.Sequence(datasets.ClassLabel(names=TAGS))}
+    )
+    for split, count in (("train", 40), ("test", 12)):
+        labels = [
+            sorted(rng.choice(3, size=rng.integers(0, 3), replace=False).tolist()) for _ in range(count)
+        ]
+        images = [Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)) for _ in range(count)]
+        path = tmp / f"{split}.parquet"
+        datasets.Dataset.from_dict({"image": images, "labels": labels}, features=features).to_parquet(
+            str(path)
+        )
+        files[f"data/{split}-00000-of-00001.parquet"] = path.read_bytes()
+    configs = [
+        {
+            "config_name": "default",
+            "data_files": [{"split": s, "path": f"data/{s}-*"} for s in ("train", "test")],
+        }
+    ]
+    files["README.md"] = (
+        f"---\n{yaml.safe_dump({'configs': configs})}---\n# street tags (test stand-in)\n".encode()
+    )
+    return files
+
+
 def voc_dataset_files() -> dict[str, bytes]:
     return {
         "train/0.tar": shard(40, seed=1),
@@ -84,12 +118,26 @@ def voc_run(tmp_path_factory):
     with FakeHub() as hub:
         hub.add_repo(recipe["model_name_or_path"], backbone)
         hub.add_repo(recipe["dataset_name"], files, repo_type="dataset")
-        command = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", RECIPE, *OVERRIDES,
-                   "--output_dir", str(tmp / "out")]  # fmt: skip
-        process = start(command, tmp / "run", push_env(hub, tmp))
-        process.wait(timeout=600)
-        yield {"rc": process.returncode, "log": (tmp / "run" / "log.txt").read_text(), "out": tmp / "out",
-               "files": files, "hub": hub, "recipe": recipe}  # fmt: skip
+        hub.add_repo(TAGS_ID, tags_dataset_files(tmp), repo_type="dataset")
+        runs = {
+            "voc": ["--recipe", RECIPE],
+            # the same recipe on a Sequence(ClassLabel) dataset: its own columns, no class_names needed
+            "tags": ["--recipe", RECIPE, "--dataset_name", TAGS_ID, "--image_column", "image", "--label_column",
+                     "labels", "--class_names", "none", "--problem_type", "none"],
+        }  # fmt: skip
+        processes = {
+            name: start([sys.executable, str(REPO / "scripts" / "finetune.py"), *args, *OVERRIDES, "--output_dir",
+                         str(tmp / name / "out")], tmp / name / "run", push_env(hub, tmp / name))
+            for name, args in runs.items()
+        }  # fmt: skip
+        for process in processes.values():
+            process.wait(timeout=600)
+        results = {
+            name: {"rc": process.returncode, "log": (tmp / name / "run" / "log.txt").read_text(),
+                   "out": tmp / name / "out"}
+            for name, process in processes.items()
+        }  # fmt: skip
+        yield {**results["voc"], "tags": results["tags"], "files": files, "hub": hub, "recipe": recipe}
 
 
 def test_voc_recipe_names_the_dataset_and_its_labels():
@@ -128,3 +176,13 @@ def test_voc_recipe_trains_a_multilabel_classifier_through_the_hub(voc_run, tmp_
     present = labels.sum(0) > 0
     expected = average_precision_score(labels[:, present], probabilities[:, present], average="macro")
     assert record["metrics"]["test_mAP"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_hub_dataset_with_a_sequence_of_classlabel_column(voc_run):
+    run = voc_run["tags"]
+    assert run["rc"] == 0, run["log"][-4000:]
+    assert TAGS_ID in voc_run["hub"].downloaded("dataset")
+    trained = load_trained(run["out"], device="cpu")
+    assert trained.multi_label and list(trained.id2label.values()) == TAGS  # the ClassLabel's names
+    record = json.loads((run["out"] / "vit_ft_run.json").read_text())
+    assert record["decision_threshold"]["split"] == "validation" and "test_mAP" in record["metrics"]
