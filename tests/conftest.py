@@ -8,16 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import torch
-from transformers import ViTConfig, ViTForImageClassification, ViTModel
-
-from vit_ft import ViTFTConfig
-from vit_ft.data.digits import write_digits_imagefolder
-
+# before transformers / huggingface_hub are imported: both read these once, at import
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import ViTConfig, ViTForImageClassification, ViTModel  # noqa: E402
+
+from vit_ft import ViTFTConfig  # noqa: E402
+from vit_ft.data.digits import write_digits_imagefolder  # noqa: E402
 
 TINY = {
     "hidden_size": 32,

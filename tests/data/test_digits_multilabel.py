@@ -32,7 +32,7 @@ def test_labels_are_the_digits_drawn(root: Path):
         rows = dict(line.split(",") for line in (root / split / "labels.csv").read_text().splitlines()[1:])
         for item in _layout(root / split):
             canvas = np.asarray(Image.open(root / split / item["file"])).astype(int)
-            assert canvas.shape == (64, 64) and 1 <= len(item["digits"]) <= 3
+            assert canvas.shape == (32, 32) and 1 <= len(item["digits"]) <= 3
             drawn = np.zeros_like(canvas)
             for placed in item["digits"]:
                 # the source digit, upscaled 2x by repetition, independently of the writer's np.kron

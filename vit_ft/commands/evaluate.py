@@ -4,10 +4,15 @@ vit-ft evaluate --model outputs/digits --output_dir reports/digits    # the reco
 vit-ft evaluate --model outputs/digits --output_dir reports/digits-48 --image_size 48
 vit-ft evaluate --model outputs/dogs-lora/adapter --output_dir reports/dogs --recipe dogs --split validation
 vit-ft evaluate --model outputs/digits --output_dir reports/mine --data_dir my_digits/   # <class>/<image>
+vit-ft evaluate --model outputs/digits-multilabel --output_dir reports/ml --data_dir photos/  # + labels.csv
 (also `python scripts/evaluate_model.py ...`)
 
 Writes REPORT/report.md (open it), metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
-mistakes.png/.csv, predictions.csv and a copy of the fine-tune's training_curves.png. REPORT may not be, nor
+mistakes.png/.csv, predictions.csv and a copy of the fine-tune's training_curves.png. A multi-label model
+(evaluated on multi-label data: a --data_dir with labels.csv or labels.jsonl beside its images) gets mAP, micro
+and macro F1 and exact match at its decision threshold, per-label AP/precision/recall/F1 (per_class.csv),
+pr_curves.png, and its most confident false positives and false negatives (mistakes.csv,
+false_positives.png, false_negatives.png) instead of the confusion matrix. REPORT may not be, nor
 lie inside, the model's folder or a data folder the evaluation reads (refused before anything is written).
 """
 
@@ -30,9 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max_samples", type=int, help="Evaluate a seeded random subset of this many images."
     )
-    parser.add_argument("--max_mistakes", type=int, default=25, help="Mistakes shown in mistakes.png.")
+    parser.add_argument("--max_mistakes", type=int, default=25,
+                        help="Mistakes shown in mistakes.png (multi-label: false positives and negatives, each).")  # fmt: skip
     parser.add_argument("--top_k", type=int, default=5, help="k of the top-k accuracy.")
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
+    parser.add_argument("--label_separator", default=";",
+                        help="The character between an image's labels in a --data_dir's labels.csv (multi-label).")  # fmt: skip
     return parser.parse_args(argv)
 
 

@@ -6,6 +6,9 @@ vit-ft predict --model outputs/dogs-lora photos/ --output preds.jsonl --top_k 3 
 
 Folders are searched recursively for image files. Columns: path, label, score (top-1), top_k_labels,
 top_k_scores (JSON arrays in CSV, highest first), error (why a file could not be read; then no labels).
+A multi-label model's rows list every label whose probability (sigmoid) is at or above its decision threshold
+(the model's, tuned on its validation split): path, labels, scores (JSON arrays in CSV, highest first;
+empty when no label reaches it), num_labels (0 then), threshold (one number, or {label: threshold}), error.
 Also writes a grid of the first predicted images next to the output (preds.csv -> preds.png; --figure names
 it). Neither file may replace an input, nor an existing file that predict did not write (a CSV without its
 header row, a PNG without its mark, ...) unless you pass --overwrite; a file from an earlier predict run is
@@ -31,7 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output", required=True, help="preds.csv or preds.jsonl (the suffix picks the format)."
     )
-    parser.add_argument("--top_k", type=int, default=5)
+    parser.add_argument("--top_k", type=int, default=5,
+                        help="Labels per image (single-label models; a multi-label model lists those above threshold).")  # fmt: skip
     add_inference_arguments(parser, batch_size=32)
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
     parser.add_argument("--max_pixels", type=optional_int, default=DEFAULT_MAX_PIXELS,

@@ -15,7 +15,9 @@ from ..utils.run_record import EXAMPLES_DIR
 logger = logging.getLogger("vit_ft")
 
 MAX_EXAMPLES = 8  # images in examples/: enough to try the demo, little to upload
-MAX_CLASS_EXAMPLES = 20  # up to this many classes, one example of each even beyond MAX_EXAMPLES (the demo's gallery)
+MAX_CLASS_EXAMPLES = (
+    20  # up to this many classes, one example of each even beyond MAX_EXAMPLES (the demo's gallery)
+)
 
 
 def write_examples(

@@ -115,7 +115,7 @@ def wrap_title(text: str, width: int = TITLE_LINE_CHARS, max_lines: int = TITLE_
     return "\n".join(out)
 
 
-def _shown(source: Any, image_size: tuple[int, int]) -> Image.Image | None:
+def shown_image(source: Any, image_size: tuple[int, int]) -> Image.Image | None:
     """`display_image`, or None (an empty panel) for an image that does not decode."""
     try:
         return display_image(source, image_size)
@@ -299,7 +299,7 @@ def plot_mistakes(
         fig.savefig(path, dpi=100)
         plt.close(fig)
         return Path(path)
-    shown = [_shown(image, image_size) for image in images]
+    shown = [shown_image(image, image_size) for image in images]
     width = title_line_chars(MISTAKE_TITLE_FONTSIZE)
     titles = [
         f"{wrap_title(m.true_label, width)}\n{wrap_title(f'→ {m.predicted_label} ({m.probability:.2f})', width)}"
@@ -325,5 +325,6 @@ __all__ = [
     "plot_reliability_diagram",
     "title_line_chars",
     "short",
+    "shown_image",
     "wrap_title",
 ]

@@ -29,7 +29,8 @@ def add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     data = parser.add_mutually_exclusive_group()
     data.add_argument("--recipe", help=f"{what} on this recipe's data (name in recipes/ or a .yaml path).")
     data.add_argument(
-        "--data_dir", help=f"{what} on an image folder laid out as <folder>/<class name>/<image>."
+        "--data_dir",
+        help=f"{what} on an image folder laid out as <folder>/<class name>/<image>, or (multi-label) a folder with labels.csv / labels.jsonl beside the images.",
     )
     parser.add_argument(
         "--seed", type=int, help="Data seed (default: the fine-tune's, read from its run record)."

@@ -1,7 +1,9 @@
 """Which images an evaluation runs on: the split a fine-tune recorded in `vit_ft_run.json` (test if it had
 one, else validation; taken from the loaded model's `Origin`, not read again), rebuilt with
 `vit_ft.data.datasets.load_image_datasets` from the same arguments and seed; or a recipe's split; or an image
-folder with one sub-folder per class. Labels are matched to the model's by name.
+folder with one sub-folder per class, or (multi-label) with labels.csv / labels.jsonl beside its images. Labels
+are matched to the model's by name: a label of the data the model lacks is an error, a model label absent from
+the data is not (a multi-label model's label then has no positive image, hence no AP).
 """
 
 from __future__ import annotations
@@ -15,17 +17,26 @@ from typing import Any
 import datasets
 import numpy as np
 
-from ..data.datasets import load_image_datasets
+from ..data.datasets import is_multi_label_dataset, load_image_datasets
 from ..data.digits import write_digits_imagefolder
+from ..data.digits_multilabel import write_digits_multilabel_imagefolder
 from ..data.image_folders import check_class_folders, check_image_folder
+from ..data.label_files import labels_file, read_labelled_folder
+from ..data.multilabel import multi_hot_matrix
+from ..metrics.multilabel import MULTI_LABEL
 from ..utils.run_record import RUN_RECORD_FILE, recorded_seed
 from .trained import Origin
 
 DATA_FIELDS = (
     "dataset_name", "dataset_config", "train_dir", "validation_dir", "test_dir", "train_split",
     "validation_split", "test_split", "image_column", "label_column", "validation_split_percentage",
-    "max_eval_samples",
+    "max_eval_samples", "problem_type", "label_separator",
 )  # fmt: skip
+# the built-in datasets' writers: evaluation writes the folders a recorded fine-tune wrote, when missing
+BUILTIN_WRITERS = {
+    "digits": write_digits_imagefolder,
+    "digits-multilabel": write_digits_multilabel_imagefolder,
+}
 
 
 @dataclass
@@ -33,7 +44,9 @@ class EvalData:
     """Images to evaluate, their true labels as the model's label ids, and where they came from."""
 
     dataset: datasets.Dataset  # column "image" holds datasets.Image(decode=False) values {"bytes", "path"}
-    labels: np.ndarray  # (num_images,) int64 model label ids
+    # (num_images,) int64 model label ids, or for multi-label data (num_images, num_labels) float32 multi-hot
+    # rows over the model's labels (a model label absent from the data: a column of zeros)
+    labels: np.ndarray
     description: str
     notes: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)  # the local folders the images were read from
@@ -41,18 +54,62 @@ class EvalData:
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def multi_label(self) -> bool:
+        """Several labels (or none) per image: `labels` holds multi-hot rows."""
+        return self.labels.ndim == 2
 
-def _model_label_ids(names: Sequence[str], id2label: dict[int, str], where: str) -> list[int]:
+
+def _model_label_ids(
+    names: Sequence[str], id2label: dict[int, str], where: str, multi_label: bool = False
+) -> list[int]:
     """The model's label id of each dataset class name; a class the model does not know is an error."""
     label2id = {name: i for i, name in id2label.items()}
     unknown = [name for name in names if name not in label2id]
     if unknown:
         known = list(id2label.values())
+        fix = (
+            "Remove them from its labels file, or evaluate a model fine-tuned with them."
+            if multi_label
+            else "Rename or remove those class folders."
+        )
         raise ValueError(
-            f"{where} has class(es) {unknown} that the model does not know; its labels are "
-            f"{known[:20]}{' ...' if len(known) > 20 else ''}. Rename or remove those class folders."
+            f"{where} has {'label' if multi_label else 'class'}(es) {unknown} that the model does not know; its "
+            f"labels are {known[:20]}{' ...' if len(known) > 20 else ''}. {fix}"
         )
     return [label2id[name] for name in names]
+
+
+def check_task(data_multi_label: bool, multi_label: bool | None, where: str) -> None:
+    """A multi-label model needs multi-label data and a single-label one single-label data (`multi_label`
+    None: either); a mismatch is a ValueError naming the data and the fix."""
+    if multi_label is None or data_multi_label == multi_label:
+        return
+    if multi_label:
+        raise ValueError(
+            f"{where} has one label per image, but the model is multi-label ({MULTI_LABEL}); pass multi-label "
+            "data: a --data_dir folder with labels.csv (columns file,labels; labels separated by ';') or "
+            "labels.jsonl beside its images, or a --recipe with multi-label data."
+        )
+    raise ValueError(
+        f"{where} is multi-label (several labels per image), but the model is a single-label classifier; pass "
+        "data with one label per image (a --data_dir laid out as <folder>/<class name>/<image>), or a "
+        "multi-label model."
+    )
+
+
+def _model_labels(
+    dataset: datasets.Dataset, names: Sequence[str], id2label: dict[int, str], where: str
+) -> np.ndarray:
+    """The dataset's labels as the model's: label ids (num_images,), or multi-hot rows (num_images,
+    num_labels) with the dataset's columns moved to the model's label order."""
+    multi_label = is_multi_label_dataset(dataset)
+    ids = np.asarray(_model_label_ids(names, id2label, where, multi_label), dtype=np.int64)
+    if not multi_label:
+        return ids[np.asarray(dataset["label"], dtype=np.int64)]  # dataset class index -> model label id
+    labels = np.zeros((len(dataset), len(id2label)), dtype=np.float32)
+    labels[:, ids] = multi_hot_matrix(dataset)
+    return labels
 
 
 def _as_eval_data(
@@ -63,15 +120,17 @@ def _as_eval_data(
     max_samples: int | None,
     seed: int,
     sampled: str,
+    multi_label: bool | None = None,
 ) -> EvalData:
-    """`dataset`'s images with their classes as the model's label ids. With `max_samples` below its size, that
-    many random images (the same ones for the same seed), and `sampled`, formatted with n and seed, is appended
-    to the description."""
+    """`dataset`'s images with their classes as the model's label ids (multi-hot rows for multi-label data,
+    which a model whose `multi_label` is given must match: `check_task`). With `max_samples` below its size,
+    that many random images (the same ones for the same seed), and `sampled`, formatted with n and seed, is
+    appended to the description."""
+    check_task(is_multi_label_dataset(dataset), multi_label, description)
     if max_samples is not None and max_samples < len(dataset):
         dataset = dataset.shuffle(seed=seed).select(range(max_samples))
         description += sampled.format(n=max_samples, seed=seed)
-    ids = np.asarray(_model_label_ids(names, id2label, description), dtype=np.int64)
-    labels = ids[np.asarray(dataset["label"], dtype=np.int64)]  # dataset class index -> model label id
+    labels = _model_labels(dataset, names, id2label, description)
     dataset = dataset.select_columns(["image"]).cast_column("image", datasets.Image(decode=False))
     return EvalData(dataset, labels, description)
 
@@ -83,12 +142,17 @@ def data_from_fields(
     seed: int,
     where: str,
     max_samples: int | None = None,
+    multi_label: bool | None = None,
 ) -> EvalData:
     """The `split` ("test"/"validation"; default test if there is one) of the data that DataArguments-style
-    `fields` describe, loaded as the fine-tune loaded it (same held-out split and subsets for the same seed)."""
-    if fields.get("builtin_dataset") == "digits" and fields.get("train_dir"):
-        write_digits_imagefolder(Path(fields["train_dir"]).parent, seed=0)  # as the fine-tune writes it
+    `fields` describe, loaded as the fine-tune loaded it (same held-out split and subsets for the same seed;
+    multi-label data with its recorded `problem_type`, `class_names` and `label_separator`)."""
+    writer = BUILTIN_WRITERS.get(fields.get("builtin_dataset") or "")
+    if writer is not None and fields.get("train_dir"):
+        writer(Path(fields["train_dir"]).parent, seed=0)  # as the fine-tune writes it
     arguments = {name: fields[name] for name in DATA_FIELDS if name in fields}
+    if fields.get("class_names") is not None:  # the names of a multi-hot label column
+        arguments["label_names"] = fields["class_names"]
     try:
         splits, names = load_image_datasets(**arguments, seed=seed)
     except FileNotFoundError as error:
@@ -105,7 +169,7 @@ def data_from_fields(
     source = fields.get("dataset_name") or fields.get(f"{split}_dir") or fields.get("train_dir")
     description = f"split {split!r} of {source} ({where}, seed {seed})"
     data = _as_eval_data(
-        splits[split], names, id2label, description, max_samples, seed, ", {n} random images"
+        splits[split], names, id2label, description, max_samples, seed, ", {n} random images", multi_label
     )
     given = (fields.get(name) for name in ("dataset_name", "train_dir", "validation_dir", "test_dir"))
     data.folders = [str(folder) for folder in given if folder and Path(folder).expanduser().is_dir()]
@@ -118,6 +182,7 @@ def recorded_eval_data(
     split: str | None = None,
     seed: int | None = None,
     max_samples: int | None = None,
+    multi_label: bool | None = None,
 ) -> EvalData:
     """The evaluation data recorded in the model's run record (`origin.record`, see `data_from_fields`)."""
     info, model = origin.record, origin.name
@@ -135,9 +200,8 @@ def recorded_eval_data(
                 "The fine-tune's seed is not recorded: seed 0 assumed. A held-out validation split and "
                 "max_eval_samples subsets depend on it; pass --seed to match the fine-tune."
             )
-    data = data_from_fields(
-        info.get("data", {}), id2label, split, seed, f"{RUN_RECORD_FILE} of {model}", max_samples
-    )
+    where = f"{RUN_RECORD_FILE} of {model}"
+    data = data_from_fields(info.get("data", {}), id2label, split, seed, where, max_samples, multi_label)
     data.notes.extend(notes)
     return data
 
@@ -148,6 +212,7 @@ def recipe_eval_data(
     split: str | None = None,
     seed: int | None = None,
     max_samples: int | None = None,
+    multi_label: bool | None = None,
 ) -> EvalData:
     """The evaluation split of a recipe's data, with the recipe's seed (TrainingArguments' 42 if it sets none)."""
     from ..training.recipes import load_recipe, resolve_recipe
@@ -155,19 +220,55 @@ def recipe_eval_data(
     values = load_recipe(resolve_recipe(recipe))
     if seed is None:
         seed = values.get("data_seed") if values.get("data_seed") is not None else values.get("seed", 42)
-    return data_from_fields(values, id2label, split, int(seed), f"recipe {recipe!r}", max_samples)
+    where = f"recipe {recipe!r}"
+    return data_from_fields(values, id2label, split, int(seed), where, max_samples, multi_label)
+
+
+def _labelled_folder(
+    folder: str | os.PathLike, id2label: dict[int, str], separator: str
+) -> tuple[datasets.Dataset, list[str]]:
+    """A --data_dir with labels.csv / labels.jsonl read as multi-label data over its own label names (so that a
+    label the model lacks is named by `_model_label_ids`), or over the model's when it names fewer than two."""
+    try:
+        return read_labelled_folder(folder, "--data_dir", None, separator)
+    except ValueError:  # one label or none: read over the model's labels, which names an unknown one too
+        return read_labelled_folder(folder, "--data_dir", list(id2label.values()), separator)
 
 
 def folder_eval_data(
-    folder: str | os.PathLike, id2label: dict[int, str], max_samples: int | None = None, seed: int = 0
+    folder: str | os.PathLike,
+    id2label: dict[int, str],
+    max_samples: int | None = None,
+    seed: int = 0,
+    multi_label: bool | None = None,
+    separator: str = ";",
 ) -> EvalData:
     """All images of `folder`/<class name>/<image>; class names are matched to the model's label names.
-    Hidden class folders are skipped, as the fine-tune skips them; mistakes name `--data_dir`."""
-    check_class_folders(check_image_folder(folder, "--data_dir"), folder, "--data_dir")
-    splits, names = load_image_datasets(train_dir=folder, validation_split_percentage=0, seed=seed)
+    Hidden class folders are skipped, as the fine-tune skips them; mistakes name `--data_dir`. A folder with
+    labels.csv / labels.jsonl beside its images (labels separated by `separator`) is multi-label data, every
+    image listed there. A model's `multi_label` (None: either) must match the folder's (`check_task`)."""
     description = f"image folder {os.fspath(folder)}"
+    where = f"--data_dir {os.fspath(folder)}"
+    if multi_label and not Path(folder).expanduser().is_dir():
+        raise FileNotFoundError(
+            f"{where} is not a folder; pass a folder of images with labels.csv beside them"
+        )
+    has_labels_file = Path(folder).expanduser().is_dir() and labels_file(folder, "--data_dir") is not None
+    if multi_label and not has_labels_file:
+        raise ValueError(
+            f"{where} has no labels.csv or labels.jsonl, but the model is multi-label ({MULTI_LABEL}); put a "
+            "labels.csv beside its images (columns file,labels; labels separated by ';'; every image listed, an "
+            "empty labels cell for an image with none)."
+        )
+    check_task(has_labels_file, multi_label, where)  # before the layout is checked for the other kind
+    if has_labels_file:
+        dataset, names = _labelled_folder(folder, id2label, separator)
+    else:
+        check_class_folders(check_image_folder(folder, "--data_dir"), folder, "--data_dir")
+        splits, names = load_image_datasets(train_dir=folder, validation_split_percentage=0, seed=seed)
+        dataset = splits["train"]
     sampled = " ({n} random images, seed {seed})"
-    data = _as_eval_data(splits["train"], names, id2label, description, max_samples, seed, sampled)
+    data = _as_eval_data(dataset, names, id2label, description, max_samples, seed, sampled)
     data.folders = [os.fspath(folder)]
     return data
 
@@ -187,20 +288,25 @@ def resolve_eval_data(
     split: str | None = None,
     seed: int | None = None,
     max_samples: int | None = None,
+    multi_label: bool | None = None,
+    label_separator: str = ";",
 ) -> EvalData:
-    """`data_dir` if given, else `recipe`'s split, else the data recorded with the model at `origin`."""
+    """`data_dir` if given (labels.csv separated by `label_separator`), else `recipe`'s split, else the data
+    recorded with the model at `origin`. With `multi_label` (the model's), the data must be of the same kind."""
     if recipe is not None and data_dir is not None:
         raise ValueError("Pass either --recipe or --data_dir, not both.")
     if data_dir is not None:
-        return folder_eval_data(data_dir, id2label, max_samples, seed or 0)
+        return folder_eval_data(data_dir, id2label, max_samples, seed or 0, multi_label, label_separator)
     if recipe is not None:
-        return recipe_eval_data(recipe, id2label, split, seed, max_samples)
-    return recorded_eval_data(origin, id2label, split, seed, max_samples)
+        return recipe_eval_data(recipe, id2label, split, seed, max_samples, multi_label)
+    return recorded_eval_data(origin, id2label, split, seed, max_samples, multi_label)
 
 
 __all__ = [
+    "BUILTIN_WRITERS",
     "DATA_FIELDS",
     "EvalData",
+    "check_task",
     "data_from_fields",
     "folder_eval_data",
     "folders_read",

@@ -1,13 +1,15 @@
 """Evaluation of a fine-tuned classifier: metrics, a per-class table, a confusion matrix, the most confident
 mistakes, and a `report.md` that shows them (with the fine-tune's training curves).
 
-Each job has its module: loading the model once (`trained`), which images (`eval_data`), the batched loop
-(`inference`), the numbers (here), the figures (`reports.figures`) and the report (`reports.reporting`);
-`run_evaluation` puts them together.
+Each job has its module: loading the model once (`trained`), which images (`eval_data`), the model's outputs on
+them (`eval_outputs`, with the batched loop of `inference`), the numbers (here), the figures (`reports.figures`)
+and the report (`reports.reporting`); `run_evaluation` puts them together.
 
     run_evaluation("outputs/digits", "reports/digits")                       # the recorded test split
     run_evaluation("outputs/digits", "reports/digits-48", image_size=48)     # another test-time resolution
     run_evaluation("outputs/digits", "reports/mine", data_dir="my_digits/")  # labels matched by class name
+
+A multi-label model (`Trained.multi_label`) is evaluated by `multilabel_evaluation` on multi-label data.
 """
 
 from __future__ import annotations
@@ -15,18 +17,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..data.images import describe_source
-from ..metrics.calibration import reliability_bins, softmax_with_temperature
+from ..metrics.calibration import reliability_bins
 from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ..reports.figures import (
     Mistake,
@@ -45,69 +44,11 @@ from ..reports.reporting import (
 )
 from ..utils.output_dir import check_output_dir
 from .eval_data import EvalData, folders_read, resolve_eval_data
-from .inference import describe_error, iter_batches
+from .eval_outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
+from .multilabel_evaluation import write_multilabel_evaluation
 from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
-
-
-@dataclass
-class EvalOutputs:
-    """Model outputs on the images that decoded; `rows` indexes them in the EvalData."""
-
-    logits: np.ndarray  # (num_evaluated, num_labels) float32
-    labels: np.ndarray  # (num_evaluated,) true model label ids
-    rows: np.ndarray  # (num_evaluated,) row index in EvalData.dataset
-    sources: list[str]  # (num_evaluated,) file path (or a description) of each image
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # {"row", "source", "reason"}
-    temperature: float = 1.0  # the model's calibration temperature (`trained.Trained.temperature`)
-
-    @property
-    def probabilities(self) -> np.ndarray:
-        """Calibrated probabilities `(num_evaluated, num_labels)`: softmax of the logits / temperature."""
-        return softmax_with_temperature(self.logits, self.temperature).numpy()
-
-    @property
-    def predictions(self) -> np.ndarray:
-        return self.logits.argmax(axis=-1)
-
-
-def predict_dataset(
-    trained: Trained,
-    data: EvalData,
-    batch_size: int = 64,
-    num_workers: int = 0,
-    progress: bool | None = None,
-) -> EvalOutputs:
-    """Logits for every image of `data`, `batch_size` at a time; images that do not decode are skipped
-    (listed in `skipped`), as the fine-tune's `drop_bad_images` dropped them."""
-    logits, rows, sources, skipped = [], [], [], []
-    values = data.dataset["image"]
-    for batch in iter_batches(trained, values, batch_size, num_workers, "Evaluating", progress):
-        for offset, error in batch.errors.items():
-            value, row = batch.sources[offset], batch.start + offset
-            source = describe_source(value) if value else f"row {row}"
-            skipped.append({"row": row, "source": source, "reason": describe_error(error)})
-        if batch.decoded:
-            logits.append(batch.outputs.numpy())
-            rows.extend(batch.start + i for i in batch.decoded)
-            sources.extend(describe_source(batch.sources[i]) for i in batch.decoded)
-    if skipped:
-        logger.warning(
-            "Skipped %d of %d images that do not decode, e.g. %s (%s).",
-            len(skipped),
-            len(data),
-            skipped[0]["source"],
-            skipped[0]["reason"],
-        )
-    if not rows:
-        raise ValueError(
-            f"None of the {len(data)} images of {data.description} decodes; nothing to evaluate."
-        )
-    row_index = np.asarray(rows, dtype=np.int64)
-    return EvalOutputs(
-        np.concatenate(logits), data.labels[row_index], row_index, sources, skipped, trained.temperature
-    )
 
 
 def confusion_counts(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> np.ndarray:
@@ -198,22 +139,10 @@ def _metrics_record(
     trained: Trained, data: EvalData, outputs: EvalOutputs, top_k: int, elapsed: float
 ) -> dict[str, Any]:
     """What metrics.json holds: the numbers, what was evaluated at which resolution, and how fast."""
-    info = trained.run_record or {}
     return {
         **compute_metrics(outputs, top_k),
         **calibration_metrics(outputs),
-        "num_images": int(len(outputs.labels)),
-        "num_skipped": len(outputs.skipped),
-        "num_classes": trained.num_labels,
-        "model": trained.source,
-        "data": data.description,
-        "image_size": list(trained.preprocessing.image_size),
-        "trained_image_size": info.get("image_size"),
-        "images_per_second": round(len(outputs.labels) / max(elapsed, 1e-9), 2),
-        "device": str(trained.device),
-        "bf16": trained.bf16,
-        "skipped": outputs.skipped,
-        "notes": data.notes,
+        **evaluation_facts(trained, data, outputs, elapsed),
     }
 
 
@@ -242,16 +171,6 @@ def _write_tables(
         for i, (row, label, pred) in enumerate(zip(outputs.rows, outputs.labels, predictions, strict=True))
     ]
     write_csv(output_dir / "predictions.csv", rows)
-
-
-def short_description(description: str) -> str:
-    """An `EvalData.description` short enough for a figure title: "test split", "image folder my_digits"."""
-    split = re.match(r"split '([^']+)'", description)
-    if split:
-        return f"{split.group(1)} split"
-    if description.startswith("image folder "):
-        return f"image folder {Path(description.removeprefix('image folder ').split(',')[0]).name}"
-    return description
 
 
 def _write_figures(
@@ -305,6 +224,7 @@ def run_evaluation(
     progress: bool | None = None,
     max_tokens: int | None = MAX_IMAGE_TOKENS,
     bf16: str | bool = False,
+    label_separator: str = ";",
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md/.png, confusion_matrix.png/.csv/.npy,
     reliability.png, mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has
@@ -315,20 +235,41 @@ def run_evaluation(
     `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
     under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads;
     `output_dir` may not be, nor lie inside, a folder the evaluation reads (the model's, the data's).
+
+    A multi-label model needs multi-label data (a `data_dir` with labels.csv, its labels separated by
+    `label_separator`) and gets the files of `multilabel_evaluation.write_multilabel_evaluation` instead.
     """
     given = [model, *([data_dir] if data_dir is not None else [])]
     check_output_dir(output_dir, inputs=given, holds="report.md and its files")  # before the model loads
     output_dir = Path(output_dir)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     id2label = trained.id2label
-    data = resolve_eval_data(trained.origin, id2label, recipe, data_dir, split, seed, max_samples)
+    where = (recipe, data_dir, split, seed, max_samples)
+    data = resolve_eval_data(trained.origin, id2label, *where, trained.multi_label, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
     output_dir.mkdir(parents=True, exist_ok=True)
     logger.info("Evaluating %s on %s: %d images.", trained.source, data.description, len(data))
 
     started = time.perf_counter()
     outputs = predict_dataset(trained, data, batch_size, num_workers, progress)
-    metrics = _metrics_record(trained, data, outputs, top_k, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    if outputs.multi_label:
+        return write_multilabel_evaluation(output_dir, trained, data, outputs, elapsed, max_mistakes)
+    return _write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes)
+
+
+def _write_evaluation(
+    output_dir: Path,
+    trained: Trained,
+    data: EvalData,
+    outputs: EvalOutputs,
+    elapsed: float,
+    top_k: int,
+    max_mistakes: int,
+) -> dict[str, Any]:
+    """A single-label evaluation's files (see `run_evaluation`); returns metrics.json's contents."""
+    id2label = trained.id2label
+    metrics = _metrics_record(trained, data, outputs, top_k, elapsed)
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
     counts = confusion_counts(outputs.labels, outputs.predictions, trained.num_labels)
@@ -340,13 +281,9 @@ def run_evaluation(
     write_report(output_dir, trained.source, metrics, table, figures, data.notes, trained.origin.run_folder)
     logger.info(
         "accuracy %.4f, top-%d %.4f, macro-F1 %.4f on %d images; report in %s",
-        metrics["accuracy"],
-        top_k,
-        metrics[f"top{top_k}_accuracy"],
-        metrics["f1"],
-        metrics["num_images"],
+        metrics["accuracy"], top_k, metrics[f"top{top_k}_accuracy"], metrics["f1"], metrics["num_images"],
         output_dir / "report.md",
-    )
+    )  # fmt: skip
     return metrics
 
 

@@ -1,4 +1,5 @@
-"""Batch prediction: image files and folders -> the top-k labels of each file, as CSV or JSONL rows.
+"""Batch prediction: image files and folders -> the top-k labels of each file, as CSV or JSONL rows; for a
+multi-label model, every label whose probability (sigmoid) is at or above its decision threshold.
 
 classifier = load_trained("outputs/digits")
 files = collect_image_files(["photos/", "extra.jpg"])
@@ -14,14 +15,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..data.images import DEFAULT_MAX_PIXELS, image_extensions
+from ..metrics.multilabel import sigmoid
 from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ..reports.figures import display_image, plot_image_grid, short
 from ..utils.files import staged_file
 from .inference import describe_error, iter_batches
 from .prediction_output import (
+    MULTI_LABEL_COLUMNS,
     PREDICTION_COLUMNS,
     Prediction,
     PredictionWriter,
@@ -30,6 +34,7 @@ from .prediction_output import (
     mark_figure,
     read_predictions,
     refuse_replacing_others,
+    threshold_summary,
 )
 from .trained import Trained, load_trained
 
@@ -80,6 +85,33 @@ def top_k(probabilities: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     return probabilities.topk(min(k, probabilities.shape[-1]), dim=-1)
 
 
+def labels_above_threshold(
+    probabilities: np.ndarray, thresholds: np.ndarray, id2label: dict[int, str]
+) -> list[tuple[list[str], list[float]]]:
+    """`(batch, num_labels)` probabilities -> per image, the labels whose probability is >= their threshold
+    (`(num_labels,)`) and those probabilities, highest first (ties in label order); empty lists when none is."""
+    rows = []
+    for scores in probabilities:
+        above = np.flatnonzero(scores >= thresholds)
+        above = above[np.argsort(-scores[above], kind="stable")]
+        rows.append(([id2label[int(j)] for j in above], [float(scores[j]) for j in above]))
+    return rows
+
+
+def _multi_label_predictions(
+    classifier: Trained, batch: Any, threshold: float | dict[str, float]
+) -> dict[int, Prediction]:
+    """A multi-label model's Prediction of each decoded image of `batch` (offset in the batch -> Prediction);
+    `threshold` is what the rows say of the model's decision threshold (`threshold_summary`)."""
+    found = labels_above_threshold(
+        sigmoid(batch.outputs.numpy()), classifier.decision_threshold, classifier.id2label
+    )
+    return {
+        i: Prediction(batch.sources[i], labels=labels, scores=scores, threshold=threshold)
+        for i, (labels, scores) in zip(batch.decoded, found, strict=True)
+    }
+
+
 def predict_files(
     classifier: Trained,
     files: Sequence[str | os.PathLike],
@@ -88,7 +120,9 @@ def predict_files(
     num_workers: int = 0,
     progress: bool | None = None,
 ) -> Iterator[Prediction]:
-    """One Prediction per file, in input order, computed `batch_size` images at a time.
+    """One Prediction per file, in input order, computed `batch_size` images at a time: the `top_k_labels`
+    most probable labels, or for a multi-label model (`Trained.multi_label`) every label at or above its
+    decision threshold (`labels_above_threshold`; `top_k_labels` is then not used).
 
     A file that cannot be decoded (missing, not an image, truncated, over the pixel limit) yields a
     Prediction with `error` set and no labels; the other files of its batch are unaffected.
@@ -96,9 +130,16 @@ def predict_files(
     if top_k_labels < 1:
         raise ValueError(f"top_k={top_k_labels} must be positive.")
     files = [str(f) for f in files]
+    multi_label = bool(getattr(classifier, "multi_label", False))
+    threshold = threshold_summary(classifier.decision_threshold, classifier.id2label) if multi_label else None
     for batch in iter_batches(classifier, files, batch_size, num_workers, "Predicting", progress):
-        rows = {i: Prediction(batch.sources[i], error=describe_error(e)) for i, e in batch.errors.items()}
-        if batch.decoded:
+        rows = {
+            i: Prediction(batch.sources[i], error=describe_error(e), threshold=threshold)
+            for i, e in batch.errors.items()
+        }
+        if batch.decoded and multi_label:
+            rows.update(_multi_label_predictions(classifier, batch, threshold))
+        elif batch.decoded:
             scores, indices = top_k(batch.probabilities, top_k_labels)  # softmax(logits / T)
             for row, i in enumerate(batch.decoded):
                 rows[i] = Prediction(
@@ -114,18 +155,35 @@ def predict_files(
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _figure_caption(prediction: Prediction) -> str:
+    """`label (p)` of the top label, or a multi-label model's labels at or above threshold with theirs."""
+    if not prediction.multi_label:
+        return f"{short(prediction.label or '?')} ({prediction.score:.2f})"
+    found = [
+        f"{short(label, 14)}\u00a0{score:.2f}"  # no line break inside a pair
+        for label, score in zip(prediction.labels, prediction.scores, strict=True)
+    ]
+    return ", ".join(found) if found else "none ≥ threshold"
+
+
 def plot_predictions(
     predictions: Sequence[Prediction], image_size: tuple[int, int], path: str | os.PathLike
 ) -> Path:
-    """A grid of predicted images titled "label (p)", written to a hidden temporary file in the same folder and
+    """A grid of predicted images titled "label (p)" (a multi-label model's: every label at or above its
+    threshold, "label p, ...", or "none ≥ threshold"), written to a hidden temporary file in the same folder and
     renamed to `path` when complete (an existing file at `path` stays as it was if drawing fails). It carries
     predict's mark (`mark_figure`), so that the next run may replace it."""
     images = [display_image(p.path, image_size) for p in predictions]
-    titles = [f"{short(p.label or '?')} ({p.score:.2f})\n{short(Path(p.path).name, 24)}" for p in predictions]
+    titles = [f"{_figure_caption(p)}\n{short(Path(p.path).name, 24)}" for p in predictions]
+    suptitle = f"Top-1 predictions ({len(predictions)} shown)"
+    if predictions and predictions[0].multi_label:
+        threshold = predictions[0].threshold
+        said = f"{threshold:.2f}" if isinstance(threshold, float) else "per label"
+        suptitle = f"Labels at or above the decision threshold ({said}), {len(predictions)} images shown"
     path = Path(path)
     try:
         with staged_file(path, suffix=".part.png") as partial:
-            plot_image_grid(images, titles, partial, suptitle=f"Top-1 predictions ({len(predictions)} shown)")
+            plot_image_grid(images, titles, partial, suptitle=suptitle)
             partial.write_bytes(mark_figure(partial.read_bytes()))
     except OSError as error:
         replacement = disk_full_error(error, path, "--figure")
@@ -178,7 +236,9 @@ def run_prediction(
     bf16: str | bool = False,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl).
+    """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl): its top
+    `top_k_labels` labels, or for a multi-label model every label at or above its decision threshold (the
+    columns of MULTI_LABEL_COLUMNS, which say the threshold).
 
     `figure="auto"` writes a grid of the first `figure_images` predicted images next to the output
     (`preds.csv` -> `preds.png`); None writes none. Neither may replace an input file, nor an existing file
@@ -202,7 +262,12 @@ def run_prediction(
     refuse_replacing_others({"--output": output, "--figure": figure_path}, overwrite)  # before any write
     shown: list[Prediction] = []
     rows = errors = 0
-    with PredictionWriter(output) as writer:
+    if classifier.multi_label:
+        threshold = threshold_summary(classifier.decision_threshold, classifier.id2label)
+        logger.info(
+            "Multi-label model: every label with probability >= its decision threshold %s.", threshold
+        )
+    with PredictionWriter(output, multi_label=classifier.multi_label) as writer:
         for prediction in predict_files(classifier, files, top_k_labels, batch_size, num_workers, progress):
             writer.write(prediction)
             rows += 1
@@ -217,12 +282,14 @@ def run_prediction(
 
 
 __all__ = [  # the rows' format lives in prediction_output; its names are importable from here too
+    "MULTI_LABEL_COLUMNS",
     "PREDICTION_COLUMNS",
     "Prediction",
     "PredictionWriter",
     "check_output_path",
     "collect_image_files",
     "default_figure_path",
+    "labels_above_threshold",
     "predict_files",
     "read_predictions",
     "run_prediction",

@@ -1,5 +1,7 @@
 """predict's files: the rows (`.csv` or `.jsonl`, streamed by PredictionWriter and read back by
-`read_predictions`), the mark its figure carries, and the rule that keeps a user's files safe: predict
+`read_predictions`; a multi-label model's rows have MULTI_LABEL_COLUMNS: every label at or above its decision
+threshold with its probability, highest first, an empty list when none is, and the threshold), the mark its
+figure carries, and the rule that keeps a user's files safe: predict
 replaces only a file that predict wrote (a CSV with its header row, a JSONL file of its rows, a PNG with its
 mark, or an empty file), anything else only with `--overwrite`; a full disk is one line, and no hidden
 `.part` file stays behind whatever fails.
@@ -20,6 +22,10 @@ from typing import Any
 from ..utils.files import is_disk_full, move_into_place, temporary_sibling
 
 PREDICTION_COLUMNS = ("path", "label", "score", "top_k_labels", "top_k_scores", "error")
+# a multi-label model's rows: `labels` / `scores` (JSON arrays in CSV) hold every label whose probability is >=
+# its threshold, highest first; `num_labels` is 0 when none is (empty for a file that could not be read);
+# `threshold` is the model's decision threshold: one number, or {label: threshold} (JSON in CSV)
+MULTI_LABEL_COLUMNS = ("path", "labels", "scores", "num_labels", "threshold", "error")
 OUTPUT_FORMATS = (".csv", ".jsonl")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURE_MARK = b"vit_ft\x00predict"  # a PNG tEXt chunk's keyword and text: this figure is predict's own
@@ -33,6 +39,13 @@ class Prediction:
     labels: list[str] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     error: str | None = None
+    # a multi-label model's decision threshold (`threshold_summary`); None for a single-label model, whose
+    # `labels` are its top k
+    threshold: float | dict[str, float] | None = None
+
+    @property
+    def multi_label(self) -> bool:
+        return self.threshold is not None
 
     @property
     def label(self) -> str | None:
@@ -43,7 +56,12 @@ class Prediction:
         return self.scores[0] if self.scores else None
 
     def as_row(self) -> dict[str, Any]:
-        """A JSON-ready dict with the keys of PREDICTION_COLUMNS (error None when the file was read)."""
+        """A JSON-ready dict with the keys of PREDICTION_COLUMNS, or MULTI_LABEL_COLUMNS for a multi-label model
+        (error None when the file was read)."""
+        if self.multi_label:
+            count = None if self.error is not None else len(self.labels)
+            return {"path": self.path, "labels": self.labels, "scores": self.scores, "num_labels": count,
+                    "threshold": self.threshold, "error": self.error}  # fmt: skip
         return {
             "path": self.path,
             "label": self.label,
@@ -52,6 +70,15 @@ class Prediction:
             "top_k_scores": self.scores,
             "error": self.error,
         }
+
+
+def threshold_summary(thresholds: Any, id2label: dict[int, str]) -> float | dict[str, float]:
+    """A multi-label model's (num_labels,) decision thresholds as the rows say them: one number when every
+    label has the same, else {label name: threshold}."""
+    values = [float(t) for t in thresholds]
+    if all(t == values[0] for t in values):
+        return values[0]
+    return {id2label[j]: t for j, t in enumerate(values)}
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -91,13 +118,13 @@ def written_by_predict(path: str | os.PathLike) -> bool:
     if head.startswith(PNG_SIGNATURE):
         return b"tEXt" + FIGURE_MARK in head
     first = head.split(b"\n", 1)[0].rstrip(b"\r")
-    if first == ",".join(PREDICTION_COLUMNS).encode():
+    if first in (",".join(columns).encode() for columns in (PREDICTION_COLUMNS, MULTI_LABEL_COLUMNS)):
         return True
     try:
         row = json.loads(first)
     except ValueError:
         return False
-    return isinstance(row, dict) and tuple(row) == PREDICTION_COLUMNS
+    return isinstance(row, dict) and tuple(row) in (PREDICTION_COLUMNS, MULTI_LABEL_COLUMNS)
 
 
 def refuse_replacing_others(files: dict[str, Path | None], overwrite: bool) -> None:
@@ -144,8 +171,9 @@ class PredictionWriter:
     (then the error is one line that says so, see `disk_full_error`).
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, multi_label: bool = False):
         self.path = check_output_path(path)
+        columns = MULTI_LABEL_COLUMNS if multi_label else PREDICTION_COLUMNS
         self.format = self.path.suffix.lower()
         self._partial = temporary_sibling(self.path)
         try:
@@ -153,9 +181,7 @@ class PredictionWriter:
         except BaseException:
             self._partial.unlink(missing_ok=True)
             raise
-        self._csv = (
-            csv.DictWriter(self._file, fieldnames=PREDICTION_COLUMNS) if self.format == ".csv" else None
-        )
+        self._csv = csv.DictWriter(self._file, fieldnames=columns) if self.format == ".csv" else None
         if self._csv is not None:
             self._guarded(self._csv.writeheader)
 
@@ -176,8 +202,9 @@ class PredictionWriter:
         if self._csv is None:
             self._guarded(self._file.write, json.dumps(row) + "\n")
             return
-        row["top_k_labels"] = json.dumps(row["top_k_labels"])
-        row["top_k_scores"] = json.dumps(row["top_k_scores"])
+        for key, value in row.items():  # lists (and a per-label threshold) as JSON
+            if isinstance(value, (list, dict)):
+                row[key] = json.dumps(value)
         self._guarded(self._csv.writerow, {k: "" if v is None else v for k, v in row.items()})
 
     def _finish(self) -> None:
@@ -209,28 +236,39 @@ class PredictionWriter:
             self.discard()
 
 
+def _parsed_csv_row(row: dict[str, str]) -> dict[str, Any]:
+    """A CSV row of either kind with its JSON arrays and numbers parsed, empty cells as None."""
+    if "labels" in row:  # a multi-label model's
+        threshold = row["threshold"]
+        return {
+            "path": row["path"],
+            "labels": json.loads(row["labels"]),
+            "scores": json.loads(row["scores"]),
+            "num_labels": int(row["num_labels"]) if row["num_labels"] else None,
+            "threshold": json.loads(threshold) if threshold else None,
+            "error": row["error"] or None,
+        }
+    return {
+        "path": row["path"],
+        "label": row["label"] or None,
+        "score": float(row["score"]) if row["score"] else None,
+        "top_k_labels": json.loads(row["top_k_labels"]),
+        "top_k_scores": json.loads(row["top_k_scores"]),
+        "error": row["error"] or None,
+    }
+
+
 def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows written by PredictionWriter, as dicts like `Prediction.as_row()` (CSV lists and numbers parsed)."""
     path = Path(path)
     with path.open(encoding="utf-8", newline="") as f:
         if path.suffix.lower() == ".jsonl":
             return [json.loads(line) for line in f if line.strip()]
-        rows = []
-        for row in csv.DictReader(f):
-            rows.append(
-                {
-                    "path": row["path"],
-                    "label": row["label"] or None,
-                    "score": float(row["score"]) if row["score"] else None,
-                    "top_k_labels": json.loads(row["top_k_labels"]),
-                    "top_k_scores": json.loads(row["top_k_scores"]),
-                    "error": row["error"] or None,
-                }
-            )
-        return rows
+        return [_parsed_csv_row(row) for row in csv.DictReader(f)]
 
 
 __all__ = [
+    "MULTI_LABEL_COLUMNS",
     "OUTPUT_FORMATS",
     "PREDICTION_COLUMNS",
     "Prediction",
@@ -240,5 +278,6 @@ __all__ = [
     "mark_figure",
     "read_predictions",
     "refuse_replacing_others",
+    "threshold_summary",
     "written_by_predict",
 ]
