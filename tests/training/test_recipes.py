@@ -92,7 +92,9 @@ def test_recipe_parses_validates_and_keeps_its_values(name):
     assert training_args.remove_unused_columns is False
     # the best checkpoint on validation accuracy unless the recipe keeps the final model (digits: see its comment)
     assert training_args.load_best_model_at_end is values.get("load_best_model_at_end", True)
-    assert training_args.metric_for_best_model == "accuracy"
+    # multi-label recipes watch mAP (their data is multi-label: the fine-tune would switch accuracy to mAP)
+    assert training_args.metric_for_best_model == ("mAP" if name.endswith("-multilabel") else "accuracy")
+    assert (data_args.problem_type == "multi_label_classification") is name.endswith("-multilabel")
     assert model_args.use_lora is name.endswith("-lora")
 
 
