@@ -276,3 +276,20 @@ def test_digits_multilabel_recipe_is_the_builtin_one():
     assert recipe["metric_for_best_model"] == "mAP" and recipe["decision_threshold"] == "tune"
     assert (REPO / "recipes" / "digits-multilabel.yaml").is_file()
     assert subprocess.run([sys.executable, "-c", "import vit_ft"], check=False).returncode == 0
+
+
+def test_ema_and_early_stopping_watch_map(tmp_path):
+    """The toolkit's label-agnostic knobs on multi-label data: the EMA is evaluated as eval_ema_mAP and early
+    stopping watches the switched metric (mAP), the best checkpoint chosen on it."""
+    recipe = multilabel_recipe(
+        tmp_path, ema_decay=0.9, early_stopping_patience=1, early_stopping_threshold=1.0,
+        load_best_model_at_end=True, num_train_epochs=3,
+    )  # fmt: skip
+    result = run_finetune_script("--recipe", str(recipe), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
+    evals = [entry for entry in state["log_history"] if "eval_mAP" in entry]
+    assert evals and all("eval_ema_mAP" in entry for entry in evals)
+    # an improvement of 1.0 in mAP is impossible: early stopping ends the run after the second evaluation
+    assert len(evals) == 2 and state["global_step"] < 3 * 4
+    assert state["best_metric"] == max(entry["eval_mAP"] for entry in evals)
