@@ -44,7 +44,11 @@ def test_model_arguments_name_the_field_and_the_fix(kwargs, field, fix):
     [
         (NO_DIR, "set dataset_name", "or train_dir"),
         ({"dataset_name": "a/b"}, "dataset_name='a/b' and train_dir='data/train'", "--train_dir none"),
-        ({"builtin_dataset": "mnist"}, "builtin_dataset='mnist'", "use one of: digits, digits-multilabel (or leave unset)"),
+        (
+            {"builtin_dataset": "mnist"},
+            "builtin_dataset='mnist'",
+            "use one of: digits, digits-multilabel (or leave unset)",
+        ),
         ({**NO_DIR, "builtin_dataset": "digits"}, "builtin_dataset='digits'", "set train_dir"),
         ({**NO_DIR, "dataset_name": "a/b", "test_dir": "t"}, "validation_dir/test_dir", "test_split"),
         ({"train_split": ""}, "train_split is empty", "usually 'train'"),

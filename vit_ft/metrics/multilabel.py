@@ -88,7 +88,9 @@ def decision_threshold_of(config: Any) -> np.ndarray:
     """The (num_labels,) decision threshold a multi-label model's config holds (`THRESHOLD_ATTRIBUTE`: one
     float or one per label, tuned on validation by the fine-tune), `DEFAULT_THRESHOLD` when it holds none."""
     value = getattr(config, THRESHOLD_ATTRIBUTE, None)
-    return check_threshold(DEFAULT_THRESHOLD if value is None else value, config.num_labels, THRESHOLD_ATTRIBUTE)
+    return check_threshold(
+        DEFAULT_THRESHOLD if value is None else value, config.num_labels, THRESHOLD_ATTRIBUTE
+    )
 
 
 def average_precision_per_class(labels: Any, scores: Any) -> np.ndarray:

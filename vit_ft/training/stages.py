@@ -44,7 +44,9 @@ def prepare_builtin_data(data_args: DataArguments, training_args: TrainingArgume
     """Write the built-in dataset's image folders when they are missing (main process first)."""
     writers = {"digits": write_digits_imagefolder, "digits-multilabel": write_digits_multilabel_imagefolder}
     if data_args.builtin_dataset in writers:
-        with training_args.main_process_first(desc=f"writing the built-in {data_args.builtin_dataset} images"):
+        with training_args.main_process_first(
+            desc=f"writing the built-in {data_args.builtin_dataset} images"
+        ):
             writers[data_args.builtin_dataset](Path(data_args.train_dir).parent, seed=0)
 
 
