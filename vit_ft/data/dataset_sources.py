@@ -47,15 +47,8 @@ def check_one_source(
     train_dir: str | os.PathLike | None,
     validation_dir: str | os.PathLike | None,
     test_dir: str | os.PathLike | None,
-    problem_type: str | None = None,
-    problem_types: tuple[str, ...] = (),
 ) -> None:
-    """Fail unless exactly one of dataset_name and train_dir is given, with folders only beside train_dir, and
-    `problem_type` is None or one of `problem_types`."""
-    if problem_type is not None and problem_type not in problem_types:
-        raise ValueError(
-            f"problem_type={problem_type!r} is not one of {list(problem_types)} (or None: from the data)."
-        )
+    """Fail unless exactly one of dataset_name and train_dir is given, with folders only beside train_dir."""
     if (dataset_name is None) == (train_dir is None):
         raise ValueError(
             "Pass exactly one data source: dataset_name (a Hub dataset id or a save_to_disk folder) or "

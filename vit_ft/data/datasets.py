@@ -33,8 +33,8 @@ from .dataset_sources import check_one_source, named_splits
 from .label_files import labelled_folder_splits
 from .multilabel import (
     MULTI_LABEL,
-    PROBLEM_TYPES,
     SINGLE_LABEL,
+    check_problem_type,
     data_report,
     is_multi_hot,
     label_kind,
@@ -174,12 +174,12 @@ def load_image_datasets(
     `validation_split_percentage` fraction of train becomes validation; 0 means no "validation" split at all.
     max_train_samples / max_eval_samples then take seeded random subsets (eval: validation and test).
 
-    Multi-label (from the data, or `problem_type`): a Sequence(ClassLabel), name-list or multi-hot column
-    (names: `label_names`), or folders with labels.csv / labels.jsonl (`vit_ft.data.label_files`, labels split
-    by `label_separator`) give multi-hot float32 "label" vectors (`is_multi_label_dataset`); the hold-out is
-    iterative stratification.
+    Multi-label (from the data, or `problem_type`): a Sequence(ClassLabel), name-list or multi-hot column (names:
+    `label_names`), or labels.csv / labels.jsonl folders (`vit_ft.data.label_files`, labels split by
+    `label_separator`) give multi-hot float32 "label" vectors; the hold-out is iterative stratification.
     """
-    check_one_source(dataset_name, train_dir, validation_dir, test_dir, problem_type, PROBLEM_TYPES)
+    check_one_source(dataset_name, train_dir, validation_dir, test_dir)
+    check_problem_type(problem_type)
     if dataset_name is not None:
         splits = (train_split, validation_split, test_split)
         raw = named_splits(dataset_name, dataset_config, splits, validation_split_percentage, cache_dir)

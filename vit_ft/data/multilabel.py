@@ -20,12 +20,13 @@ from typing import Any, Literal
 import datasets
 import numpy as np
 
-from ..metrics.multilabel import MULTI_LABEL
+from ..metrics.multilabel import MULTI_LABEL, PROBLEM_TYPES, SINGLE_LABEL
 
 __all__ = [
     "MULTI_LABEL",
     "PROBLEM_TYPES",
     "SINGLE_LABEL",
+    "check_problem_type",
     "data_report",
     "is_multi_hot",
     "label_kind",
@@ -38,8 +39,6 @@ __all__ = [
     "to_multi_hot",
 ]
 
-SINGLE_LABEL = "single_label_classification"  # transformers' problem_type values
-PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL)
 _ACCEPTED = (
     "one label per image (ClassLabel, int or str) or several (Sequence(ClassLabel), a list of label names, "
     "or a multi-hot list of 0/1 per image)"
@@ -78,6 +77,14 @@ def label_kind(
     if isinstance(item, datasets.ClassLabel) or _is_value(item, ("int", "string", "bool", "float")):
         return "multi"
     raise ValueError(f"{described or f'label_column={column!r}'} holds {feature}; accepted: {_ACCEPTED}.")
+
+
+def check_problem_type(problem_type: str | None) -> None:
+    """A ValueError unless `problem_type` is None (chosen from the data) or one of transformers' PROBLEM_TYPES."""
+    if problem_type not in (None, *PROBLEM_TYPES):
+        raise ValueError(
+            f"problem_type={problem_type!r} is not one of {list(PROBLEM_TYPES)} (or None: from the data)."
+        )
 
 
 def is_multi_hot(features: datasets.Features, column: str = "label") -> bool:

@@ -32,8 +32,11 @@ import numpy as np
 MULTILABEL_METRIC_NAMES = ("mAP", "f1_micro", "f1_macro", "exact_match")
 # a tuned threshold is kept this far inside (0, 1), so that it stays a valid threshold for every tool
 _THRESHOLD_MARGIN = 1e-6
-# transformers' problem_type of a multi-label model (BCE-with-logits; its pipeline applies a sigmoid)
+# transformers' problem_type values: a multi-label model (BCE-with-logits; its pipeline applies a sigmoid) and
+# a single-label one (cross-entropy, softmax)
 MULTI_LABEL = "multi_label_classification"
+SINGLE_LABEL = "single_label_classification"
+PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL)
 # the config attribute holding the decision threshold a multi-label fine-tune tuned on validation (saved in
 # config.json, so it travels with the model to every tool, the Hub and the exports)
 THRESHOLD_ATTRIBUTE = "decision_threshold"
@@ -228,6 +231,8 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "MULTILABEL_METRIC_NAMES",
     "MULTI_LABEL",
+    "PROBLEM_TYPES",
+    "SINGLE_LABEL",
     "THRESHOLD_ATTRIBUTE",
     "average_precision_per_class",
     "build_multilabel_compute_metrics",

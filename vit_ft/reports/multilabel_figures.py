@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .figures import MISTAKE_TITLE_FONTSIZE, plot_image_grid, short, shown_image, title_line_chars, wrap_title  # noqa: E402
-from .reporting import markdown_table  # noqa: E402
+from .reporting import markdown_table, report_header, write_report_lines  # noqa: E402
 
 PR_CURVES_MAX_LABELS = 10  # above this, the figure shows the 5 labels with the highest AP and the 5 lowest
 MULTILABEL_CLASS_COLUMNS = ("class", "support", "predicted", "ap", "precision", "recall", "f1", "threshold")
@@ -180,18 +180,8 @@ def _threshold_text(metrics: dict[str, Any]) -> str:
 
 def _summary(output_dir: Path, model: str, metrics: dict[str, Any], folder: Path | None) -> list[str]:
     """The report's title, what was evaluated on what, and the metrics table."""
-    link = f"[`{model}`]({os.path.relpath(folder, output_dir)})" if folder else f"`{model}`"
-    skipped = metrics["num_skipped"]
-    size = metrics["image_size"]
     return [
-        f"# Evaluation of `{model}` (multi-label)",
-        "",
-        f"- Model: {link}",
-        f"- Data: {metrics['data']}",
-        f"- Images: {metrics['num_images']} evaluated"
-        + (f", {skipped} skipped (do not decode, see metrics.json)" if skipped else ""),
-        f"- Resolution: {size[0]}x{size[1]}",
-        f"- Precision: {'bf16 autocast' if metrics.get('bf16') else 'float32'} on {metrics.get('device', 'cpu')}",
+        *report_header(output_dir, model, metrics, folder, " (multi-label)"),
         f"- Decision threshold: {_threshold_text(metrics)}; a label is predicted at probability >= it",
         "",
         "## Metrics",
@@ -234,11 +224,7 @@ def write_multilabel_report(
         rows = sorted((r for r in rows if r["ap"] != ""), key=lambda r: r["ap"])[:10]
         lines += ["The 10 labels with the lowest AP:", ""]
     lines.append(markdown_table(rows, MULTILABEL_CLASS_COLUMNS))
-    if notes:
-        lines += ["## Notes", "", *[f"- {note}" for note in notes], ""]
-    path = output_dir / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return write_report_lines(output_dir, lines, notes)
 
 
 __all__ = [

@@ -193,20 +193,26 @@ def write_report(
         *_report_figures(figures),
         *_report_per_class(table),
     ]
+    return write_report_lines(output_dir, lines, notes)
+
+
+def write_report_lines(output_dir: Path, lines: list[str], notes: Sequence[str]) -> Path:
+    """output_dir/report.md: `lines`, then the notes (a section of their own when there are any)."""
     if notes:
-        lines += ["## Notes", "", *[f"- {note}" for note in notes], ""]
+        lines = [*lines, "## Notes", "", *[f"- {note}" for note in notes], ""]
     path = output_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
 
-def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any], folder: Path | None) -> list[str]:
-    """The report's title, what was evaluated on what, and the metrics table."""
-    top_key = next(k for k in metrics if k.startswith("top") and k.endswith("_accuracy"))
-    top_name = f"top-{top_key.removeprefix('top').removesuffix('_accuracy')} accuracy"
+def report_header(
+    output_dir: Path, model: str, metrics: dict[str, Any], folder: Path | None, task: str = ""
+) -> list[str]:
+    """An evaluation report's title (`task`: e.g. " (multi-label)") and what was evaluated on what: the model
+    (linked to its local `folder`), the data, the images (and those skipped), the resolution and the precision."""
     model_link = f"[`{model}`]({os.path.relpath(folder, output_dir)})" if folder else f"`{model}`"
     return [
-        f"# Evaluation of `{model}`",
+        f"# Evaluation of `{model}`{task}",
         "",
         f"- Model: {model_link}",
         f"- Data: {metrics['data']}",
@@ -216,6 +222,15 @@ def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any], folde
         + (f" (fine-tuned at {metrics['trained_image_size'][0]}x{metrics['trained_image_size'][1]})"
            if metrics.get("trained_image_size") and metrics["trained_image_size"] != metrics["image_size"] else ""),
         f"- Precision: {'bf16 autocast' if metrics.get('bf16') else 'float32'} on {metrics.get('device', 'cpu')}",
+    ]  # fmt: skip
+
+
+def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any], folder: Path | None) -> list[str]:
+    """The report's title, what was evaluated on what, and the metrics table."""
+    top_key = next(k for k in metrics if k.startswith("top") and k.endswith("_accuracy"))
+    top_name = f"top-{top_key.removeprefix('top').removesuffix('_accuracy')} accuracy"
+    return [
+        *report_header(output_dir, model, metrics, folder),
         *_calibration_line(metrics),
         "",
         "## Metrics",
@@ -297,5 +312,7 @@ __all__ = [
     "plot_training_curves",
     "write_confusion_csv",
     "write_csv",
+    "report_header",
     "write_report",
+    "write_report_lines",
 ]

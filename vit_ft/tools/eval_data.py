@@ -17,9 +17,8 @@ from typing import Any
 import datasets
 import numpy as np
 
+from ..data.builtin import BUILTIN_DATASETS, write_builtin_dataset
 from ..data.datasets import is_multi_label_dataset, load_image_datasets
-from ..data.digits import write_digits_imagefolder
-from ..data.digits_multilabel import write_digits_multilabel_imagefolder
 from ..data.image_folders import check_class_folders, check_image_folder
 from ..data.label_files import labels_file, read_labelled_folder
 from ..data.multilabel import multi_hot_matrix
@@ -32,11 +31,6 @@ DATA_FIELDS = (
     "validation_split", "test_split", "image_column", "label_column", "validation_split_percentage",
     "max_eval_samples", "problem_type", "label_separator",
 )  # fmt: skip
-# the built-in datasets' writers: evaluation writes the folders a recorded fine-tune wrote, when missing
-BUILTIN_WRITERS = {
-    "digits": write_digits_imagefolder,
-    "digits-multilabel": write_digits_multilabel_imagefolder,
-}
 
 
 @dataclass
@@ -147,9 +141,8 @@ def data_from_fields(
     """The `split` ("test"/"validation"; default test if there is one) of the data that DataArguments-style
     `fields` describe, loaded as the fine-tune loaded it (same held-out split and subsets for the same seed;
     multi-label data with its recorded `problem_type`, `class_names` and `label_separator`)."""
-    writer = BUILTIN_WRITERS.get(fields.get("builtin_dataset") or "")
-    if writer is not None and fields.get("train_dir"):
-        writer(Path(fields["train_dir"]).parent, seed=0)  # as the fine-tune writes it
+    if fields.get("builtin_dataset") in BUILTIN_DATASETS and fields.get("train_dir"):
+        write_builtin_dataset(fields["builtin_dataset"], fields["train_dir"])  # as the fine-tune writes it
     arguments = {name: fields[name] for name in DATA_FIELDS if name in fields}
     if fields.get("class_names") is not None:  # the names of a multi-hot label column
         arguments["label_names"] = fields["class_names"]
@@ -303,7 +296,6 @@ def resolve_eval_data(
 
 
 __all__ = [
-    "BUILTIN_WRITERS",
     "DATA_FIELDS",
     "EvalData",
     "check_task",

@@ -9,13 +9,13 @@ checkpoint's patch size, precision against the hardware, ...) live in `vit_ft.tr
 import re
 from dataclasses import dataclass, field
 
+from ..data.builtin import BUILTIN_DATASETS
+from ..metrics.multilabel import PROBLEM_TYPES
 from ..model.configuration_vit_ft import POOLING_CHOICES
 from .augmentation_arguments import AugmentationArguments
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 BUILTIN_PRETRAININGS = ("digits",)
-BUILTIN_DATASETS = ("digits", "digits-multilabel")
-PROBLEM_TYPES = ("single_label_classification", "multi_label_classification")  # transformers' names
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")

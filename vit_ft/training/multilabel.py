@@ -126,8 +126,8 @@ def tune_decision_threshold(trainer: Any, mode: str | float) -> dict[str, Any]:
     trainer's metrics; returns the run record's "decision_threshold" entry."""
     record: dict[str, Any]
     if trainer.eval_dataset is None:
-        value = training_threshold(trainer.args) if mode not in (TUNE, TUNE_PER_CLASS) else DEFAULT_THRESHOLD
-        record = {"value": value, "kind": "fixed" if mode not in (TUNE, TUNE_PER_CLASS) else "default",
+        record = {"value": training_threshold(trainer.args),  # the recipe's number, else the default 0.5
+                  "kind": "default" if mode in (TUNE, TUNE_PER_CLASS) else "fixed",
                   "split": None, "note": "no validation split: nothing to tune on"}  # fmt: skip
     else:
         output = trainer.predict(trainer.eval_dataset, metric_key_prefix="threshold")

@@ -16,12 +16,12 @@ from transformers import TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
 from ..data.bad_images import drop_bad_images
+from ..data.builtin import write_builtin_dataset
 from ..data.datasets import is_multi_label_dataset, load_image_datasets
 from ..data.digits import write_digits_imagefolder
-from ..data.digits_multilabel import write_digits_multilabel_imagefolder
-from ..data.multilabel import MULTI_LABEL, SINGLE_LABEL
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
+from ..metrics.multilabel import MULTI_LABEL, SINGLE_LABEL
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..utils.files import is_disk_full
@@ -42,12 +42,11 @@ logger = logging.getLogger("vit_ft")
 
 def prepare_builtin_data(data_args: DataArguments, training_args: TrainingArguments) -> None:
     """Write the built-in dataset's image folders when they are missing (main process first)."""
-    writers = {"digits": write_digits_imagefolder, "digits-multilabel": write_digits_multilabel_imagefolder}
-    if data_args.builtin_dataset in writers:
+    if data_args.builtin_dataset is not None:
         with training_args.main_process_first(
             desc=f"writing the built-in {data_args.builtin_dataset} images"
         ):
-            writers[data_args.builtin_dataset](Path(data_args.train_dir).parent, seed=0)
+            write_builtin_dataset(data_args.builtin_dataset, data_args.train_dir)
 
 
 def prepare_builtin_checkpoint(
@@ -135,11 +134,8 @@ def load_model(
         cache_dir=model_args.cache_dir,
     )
     kernelize(model)  # the CPU kernels where the switch allows them, before LoRA wraps the layers
-    new_heads = (
-        "classifier.",
-        "distillation_classifier.",
-        "attn_pool.",
-    )  # a head, or a pooling head asked for
+    # a head, or a pooling head asked for
+    new_heads = ("classifier.", "distillation_classifier.", "attn_pool.")
     missing = [key for key in model.loading_report.newly_initialized if not key.startswith(new_heads)]
     if missing:
         raise ValueError(
