@@ -37,8 +37,7 @@ from vit_ft.data.images import (  # noqa: E402
     resize_and_center_crop,
     to_normalized_tensor,
 )
-from vit_ft.metrics.calibration import softmax_with_temperature  # noqa: E402
-from vit_ft.metrics.multilabel import THRESHOLD_ATTRIBUTE, sigmoid  # noqa: E402
+from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: E402
 from vit_ft.tools.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
@@ -91,11 +90,12 @@ class Classifier:
             pre.resample,
         )
         self.max_pixels = max_pixels
-        self.temperature = trained.temperature  # 1.0 when the fine-tune fitted none (and for multi-label)
+        self.task = trained.task  # its probabilities: calibrated softmax, or a sigmoid per label
+        self.temperature = self.task.temperature  # 1.0 when the fine-tune fitted none (and for multi-label)
         # a multi-label model: independent sigmoid probabilities, each label kept at or above its own decision
         # threshold (the config's, tuned on validation), several labels or none; no unsure, no temperature
-        self.multi_label = trained.multi_label
-        thresholds = trained.decision_threshold.tolist() if self.multi_label else []
+        self.multi_label = self.task.problem_type == MULTI_LABEL
+        thresholds = self.task.threshold.tolist() if self.multi_label else []
         self.thresholds = {self.labels[i]: float(t) for i, t in enumerate(thresholds)}
         self.threshold_source = threshold_source(trained.model.config, trained.run_record)
         examples = trained.origin.examples_dir
@@ -152,10 +152,11 @@ class Classifier:
     def predict(self, upload: str | dict | None) -> dict[str, float]:
         """The top-5 labels with their probabilities, calibrated: softmax of the logits / temperature. A
         multi-label model's labels at or above their thresholds and the next below (`shown_labels`)."""
-        logits = self.model(pixel_values=self.pixel_values(self.open(upload))).logits[0]
+        logits = self.model(pixel_values=self.pixel_values(self.open(upload))).logits
+        probabilities = self.task.probabilities(logits.float())[0]  # (num_labels,)
         if self.multi_label:
-            return self.shown_labels(sigmoid(logits.numpy()))
-        probs = softmax_with_temperature(logits, self.temperature)
+            return self.shown_labels(probabilities)
+        probs = torch.from_numpy(probabilities)
         top = probs.topk(min(TOP_K, probs.numel()))
         return {self.labels[int(i)]: float(p) for p, i in zip(top.values, top.indices, strict=True)}
 

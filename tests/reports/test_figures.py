@@ -1,20 +1,20 @@
-"""vit_ft.reports.figures: image grids, the confusion matrix and the mistakes grid."""
+"""vit_ft.reports.figures and charts: image grids, the confusion matrix, the mistakes grid, the per-class chart
+and the reliability diagram."""
 
 import itertools
 
 import numpy as np
 from PIL import Image
 
+from vit_ft.reports.charts import normalize_rows, plot_confusion_matrix
 from vit_ft.reports.figures import (
     Mistake,
-    normalize_rows,
-    plot_confusion_matrix,
     plot_image_grid,
     plot_mistakes,
     short,
     wrap_title,
 )
-from vit_ft.tools.evaluation import confusion_counts
+from vit_ft.tasks.single_label import confusion_counts
 
 # Stanford Dogs' folder names: WordNet id, then the breed, no spaces; among them the longest
 DOGS = ["n02109047-Great_Dane", "n02107574-Greater_Swiss_Mountain_dog", "n02089078-black-and-tan_coonhound",
@@ -113,8 +113,8 @@ def test_confusion_matrix_shows_counts_beside_fractions_and_errors_on_their_own_
 
 
 def test_per_class_chart_has_precision_and_recall_bars_and_its_legend_off_them(saved_figures, tmp_path):
-    from vit_ft.reports.figures import plot_per_class
-    from vit_ft.tools.evaluation import per_class_table
+    from vit_ft.reports.charts import plot_per_class
+    from vit_ft.tasks.single_label import per_class_table
 
     counts = np.array([[8, 2, 0], [1, 9, 0], [0, 0, 0]])  # "fox" never seen nor predicted: left out
     plot_per_class(
@@ -133,7 +133,7 @@ def test_per_class_chart_has_precision_and_recall_bars_and_its_legend_off_them(s
 
 
 def test_per_class_chart_of_many_classes_shows_the_lowest_f1(saved_figures, tmp_path):
-    from vit_ft.reports.figures import PER_CLASS_CHART_MAX_CLASSES, plot_per_class
+    from vit_ft.reports.charts import PER_CLASS_CHART_MAX_CLASSES, plot_per_class
 
     table = [{"class": f"c{i}", "support": 5, "predicted": 5, "precision": i / 100, "recall": i / 100,
               "f1": i / 100} for i in range(100)]  # fmt: skip
@@ -146,7 +146,7 @@ def test_per_class_chart_of_many_classes_shows_the_lowest_f1(saved_figures, tmp_
 
 def test_reliability_diagram_draws_the_bins_the_diagonal_and_states_the_ece(saved_figures, tmp_path):
     from vit_ft.metrics.calibration import reliability_bins
-    from vit_ft.reports.figures import plot_reliability_diagram
+    from vit_ft.reports.charts import plot_reliability_diagram
 
     bins = reliability_bins(np.array([0.95, 0.97, 0.62, 0.5, 0.6]), np.array([1, 0, 1, 1, 0]))
     plot_reliability_diagram(

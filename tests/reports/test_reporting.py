@@ -15,8 +15,9 @@ from vit_ft.reports.reporting import (
     markdown_table,
     plot_training_curves,
     write_csv,
-    write_report,
+    write_report_lines,
 )
+from vit_ft.tasks import SingleLabel
 
 RUN = {
     "recipe": "beans",
@@ -201,7 +202,8 @@ def test_report_with_many_classes_shows_the_10_worst(tmp_path):
     table = [dict(zip(PER_CLASS_COLUMNS, (f"c{i}", 5, 5, 0.5, 0.5, i / 40), strict=True)) for i in range(40)]
     metrics = {"accuracy": 0.5, "top5_accuracy": 0.9, "f1": 0.49, "num_images": 200, "num_skipped": 0,
                "data": "an image folder", "image_size": [32, 32]}  # fmt: skip
-    text = write_report(tmp_path, "someone/vit", metrics, table, {}, ["a note"]).read_text()
+    lines, notes = SingleLabel().report_lines(tmp_path, "someone/vit", metrics, table, {}, None)
+    text = write_report_lines(tmp_path, lines, [*notes, "a note"]).read_text()
     shown = [
         line.split(" | ")[0].removeprefix("| ") for line in text.splitlines() if re.match(r"\| c\d", line)
     ]

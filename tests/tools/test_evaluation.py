@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 from sklearn.metrics import precision_recall_fscore_support
 
-from vit_ft.tools.evaluation import confusion_counts, per_class_table, run_evaluation
+from vit_ft.tasks.single_label import confusion_counts, per_class_table
+from vit_ft.tools.evaluation import run_evaluation
 
 from ..conftest import REPO
 

@@ -254,7 +254,7 @@ def test_demo_shows_the_labels_at_or_above_their_thresholds_and_the_next_below(a
     image(1).resize((48, 48)).save(tmp_path / "picture.png")  # square: resizing to cover needs no crop
     folder, probs = demo_folder(tmp_path, tmp_path / "picture.png")
     classifier = app.Classifier(folder)
-    assert classifier.multi_label and classifier.temperature == 1.0
+    assert classifier.task.problem_type == MULTI_LABEL and classifier.temperature == 1.0
     answer = classifier.predict(str(tmp_path / "picture.png"))
     ranked = list(probs)
     assert list(answer) == ranked[:2] + ranked[2 : 2 + app.BELOW_SHOWN]  # above, then the next 3 below

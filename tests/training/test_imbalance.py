@@ -11,8 +11,9 @@ from sklearn.metrics import recall_score
 from transformers import ViTImageProcessorPil
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.tasks import SingleLabel
 from vit_ft.training.arguments import DataArguments
-from vit_ft.training.stages import attach_transforms, load_data, train_class_weights
+from vit_ft.training.stages import attach_transforms, load_data
 from vit_ft.training.trainer import build_trainer
 from vit_ft.training.training_arguments import FineTuneTrainingArguments
 
@@ -54,14 +55,14 @@ def _minority_recall(root: Path, tmp: Path, **knobs) -> float:
     )  # fmt: skip
     splits, names = load_data(data_args, args)
     splits["validation"] = splits["test"]
-    train_labels = [int(label) for label in splits["train"]["label"]]
-    weights = train_class_weights(args, names, train_labels)
+    task = SingleLabel()
+    weights = task.loss_weights(args, splits["train"], names)
     torch.manual_seed(0)  # the same initial weights for every run, whatever ran before in this process
     model = ViTFTForImageClassification(tiny_ft_config(image_size=8, num_labels=2))
     processor = ViTImageProcessorPil(size={"height": 8, "width": 8})
     transform = attach_transforms(splits, processor, data_args, seed=0)
     trainer, _ = build_trainer(
-        model, processor, splits, args, data_args, [transform], weights, None, train_labels
+        model, processor, splits, args, data_args, task, [transform], weights, None
     )
     trainer.train()
     prediction = trainer.predict(splits["test"])

@@ -20,9 +20,9 @@ from sklearn.metrics import average_precision_score, f1_score
 from vit_ft.data.datasets import load_image_datasets
 from vit_ft.data.digits_multilabel import write_digits_multilabel_imagefolder
 from vit_ft.data.multilabel import multi_hot_matrix
-from vit_ft.metrics.multilabel import sigmoid, tune_class_thresholds, tune_global_threshold
+from vit_ft.metrics.multilabel import MULTI_LABEL, sigmoid, tune_class_thresholds, tune_global_threshold
+from vit_ft.tasks.losses import MultiLabelLoss
 from vit_ft.tools.trained import load_trained
-from vit_ft.training.losses import MultiLabelLoss
 
 from ..conftest import REPO, run_finetune_script, tiny_ft_config, write_tiny_recipe
 from .test_distributed import final_metrics, launch_two_processes
@@ -94,7 +94,7 @@ def test_two_process_multilabel_run_tunes_the_threshold_on_validation(two_proces
     assert config["decision_threshold"] == chosen["value"]
 
     trained = load_trained(out, device="cpu")
-    assert trained.multi_label and trained.temperature == 1.0
+    assert trained.task.problem_type == MULTI_LABEL and trained.temperature == 1.0
     splits, names = splits_as_trained(out)
     assert names == [str(d) for d in range(10)] and list(trained.id2label.values()) == names
     validation = multi_hot_matrix(splits["validation"]).astype(int)
@@ -159,7 +159,7 @@ def test_lora_with_per_label_thresholds_and_positive_weights(tmp_path):
     out = tmp_path / "out"
     record = json.loads((out / "vit_ft_run.json").read_text())
     trained = load_trained(out, device="cpu")
-    assert trained.origin.adapter is not None and trained.multi_label
+    assert trained.origin.adapter is not None and trained.task.problem_type == MULTI_LABEL
     splits, _ = splits_as_trained(out)
     validation = multi_hot_matrix(splits["validation"]).astype(int)
     val_probs = probabilities(trained, splits["validation"])
@@ -167,7 +167,7 @@ def test_lora_with_per_label_thresholds_and_positive_weights(tmp_path):
         validation, val_probs, default=tune_global_threshold(validation, val_probs)
     )
     assert record["decision_threshold"]["kind"] == "per_class"
-    np.testing.assert_allclose(trained.decision_threshold, expected, atol=1e-6)
+    np.testing.assert_allclose(trained.task.threshold, expected, atol=1e-6)
     np.testing.assert_allclose(record["decision_threshold"]["value"], expected, atol=1e-6)
 
 
@@ -195,7 +195,7 @@ def test_train_pos_weight_is_negatives_over_positives():
     import datasets
 
     from vit_ft.data.multilabel import multi_hot_feature
-    from vit_ft.training.multilabel import train_pos_weight
+    from vit_ft.tasks.threshold import train_pos_weight
 
     matrix = np.array([[1, 0, 1], [1, 0, 0], [0, 0, 0], [1, 0, 1]], dtype=np.float32)
     train = datasets.Dataset.from_dict(

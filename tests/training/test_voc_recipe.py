@@ -24,7 +24,7 @@ from PIL import Image
 from sklearn.metrics import average_precision_score
 from transformers import ViTImageProcessor, ViTModel
 
-from vit_ft.metrics.multilabel import sigmoid
+from vit_ft.metrics.multilabel import MULTI_LABEL, sigmoid
 from vit_ft.tools.trained import load_trained
 from vit_ft.training.recipes import load_recipe, resolve_recipe
 
@@ -153,7 +153,7 @@ def test_voc_recipe_trains_a_multilabel_classifier_through_the_hub(voc_run, tmp_
     assert voc_run["recipe"]["dataset_name"] in voc_run["hub"].downloaded("dataset")
     out = voc_run["out"]
     trained = load_trained(out, device="cpu")
-    assert trained.multi_label and list(trained.id2label.values()) == VOC
+    assert trained.task.problem_type == MULTI_LABEL and list(trained.id2label.values()) == VOC
     record = json.loads((out / "vit_ft_run.json").read_text())
     assert record["decision_threshold"]["split"] == "validation"
     assert 0 < record["decision_threshold"]["value"] < 1

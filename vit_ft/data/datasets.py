@@ -44,7 +44,7 @@ from .multilabel import (
     to_multi_hot,
 )
 
-__all__ = ["is_multi_label_dataset", "load_image_datasets"]
+__all__ = ["is_multi_label_dataset", "load_image_datasets", "problem_type_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +218,12 @@ def _subsampled(
 def is_multi_label_dataset(dataset: datasets.Dataset) -> bool:
     """Whether a split that `load_image_datasets` returned is multi-label (multi-hot "label" vectors)."""
     return is_multi_hot(dataset.features, "label")
+
+
+def problem_type_of(dataset: datasets.Dataset) -> str:
+    """The task a split that `load_image_datasets` returned is for, as transformers' `problem_type`: multi-hot
+    "label" vectors are multi-label, class ids single-label (`vit_ft.tasks.task_for` takes it)."""
+    return MULTI_LABEL if is_multi_label_dataset(dataset) else SINGLE_LABEL
 
 
 def _labelled_splits(

@@ -18,6 +18,11 @@ METRIC_PATH = Path(__file__).resolve().parent / "classification" / "classificati
 METRIC_NAMES = ("accuracy", "top5_accuracy", "f1", "balanced_accuracy")
 
 
+def base_metric(metric: str | None) -> str:
+    """A metric_for_best_model name without its eval_ / ema_ prefixes ("eval_ema_mAP" -> "mAP"; None -> "")."""
+    return (metric or "").removeprefix("eval_").removeprefix("ema_")
+
+
 def load_metric(**kwargs: Any):
     """Load the packaged metric module with `evaluate.load` from its file, without touching the network.
 
@@ -79,4 +84,4 @@ def build_compute_metrics(top_k: int = 5) -> Callable[[Any], dict[str, float]]:
     return compute_metrics
 
 
-__all__ = ["METRIC_NAMES", "METRIC_PATH", "build_compute_metrics", "eval_arrays", "load_metric"]
+__all__ = ["METRIC_NAMES", "METRIC_PATH", "base_metric", "build_compute_metrics", "eval_arrays", "load_metric"]

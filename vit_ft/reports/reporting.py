@@ -23,11 +23,8 @@ NO_LOGS = "no training logs yet"
 # (key, label, format): accuracy and F1 in panels of their own, so that neither hides the other
 ACCURACY_CURVES = (("eval_accuracy", "top-1", "o-"), ("eval_top5_accuracy", "top-5", "s--"))
 F1_CURVES = (("eval_f1", "macro-F1", "^-"),)
-# a multi-label run's panels: mAP (and exact match), micro- and macro-F1 at its decision threshold
-MULTILABEL_PANELS = (
-    ("Evaluation mAP", (("eval_mAP", "mAP", "o-"), ("eval_exact_match", "exact match", "s--"))),
-    ("Evaluation F1", (("eval_f1_micro", "micro-F1", "^-"), ("eval_f1_macro", "macro-F1", "v--"))),
-)
+# the two metric panels, (title, curves) each: a single-label run's; a task passes its own (`tasks`)
+ACCURACY_PANELS = (("Evaluation accuracy", ACCURACY_CURVES), ("Evaluation macro-F1", F1_CURVES))
 
 
 def plot_training_curves(
@@ -35,12 +32,14 @@ def plot_training_curves(
     path: str | Path,
     evaluated_on: str | None = None,
     best_step: int | None = None,
+    panels: Sequence[tuple[str, Sequence[tuple[str, str, str]]]] = ACCURACY_PANELS,
+    metric: str = "accuracy",
 ) -> Path:
-    """One PNG of four panels against the optimizer step: loss, learning rate, evaluation accuracy (top-1 and
-    top-5) and macro-F1, each panel's legend above it (off the curves) and the metric panels zoomed to their
+    """One PNG of four panels against the optimizer step: loss, learning rate and the task's two metric
+    `panels` (default: accuracy (top-1 and top-5) and macro-F1; a multi-label run's task gives mAP / exact match
+    and micro / macro-F1), each panel's legend above it (off the curves) and the metric panels zoomed to their
     values. The best and the final evaluated step are marked on every panel; `best_step` is the checkpoint the
-    run kept (default: the first step with the highest accuracy, as the recipes' metric_for_best_model). A
-    multi-label run's logs (eval_mAP) get mAP / exact-match and micro / macro-F1 panels instead.
+    run kept (default: the first step with the highest `metric`, as the recipes' metric_for_best_model).
     `evaluated_on` names the evaluation data ("validation, 144 images"; default: the size the Trainer's logs
     imply). A panel with nothing to draw says so ("no training logs yet" and why), as after a run shorter than
     its logging_steps."""
@@ -53,12 +52,10 @@ def plot_training_curves(
     lr = [e for e in train if "learning_rate" in e]
     _curves(lr_ax, "Learning rate", [("learning rate", "-", lr, "learning_rate")],
             "the run stopped before its first logging step")  # fmt: skip
-    multi_label = any("eval_mAP" in e for e in evals)
-    panels = MULTILABEL_PANELS if multi_label else (("Evaluation accuracy", ACCURACY_CURVES), ("Evaluation macro-F1", F1_CURVES))  # fmt: skip
     for ax, (title, curves) in zip((accuracy_ax, f1_ax), panels, strict=True):
         _curves(ax, title, [(label, fmt, evals, key) for key, label, fmt in curves], "no evaluation has run")
         _zoom_to_fractions(ax)
-    steps = _marked_steps(evals, best_step, "mAP" if multi_label else "accuracy")
+    steps = _marked_steps(evals, best_step, metric)
     for ax in axes.flat:
         for step, (label, style) in steps.items():
             if ax.get_lines():
@@ -140,9 +137,6 @@ def _curves(
 
 # ---- an evaluation's report ------------------------------------------------------------------------------
 
-TABLE_IN_REPORT_MAX_CLASSES = 30  # above this, report.md shows the worst classes and links the full table
-
-
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     """`rows` as a CSV file with their keys as the header."""
     with path.open("w", encoding="utf-8", newline="") as f:
@@ -177,25 +171,6 @@ def write_confusion_csv(counts: np.ndarray, id2label: dict[int, str], path: Path
 PER_CLASS_COLUMNS = ("class", "support", "predicted", "precision", "recall", "f1")
 
 
-def write_report(
-    output_dir: Path,
-    model: str,
-    metrics: dict[str, Any],
-    table: list[dict[str, Any]],
-    figures: dict[str, str],
-    notes: Sequence[str],
-    model_folder: Path | None = None,
-) -> Path:
-    """report.md: the metrics, every figure, the per-class table (or its worst rows), and the notes; the
-    model's name links to `model_folder` (its local folder) when there is one."""
-    lines = [
-        *_report_summary(output_dir, model, metrics, model_folder),
-        *_report_figures(figures),
-        *_report_per_class(table),
-    ]
-    return write_report_lines(output_dir, lines, notes)
-
-
 def write_report_lines(output_dir: Path, lines: list[str], notes: Sequence[str]) -> Path:
     """output_dir/report.md: `lines`, then the notes (a section of their own when there are any)."""
     if notes:
@@ -225,75 +200,17 @@ def report_header(
     ]  # fmt: skip
 
 
-def _report_summary(output_dir: Path, model: str, metrics: dict[str, Any], folder: Path | None) -> list[str]:
-    """The report's title, what was evaluated on what, and the metrics table."""
-    top_key = next(k for k in metrics if k.startswith("top") and k.endswith("_accuracy"))
-    top_name = f"top-{top_key.removeprefix('top').removesuffix('_accuracy')} accuracy"
-    return [
-        *report_header(output_dir, model, metrics, folder),
-        *_calibration_line(metrics),
-        "",
-        "## Metrics",
-        "",
-        markdown_table(
-            [{"accuracy": metrics["accuracy"], top_name: metrics[top_key], "macro-F1": metrics["f1"],
-              "balanced accuracy": metrics.get("balanced_accuracy"), "ECE": metrics.get("ece"),
-              "images": metrics["num_images"]}],
-            ["accuracy", top_name, "macro-F1", *(["balanced accuracy"] if "balanced_accuracy" in metrics else []),
-             *(["ECE"] if "ece" in metrics else []), "images"],
-        ),
-        "All numbers: [metrics.json](metrics.json). Per-image predictions: [predictions.csv](predictions.csv).",
-        "",
-    ]  # fmt: skip
-
-
-def _calibration_line(metrics: dict[str, Any]) -> list[str]:
-    """What the probabilities are: divided by the fine-tune's temperature or raw, with their ECE."""
-    if "ece" not in metrics:
-        return []
-    temperature = metrics.get("temperature", 1.0)
-    if temperature == 1.0:
-        return [f"- Calibration: raw softmax (no temperature fitted); ECE {metrics['ece']:.4f}"]
-    return [f"- Calibration: probabilities divided by the temperature {temperature:.3f} fitted on the fine-tune's "
-            f"validation split; expected calibration error {metrics['ece']:.4f} "
-            f"({metrics.get('ece_uncalibrated', float('nan')):.4f} without it)"]  # fmt: skip
-
-
-FIGURE_TITLES = {
-    "confusion_matrix": "Confusion matrix (rows: true class, normalised)",
-    "per_class": "Precision and recall per class",
-    "reliability": "Reliability diagram (calibration, 15 bins)",
-    "mistakes": "Most confident mistakes",
-    "training_curves": "Training curves of the fine-tune",
-}
-
-
-def _report_figures(figures: dict[str, str]) -> list[str]:
-    """A section per figure in `figures` (key -> file name), in FIGURE_TITLES' order, and the tables behind them."""
+def report_figure_sections(figures: dict[str, str], titles: dict[str, str], tables: str) -> list[str]:
+    """A section per figure in `figures` (key -> file name), in `titles`' order (key -> title), then the line
+    `tables` naming the files behind them, and a word when the model folder had no training curves."""
     lines = []
-    for key, title in FIGURE_TITLES.items():
+    for key, title in titles.items():
         if key in figures:
             lines += [f"## {title}", "", f"![{title}]({figures[key]})", ""]
-    lines += ["Counts: [confusion_matrix.csv](confusion_matrix.csv) ([.npy](confusion_matrix.npy)); the mistakes "
-              "shown: [mistakes.csv](mistakes.csv).", ""]  # fmt: skip
+    lines += [tables, ""]
     if "training_curves" not in figures:
         lines += ["No training curves: the model folder has no training_curves.png.", ""]
     return lines
-
-
-def _report_per_class(table: list[dict[str, Any]]) -> list[str]:
-    """The per-class table of the classes present, or its 10 lowest-F1 rows when there are many classes."""
-    lines = [
-        "## Per class",
-        "",
-        "Full table: [per_class.csv](per_class.csv), [per_class.md](per_class.md).",
-        "",
-    ]
-    present = [row for row in table if row["support"] > 0]
-    if len(present) <= TABLE_IN_REPORT_MAX_CLASSES:
-        return [*lines, markdown_table(present, PER_CLASS_COLUMNS)]
-    worst = sorted(present, key=lambda row: (row["f1"], -row["support"]))[:10]
-    return [*lines, "The 10 classes with the lowest F1:", "", markdown_table(worst, PER_CLASS_COLUMNS)]
 
 
 def copy_training_curves(folder: Path | None, output_dir: Path) -> str | None:
@@ -307,12 +224,14 @@ def copy_training_curves(folder: Path | None, output_dir: Path) -> str | None:
 
 
 __all__ = [
+    "ACCURACY_PANELS",
+    "PER_CLASS_COLUMNS",
     "copy_training_curves",
     "markdown_table",
     "plot_training_curves",
     "write_confusion_csv",
     "write_csv",
+    "report_figure_sections",
     "report_header",
-    "write_report",
     "write_report_lines",
 ]

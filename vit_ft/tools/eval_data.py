@@ -281,11 +281,12 @@ def resolve_eval_data(
     split: str | None = None,
     seed: int | None = None,
     max_samples: int | None = None,
-    multi_label: bool | None = None,
+    problem_type: str | None = None,
     label_separator: str = ";",
 ) -> EvalData:
     """`data_dir` if given (labels.csv separated by `label_separator`), else `recipe`'s split, else the data
-    recorded with the model at `origin`. With `multi_label` (the model's), the data must be of the same kind."""
+    recorded with the model at `origin`. With `problem_type` (the model's task), the data must be of its kind."""
+    multi_label = None if problem_type is None else problem_type == MULTI_LABEL
     if recipe is not None and data_dir is not None:
         raise ValueError("Pass either --recipe or --data_dir, not both.")
     if data_dir is not None:

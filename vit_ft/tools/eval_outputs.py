@@ -1,8 +1,7 @@
 """The model's outputs on an evaluation's images (`EvalData`): `predict_dataset` runs the loaded model over them
 a batch at a time (skipping images that do not decode, as the fine-tune dropped them) into `EvalOutputs`, whose
-probabilities are the calibrated softmax, or for a multi-label model the sigmoid of each logit;
-`evaluation_facts` is what metrics.json says about the run besides its numbers. Shared by the single-label and
-the multi-label evaluation (`evaluation`, `multilabel_evaluation`).
+probabilities are its task's (`vit_ft.tasks`: the calibrated softmax, or the sigmoid of each logit);
+`evaluation_facts` is what metrics.json says about the run besides its numbers.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..data.images import describe_source
-from ..metrics.calibration import softmax_with_temperature
-from ..metrics.multilabel import sigmoid
+from ..tasks import Task, task_for
 from .eval_data import EvalData
 from .inference import describe_error, iter_batches
 from .trained import Trained
@@ -34,16 +32,13 @@ class EvalOutputs:
     rows: np.ndarray  # (num_evaluated,) row index in EvalData.dataset
     sources: list[str]  # (num_evaluated,) file path (or a description) of each image
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {"row", "source", "reason"}
-    temperature: float = 1.0  # the model's calibration temperature (`trained.Trained.temperature`)
-    multi_label: bool = False  # a multi-label model: independent sigmoid probabilities
+    task: Task = field(default_factory=task_for)  # the model's (`trained.Trained.task`): its probabilities
 
     @property
     def probabilities(self) -> np.ndarray:
-        """Calibrated probabilities `(num_evaluated, num_labels)`: softmax of the logits / temperature, or
-        (multi-label) the sigmoid of each logit, in float64."""
-        if self.multi_label:
-            return sigmoid(self.logits)
-        return softmax_with_temperature(self.logits, self.temperature).numpy()
+        """The task's probabilities `(num_evaluated, num_labels)`: the softmax of the logits / temperature, or
+        the sigmoid of each logit."""
+        return self.task.probabilities(self.logits)
 
     @property
     def predictions(self) -> np.ndarray:
@@ -83,9 +78,8 @@ def predict_dataset(
             f"None of the {len(data)} images of {data.description} decodes; nothing to evaluate."
         )
     row_index = np.asarray(rows, dtype=np.int64)
-    multi_label = bool(getattr(trained, "multi_label", False))  # an ONNX runner is single-label
     outputs = (np.concatenate(logits), data.labels[row_index], row_index, sources, skipped)
-    return EvalOutputs(*outputs, trained.temperature, multi_label)
+    return EvalOutputs(*outputs, trained.task)
 
 
 def evaluation_facts(

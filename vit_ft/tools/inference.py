@@ -14,14 +14,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..data.transforms import ImageClassificationTransform
-from ..metrics.calibration import softmax_with_temperature
+from ..tasks import Task, task_for
 from ..utils.hardware import bf16_helps
 
 logger = logging.getLogger("vit_ft")
@@ -61,7 +62,7 @@ def _try(function: Callable[[Any], Any], value: Any) -> Any:
 
 class Runnable(Protocol):
     """What the loop needs of a loaded model: its eval transform and its logits (`trained.Trained` has both),
-    and optionally its calibration `temperature` (1.0 when it has none)."""
+    and optionally its `task` (`vit_ft.tasks`; single-label without calibration when it has none)."""
 
     transform: ImageClassificationTransform
 
@@ -77,13 +78,13 @@ class Batch:
     decoded: list[int]  # offsets in `sources` of the images that decoded, in order
     errors: dict[int, BaseException]  # offset -> why that image did not decode
     outputs: Any = None  # forward(pixels of the decoded images); None when none decoded
-    temperature: float = 1.0  # the model's calibration temperature (`trained.Trained.temperature`)
+    task: Task = field(default_factory=task_for)  # the model's (`trained.Trained.task`): its probabilities
 
     @property
-    def probabilities(self) -> torch.Tensor | None:
-        """Calibrated probabilities `(decoded images, num_labels)` from logit outputs: softmax of
-        `outputs / temperature`; None when no image decoded."""
-        return None if self.outputs is None else softmax_with_temperature(self.outputs, self.temperature)
+    def probabilities(self) -> np.ndarray | None:
+        """The task's probabilities `(decoded images, num_labels)` from logit outputs (calibrated softmax, or a
+        sigmoid per label); None when no image decoded."""
+        return None if self.outputs is None else self.task.probabilities(self.outputs)
 
 
 def iter_batches(
@@ -104,7 +105,7 @@ def iter_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be positive.")
     forward = forward or classifier.logits
-    temperature = float(getattr(classifier, "temperature", 1.0))
+    task = getattr(classifier, "task", None) or task_for()
     pool = ThreadPoolExecutor(num_workers) if num_workers > 0 else None
     decode = classifier.transform.transform_image
 
@@ -127,7 +128,7 @@ def iter_batches(
                 errors = {i: p for i, p in enumerate(pixels) if not isinstance(p, torch.Tensor)}
                 outputs = forward(torch.stack([pixels[i] for i in decoded])) if decoded else None
                 bar.update(len(chunk))
-                yield Batch(start, chunk, decoded, errors, outputs, temperature)
+                yield Batch(start, chunk, decoded, errors, outputs, task)
     finally:
         if pool is not None:
             pool.shutdown()

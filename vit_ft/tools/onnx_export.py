@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from ..metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE, is_multi_label
+from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
+from ..tasks import task_for
 from ..utils.files import staged_folder
 from ..utils.output_dir import check_output_dir
 from .hub import write_image_processor
@@ -55,7 +56,7 @@ class OnnxExport:
     fp32_difference: float
     int8_difference: float | None = None
     checked_sizes: list[tuple[int, int]] = field(default_factory=list)
-    multi_label: bool = False  # the logits' sigmoid are independent label probabilities (config.json says so)
+    threshold: Any = None  # a multi-label model's decision threshold (its task's `threshold_summary`), else None
 
     def summary(self) -> str:
         size = "any height and width (multiples of the patch size)" if self.dynamic_size else (
@@ -64,7 +65,7 @@ class OnnxExport:
                 f"within {self.fp32_difference:.1e} of PyTorch")  # fmt: skip
         if self.int8_difference is not None:
             text += f", int8 within {self.int8_difference:.2g}"
-        if self.multi_label:
+        if self.threshold is not None:
             text += (f"; multi-label: a label's probability is the sigmoid of its logit, predicted at or above "
                      f"config.json's {THRESHOLD_ATTRIBUTE}")  # fmt: skip
         return text + "."
@@ -144,13 +145,13 @@ class OnnxClassifier:
         path: str | os.PathLike,
         transform: Any = None,
         threads: int | None = None,
-        temperature: float = 1.0,  # the model's calibration temperature, for the tools that divide by it
+        task: Any = None,  # the model's task (`vit_ft.tasks`): its probabilities, calibrated
     ) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()  # as many as torch, for a fair race
-        self.path, self.transform, self.temperature = Path(path), transform, temperature
+        self.path, self.transform, self.task = Path(path), transform, task or task_for()
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -268,8 +269,8 @@ def export_onnx(
         write_image_processor(origin, staging, image_size)
         (staging / "config.json").write_text(json.dumps(_config_dict(trained.model.config), indent=2) + "\n")
         files = sorted(p.name for p in staging.iterdir())
-    multi = trained.multi_label
-    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, multi_label=multi)
+    threshold = trained.task.threshold_summary(trained.id2label)
+    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, threshold=threshold)
 
 
 MULTI_LABEL_EVALUATION = (
@@ -288,8 +289,9 @@ def check_evaluation(model: str | os.PathLike) -> None:
     config = ViTFTConfig.from_pretrained(
         origin.adapter if origin.loads_adapter else origin.path or origin.name
     )
-    if is_multi_label(config):
-        raise ValueError(MULTI_LABEL_EVALUATION.format(model=model, problem_type=MULTI_LABEL))
+    task = task_for(config)
+    if "accuracy" not in task.metric_names:
+        raise ValueError(MULTI_LABEL_EVALUATION.format(model=model, problem_type=task.problem_type))
 
 
 def compare_accuracy(
@@ -307,8 +309,7 @@ def compare_accuracy(
     runners = {"PyTorch": trained}
     for name, file in (("ONNX fp32", ONNX_FILE), ("ONNX int8", INT8_FILE)):
         if (Path(folder) / file).is_file():
-            temperature = getattr(trained, "temperature", 1.0)
-            runners[name] = OnnxClassifier(Path(folder) / file, trained.transform, temperature=temperature)
+            runners[name] = OnnxClassifier(Path(folder) / file, trained.transform, task=trained.task)
     predictions = {
         name: predict_dataset(runner, data, batch_size, progress=False).predictions  # type: ignore[arg-type]
         for name, runner in runners.items()

@@ -15,11 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from ..data.images import DEFAULT_MAX_PIXELS, image_extensions
-from ..metrics.multilabel import sigmoid
 from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ..reports.figures import display_image, plot_image_grid, short
 from ..utils.files import staged_file
@@ -34,7 +30,6 @@ from .prediction_output import (
     mark_figure,
     read_predictions,
     refuse_replacing_others,
-    threshold_summary,
 )
 from .trained import Trained, load_trained
 
@@ -80,38 +75,6 @@ def collect_image_files(inputs: Iterable[str | os.PathLike]) -> list[Path]:
     return files
 
 
-def top_k(probabilities: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(batch, num_labels)` probabilities -> (scores, indices), each `(batch, min(k, num_labels))`, highest first."""
-    return probabilities.topk(min(k, probabilities.shape[-1]), dim=-1)
-
-
-def labels_above_threshold(
-    probabilities: np.ndarray, thresholds: np.ndarray, id2label: dict[int, str]
-) -> list[tuple[list[str], list[float]]]:
-    """`(batch, num_labels)` probabilities -> per image, the labels whose probability is >= their threshold
-    (`(num_labels,)`) and those probabilities, highest first (ties in label order); empty lists when none is."""
-    rows = []
-    for scores in probabilities:
-        above = np.flatnonzero(scores >= thresholds)
-        above = above[np.argsort(-scores[above], kind="stable")]
-        rows.append(([id2label[int(j)] for j in above], [float(scores[j]) for j in above]))
-    return rows
-
-
-def _multi_label_predictions(
-    classifier: Trained, batch: Any, threshold: float | dict[str, float]
-) -> dict[int, Prediction]:
-    """A multi-label model's Prediction of each decoded image of `batch` (offset in the batch -> Prediction);
-    `threshold` is what the rows say of the model's decision threshold (`threshold_summary`)."""
-    found = labels_above_threshold(
-        sigmoid(batch.outputs.numpy()), classifier.decision_threshold, classifier.id2label
-    )
-    return {
-        i: Prediction(batch.sources[i], labels=labels, scores=scores, threshold=threshold)
-        for i, (labels, scores) in zip(batch.decoded, found, strict=True)
-    }
-
-
 def predict_files(
     classifier: Trained,
     files: Sequence[str | os.PathLike],
@@ -121,8 +84,8 @@ def predict_files(
     progress: bool | None = None,
 ) -> Iterator[Prediction]:
     """One Prediction per file, in input order, computed `batch_size` images at a time: the `top_k_labels`
-    most probable labels, or for a multi-label model (`Trained.multi_label`) every label at or above its
-    decision threshold (`labels_above_threshold`; `top_k_labels` is then not used).
+    most probable labels, or for a multi-label model every label at or above its decision threshold (its
+    task's `predicted_labels`; `top_k_labels` is then not used).
 
     A file that cannot be decoded (missing, not an image, truncated, over the pixel limit) yields a
     Prediction with `error` set and no labels; the other files of its batch are unaffected.
@@ -130,23 +93,17 @@ def predict_files(
     if top_k_labels < 1:
         raise ValueError(f"top_k={top_k_labels} must be positive.")
     files = [str(f) for f in files]
-    multi_label = bool(getattr(classifier, "multi_label", False))
-    threshold = threshold_summary(classifier.decision_threshold, classifier.id2label) if multi_label else None
+    task, id2label = classifier.task, classifier.id2label
+    threshold = task.threshold_summary(id2label)  # a multi-label model's rows say it; None: the top k
     for batch in iter_batches(classifier, files, batch_size, num_workers, "Predicting", progress):
         rows = {
             i: Prediction(batch.sources[i], error=describe_error(e), threshold=threshold)
             for i, e in batch.errors.items()
         }
-        if batch.decoded and multi_label:
-            rows.update(_multi_label_predictions(classifier, batch, threshold))
-        elif batch.decoded:
-            scores, indices = top_k(batch.probabilities, top_k_labels)  # softmax(logits / T)
-            for row, i in enumerate(batch.decoded):
-                rows[i] = Prediction(
-                    batch.sources[i],
-                    labels=[classifier.id2label[int(j)] for j in indices[row]],
-                    scores=[float(s) for s in scores[row]],
-                )
+        if batch.decoded:
+            found = task.predicted_labels(batch.probabilities, id2label, top_k_labels)
+            for i, (labels, scores) in zip(batch.decoded, found, strict=True):
+                rows[i] = Prediction(batch.sources[i], labels=labels, scores=scores, threshold=threshold)
         yield from (rows[i] for i in range(len(batch.sources)))
 
 
@@ -262,12 +219,12 @@ def run_prediction(
     refuse_replacing_others({"--output": output, "--figure": figure_path}, overwrite)  # before any write
     shown: list[Prediction] = []
     rows = errors = 0
-    if classifier.multi_label:
-        threshold = threshold_summary(classifier.decision_threshold, classifier.id2label)
+    threshold = classifier.task.threshold_summary(classifier.id2label)
+    if threshold is not None:
         logger.info(
             "Multi-label model: every label with probability >= its decision threshold %s.", threshold
         )
-    with PredictionWriter(output, multi_label=classifier.multi_label) as writer:
+    with PredictionWriter(output, multi_label=threshold is not None) as writer:
         for prediction in predict_files(classifier, files, top_k_labels, batch_size, num_workers, progress):
             writer.write(prediction)
             rows += 1
@@ -289,7 +246,6 @@ __all__ = [  # the rows' format lives in prediction_output; its names are import
     "check_output_path",
     "collect_image_files",
     "default_figure_path",
-    "labels_above_threshold",
     "predict_files",
     "read_predictions",
     "run_prediction",

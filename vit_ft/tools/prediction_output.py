@@ -39,7 +39,7 @@ class Prediction:
     labels: list[str] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     error: str | None = None
-    # a multi-label model's decision threshold (`threshold_summary`); None for a single-label model, whose
+    # a multi-label model's decision threshold (its task's `threshold_summary`); None for a single-label model, whose
     # `labels` are its top k
     threshold: float | dict[str, float] | None = None
 
@@ -70,15 +70,6 @@ class Prediction:
             "top_k_scores": self.scores,
             "error": self.error,
         }
-
-
-def threshold_summary(thresholds: Any, id2label: dict[int, str]) -> float | dict[str, float]:
-    """A multi-label model's (num_labels,) decision thresholds as the rows say them: one number when every
-    label has the same, else {label name: threshold}."""
-    values = [float(t) for t in thresholds]
-    if all(t == values[0] for t in values):
-        return values[0]
-    return {id2label[j]: t for j, t in enumerate(values)}
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -278,6 +269,5 @@ __all__ = [
     "mark_figure",
     "read_predictions",
     "refuse_replacing_others",
-    "threshold_summary",
     "written_by_predict",
 ]

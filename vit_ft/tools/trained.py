@@ -20,19 +20,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..data.images import DEFAULT_MAX_PIXELS
 from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
-from ..metrics.calibration import softmax_with_temperature
-from ..metrics.multilabel import decision_threshold_of, is_multi_label, sigmoid
 from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
 from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..model.timm_format import read_safetensors_shapes
+from ..tasks import Task, task_for
 from ..utils.hardware import default_device
 from ..utils.hub_ids import looks_like_path
 from ..utils.run_record import (
@@ -42,7 +40,6 @@ from ..utils.run_record import (
     RUN_RECORD_FILE,
     is_adapter_folder,
     read_run_record,
-    recorded_temperature,
     run_folder,
 )
 from .inference import use_bf16
@@ -271,22 +268,16 @@ class Trained:
         return len(self.id2label)
 
     @property
-    def multi_label(self) -> bool:
-        """A multi-label model (config `problem_type`): independent sigmoid probabilities, several labels (or
-        none) per image, each predicted at probability >= its `decision_threshold`."""
-        return is_multi_label(self.model.config)
-
-    @property
-    def decision_threshold(self) -> np.ndarray:
-        """The (num_labels,) decision thresholds of a multi-label model, tuned on the fine-tune's validation
-        split and saved in its config (0.5 when none was); meaningless for a single-label model."""
-        return decision_threshold_of(self.model.config)
+    def task(self) -> Task:
+        """The model's task (`vit_ft.tasks`, from its config's `problem_type`) with what the model holds of it: a
+        single-label model's calibration temperature (fitted on the fine-tune's validation split, in its run
+        record), a multi-label model's decision threshold (tuned there, in its config)."""
+        return task_for(self.model.config, self.run_record)
 
     @property
     def temperature(self) -> float:
-        """The calibration temperature fitted on the fine-tune's validation split (its run record), 1.0 when
-        none was (and for a multi-label model): single-label probabilities are `softmax(logits / temperature)`."""
-        return 1.0 if self.multi_label else recorded_temperature(self.run_record)
+        """The calibration temperature the task divides the logits by (1.0: none, and for a multi-label model)."""
+        return self.task.temperature
 
     def autocast(self) -> torch.autocast:
         """bf16 autocast on the model's device when `bf16`, else a no-op context."""
@@ -305,12 +296,9 @@ class Trained:
         return out.logits.float().cpu()
 
     def probabilities(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """Class probabilities `(batch, num_labels)`: calibrated softmax of `logits / temperature`, or for a
-        multi-label model the sigmoid of each logit (independent per label)."""
-        logits = self.logits(pixel_values)
-        if self.multi_label:
-            return torch.from_numpy(sigmoid(logits.numpy())).float()
-        return softmax_with_temperature(logits, self.temperature)
+        """The task's probabilities `(batch, num_labels)`, float32: the calibrated softmax of `logits /
+        temperature`, or the sigmoid of each logit (independent per label)."""
+        return torch.from_numpy(self.task.probabilities(self.logits(pixel_values))).float()
 
 
 def load_trained(

@@ -11,7 +11,6 @@ from typing import Any
 
 from transformers import Trainer, TrainingArguments
 
-from ..metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE
 from ..reports.examples import write_examples
 from ..utils.run_record import LABELS_FILE, write_run_record
 from .arguments import DataArguments, ModelArguments
@@ -27,13 +26,13 @@ def save_outputs(
     names: list[str],
     metrics: dict[str, float],
     recipe: str | None,
-    threshold: dict[str, Any] | None = None,
+    task: Any,
+    fitted: dict[str, Any] | None = None,
 ) -> None:
     """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves.
-    A multi-label run passes its `threshold` record (already set in the model's config, so saved with it); a
-    single-label one fits its calibration temperature here."""
+    `fitted` is what the `task` chose before the final evaluation (a multi-label decision threshold, already in
+    the model's config, so saved with it); a single-label task fits its calibration temperature here."""
     from ..reports.card import write_model_card
-    from .calibration import fit_and_record_temperature
     from .lora import save_lora_outputs
 
     output_dir = Path(training_args.output_dir)
@@ -42,8 +41,7 @@ def save_outputs(
     else:
         trainer.save_model(str(output_dir))
     # every process: predict gathers across them; T is fitted on validation, never on test
-    fits = trainer.eval_dataset is not None and threshold is None  # the temperature is single-label only
-    calibration = fit_and_record_temperature(trainer, trainer.eval_dataset) if fits else None
+    calibration = task.calibrate(trainer)
     if not trainer.is_world_process_zero():
         return
     id2label = dict(enumerate(names))
@@ -62,11 +60,10 @@ def save_outputs(
         "world_size": training_args.world_size,
         "written_by_process": training_args.process_index,
         "metrics": metrics,
-        "calibration": calibration,
-        **({} if threshold is None else {"problem_type": MULTI_LABEL, THRESHOLD_ATTRIBUTE: threshold}),
+        **task.record_fields(calibration, fitted),  # the calibration (and a multi-label run's threshold)
     }
     write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
-    _plot_curves(trainer, training_args, output_dir)
+    _plot_curves(trainer, training_args, output_dir, task)
     write_model_card(output_dir, run_info)
     # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
     write_run_record(output_dir, {**run_info, "finished": True})
@@ -77,8 +74,9 @@ def save_outputs(
     )
 
 
-def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir: Path) -> None:
-    """training_curves.png, the kept checkpoint marked when the run loaded its best one."""
+def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir: Path, task: Any) -> None:
+    """training_curves.png with the task's metric panels, the kept checkpoint marked when the run loaded its
+    best one."""
     from ..reports.reporting import plot_training_curves
 
     best = trainer.state.best_model_checkpoint
@@ -88,6 +86,8 @@ def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir:
         output_dir / "training_curves.png",
         evaluated_on=f"validation, {len(trainer.eval_dataset)} images" if trainer.eval_dataset else None,
         best_step=kept,
+        panels=task.curve_panels,
+        metric=task.best_metric,
     )
 
 

@@ -17,21 +17,19 @@ from transformers.image_utils import PILImageResampling
 
 from ..data.bad_images import drop_bad_images
 from ..data.builtin import write_builtin_dataset
-from ..data.datasets import is_multi_label_dataset, load_image_datasets
+from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
-from ..metrics.multilabel import MULTI_LABEL, SINGLE_LABEL
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
+from ..tasks import Task, task_for
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import mark_unfinished
 from .arguments import DataArguments, ModelArguments
 from .checkpoints import CheckpointRecordCallback, check_output_dir, resolve_resume, run_inputs
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
-from .losses import class_weight_vector
-from .multilabel import check_task_options, train_pos_weight, training_threshold, tune_decision_threshold
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
 from .trainer import build_trainer, evaluate_final_model
@@ -113,11 +111,9 @@ def load_data(
     return splits, names
 
 
-def load_model(
-    model_args: ModelArguments, names: list[str], multi_label: bool = False
-) -> tuple[Any, ViTImageProcessorPil]:
-    """The pre-trained ViT at the fine-tuning resolution with a new head (multi-label: BCE, `problem_type`
-    saved in its config), and its image processor."""
+def load_model(model_args: ModelArguments, names: list[str], task: Task) -> tuple[Any, ViTImageProcessorPil]:
+    """The pre-trained ViT at the fine-tuning resolution with a new head for `task` (its `problem_type` saved in
+    the config: the model's loss, and transformers' pipeline, follow it), and its image processor."""
     check_base_checkpoint(model_args.model_name_or_path)  # cut short, or pickled code: one line, nothing run
     id2label = dict(enumerate(names))
     model = ViTFTForImageClassification.from_pretrained(
@@ -125,7 +121,7 @@ def load_model(
         id2label=id2label,
         label2id={name: i for i, name in id2label.items()},
         image_size=model_args.image_size,
-        problem_type=MULTI_LABEL if multi_label else SINGLE_LABEL,
+        problem_type=task.problem_type,
         **({} if model_args.pooling is None else {"pooling": model_args.pooling}),
         hidden_dropout_prob=model_args.hidden_dropout_prob,
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
@@ -166,20 +162,6 @@ def _augmentation_kwargs(data_args: DataArguments) -> dict[str, Any]:
     """build_transforms' `augmentation` argument when the recipe turns any per-image augmentation on."""
     spec = data_args.augmentation_spec()
     return {} if spec is None else {"augmentation": spec}
-
-
-def train_class_weights(
-    training_args: TrainingArguments, names: list[str], train_labels: list[int]
-) -> Any | None:
-    """The loss's (num_classes,) class weights from the recipe's `class_weights`, or None; a label that is no
-    class is a ValueError naming the classes (checked before the model loads)."""
-    spec = getattr(training_args, "class_weights", None)
-    if spec is None:
-        return None
-    weights = class_weight_vector(spec, names, train_labels)
-    shown = {name: round(weight, 4) for name, weight in zip(names, weights.tolist(), strict=True)}
-    logger.info("Class weights in the loss: %s", shown)
-    return weights
 
 
 def build_mixup(data_args: DataArguments, training_args: TrainingArguments, num_classes: int) -> Any | None:
@@ -298,25 +280,20 @@ def _finetune(
     # data and checkpoint
     prepare_builtin_data(data_args, training_args)
     splits, names = load_data(data_args, training_args)  # folders checked before any pre-training
-    multi_label = is_multi_label_dataset(splits["train"])
-    check_task_options(multi_label, data_args, training_args)  # before the pre-training and the model
+    task = task_for(problem_type_of(splits["train"]))  # the data says which: one label per image, or several
+    task.check_options(data_args, training_args)  # before the pre-training and the model
     prepare_builtin_checkpoint(model_args, data_args, training_args)
-    train_labels = None if multi_label else [int(label) for label in splits["train"]["label"]]
-    class_weights = None if multi_label else train_class_weights(training_args, names, train_labels)
-    pos_weight = train_pos_weight(training_args, splits["train"], names) if multi_label else None
-    model, processor = load_model(model_args, names, multi_label)
+    loss_weights = task.loss_weights(training_args, splits["train"], names)  # class weights / BCE pos_weight
+    model, processor = load_model(model_args, names, task)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
     write_augmentations(splits, train_transform, mixup, training_args)
     trainer, evaluation_time = build_trainer(
-        model, processor, splits, training_args, data_args,
+        model, processor, splits, training_args, data_args, task,
         epoch_targets=[train_transform, *([mixup] if mixup else [])],
-        class_weights=class_weights,
+        loss_weights=loss_weights,
         train_collator=mixup.collate if mixup else None,
-        train_labels=train_labels,
         resume=resume,
-        pos_weight=pos_weight,
-        multi_label_threshold=training_threshold(training_args) if multi_label else None,
     )  # fmt: skip
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)
@@ -335,11 +312,12 @@ def _finetune(
     trainer.save_metrics("train", train_metrics)
     trainer.save_state()
 
-    # choose the multi-label threshold on validation; evaluate; save
-    threshold = tune_decision_threshold(trainer, training_args.decision_threshold) if multi_label else None
-    retune = multi_label and trainer.eval_dataset is not None  # the metrics at the tuned threshold
-    metrics = {**train_metrics, **evaluate_final_model(trainer, splits, reuse=not retune)}
-    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe, threshold)
+    # what the task chooses on validation before the final evaluation (a multi-label decision threshold); save
+    during_training = trainer.compute_metrics
+    fitted = task.finish(trainer)
+    reuse = trainer.compute_metrics is during_training  # else the metrics changed with what was fitted
+    metrics = {**train_metrics, **evaluate_final_model(trainer, splits, reuse=reuse)}
+    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe, task, fitted)
     return metrics
 
 
@@ -352,6 +330,5 @@ __all__ = [
     "prepare_builtin_checkpoint",
     "prepare_builtin_data",
     "run_finetune",
-    "train_class_weights",
     "write_augmentations",
 ]

@@ -19,11 +19,8 @@ import torch
 from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
 from ..data.transforms import collate_fn
-from ..metrics import build_compute_metrics
-from ..metrics.multilabel import build_multilabel_compute_metrics
 from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
-from .losses import ClassificationLoss, MultiLabelLoss
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
 from .training_arguments import data_seed
@@ -85,47 +82,30 @@ class FineTuneTrainer(Trainer):
         return output
 
 
-def training_loss(
-    training_args: Any,
-    data_args: Any,
-    class_weights: torch.Tensor | None,
-    pos_weight: torch.Tensor | None = None,
-) -> ClassificationLoss | MultiLabelLoss | None:
-    """The loss for compute_loss_func when class weights, mixed batches or (multi-label) BCE positive weights
-    need it, else None (the model's loss, with Trainer's label smoothing). Label smoothing moves into it (hard
-    labels) or into the mixup targets."""
-    if pos_weight is not None:
-        return MultiLabelLoss(pos_weight)
-    if class_weights is None and not data_args.mixes_batches:
-        return None
-    smoothing = 0.0 if data_args.mixes_batches else training_args.label_smoothing_factor
-    return ClassificationLoss(class_weights, smoothing)
-
-
 def build_trainer(
     model: Any,
     processor: Any,
     splits: datasets.DatasetDict,
     training_args: TrainingArguments,
     data_args: Any,
+    task: Any,
     epoch_targets: list[Any],
-    class_weights: torch.Tensor | None = None,
+    loss_weights: torch.Tensor | None = None,
     train_collator: Any = None,
-    train_labels: list[int] | None = None,
     resume: str | None = None,
-    pos_weight: torch.Tensor | None = None,
-    multi_label_threshold: float | None = None,
 ) -> tuple[FineTuneTrainer, EvaluationTime]:
     """The Trainer over the train and validation splits, and the callback that times its evaluations.
 
-    `epoch_targets` (the seeded train transform, the mixup collator) get each epoch's number at its start;
-    `train_labels` feed the balanced sampler when the recipe asks for it; `resume` is the checkpoint the EMA is
-    read from. A multi-label run passes `multi_label_threshold` (its metrics: mAP, F1 at that threshold, exact
-    match) and maybe BCE `pos_weight`. It never pushes: the finished folder is pushed once, with our card, by the fine-tune command.
+    The `task` (`vit_ft.tasks`) gives the loss (with `loss_weights`: class weights, or BCE positive weights),
+    the metrics and the labels the balanced sampler draws by, when the recipe asks for it; `epoch_targets` (the
+    seeded train transform, the mixup collator) get each epoch's number at its start; `resume` is the checkpoint
+    the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
+    command.
     """
     trainer_args = copy.copy(training_args)
     trainer_args.push_to_hub = False
-    loss = training_loss(training_args, data_args, class_weights, pos_weight)
+    # the model's own loss (and Trainer's label smoothing) unless weights or mixed batches need the task's
+    loss = task.training_loss(training_args, data_args, loss_weights)
     if loss is not None:
         trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
         trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
@@ -143,16 +123,14 @@ def build_trainer(
                 training_args.early_stopping_patience, training_args.early_stopping_threshold
             )
         )
-    balanced = train_labels if getattr(training_args, "balanced_sampler", False) else None
+    balanced = task.train_labels(splits["train"]) if getattr(training_args, "balanced_sampler", False) else None
     trainer = FineTuneTrainer(
         model=model,
         args=trainer_args,
         train_dataset=splits["train"],
         eval_dataset=splits["validation"],
         data_collator=collate_fn,
-        compute_metrics=build_compute_metrics()
-        if multi_label_threshold is None
-        else build_multilabel_compute_metrics(multi_label_threshold),
+        compute_metrics=task.compute_metrics(training_args),
         compute_loss_func=loss,
         processing_class=processor,
         callbacks=callbacks,
@@ -214,5 +192,4 @@ __all__ = [
     "build_trainer",
     "evaluate_final_model",
     "evaluated_final_model",
-    "training_loss",
 ]

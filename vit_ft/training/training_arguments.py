@@ -15,8 +15,8 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-BALANCED = "balanced"
-TUNE, TUNE_PER_CLASS = "tune", "tune_per_class"  # decision_threshold: tuned on validation after training
+from ..tasks.losses import BALANCED
+from ..tasks.threshold import TUNE, TUNE_PER_CLASS
 
 
 def data_seed(args: TrainingArguments) -> int:

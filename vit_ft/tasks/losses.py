@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .training_arguments import BALANCED
+BALANCED = "balanced"  # class_weights / pos_weight: from the training split's label counts
 
 
 class ClassificationLoss:
@@ -95,4 +95,4 @@ def class_weight_vector(
     return weights
 
 
-__all__ = ["ClassificationLoss", "MultiLabelLoss", "balanced_class_weights", "class_weight_vector"]
+__all__ = ["BALANCED", "ClassificationLoss", "MultiLabelLoss", "balanced_class_weights", "class_weight_vector"]

@@ -1,4 +1,4 @@
-"""vit_ft.training.losses and sampler: the loss against torch's cross_entropy and timm's SoftTargetCrossEntropy,
+"""vit_ft.tasks.losses and sampler: the loss against torch's cross_entropy and timm's SoftTargetCrossEntropy,
 class weights against scikit-learn, the balanced sampler's determinism, and minority recall on skewed data."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.utils.class_weight import compute_class_weight
 
-from vit_ft.training.losses import ClassificationLoss, balanced_class_weights, class_weight_vector
+from vit_ft.tasks.losses import ClassificationLoss, balanced_class_weights, class_weight_vector
 from vit_ft.training.sampler import ClassBalancedSampler
 
 

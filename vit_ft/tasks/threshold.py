@@ -1,11 +1,9 @@
-"""What a multi-label fine-tune does differently, chosen once the data says it is multi-label
-(`vit_ft.data.datasets.is_multi_label_dataset`): the recipe checks, the BCE positive weights, the metrics and
-the decision threshold tuned on validation after training.
+"""The multi-label task's training side (`tasks.multi_label.MultiLabel` calls it): the recipe checks, the BCE
+positive weights and the decision threshold tuned on validation after training.
 
-- `check_task_options`: single-label-only options (mixup / cutmix, class weights, the balanced sampler, label
-  smoothing) are one-line errors for multi-label data, `pos_weight` and the multi-label metrics are for
-  multi-label data only, and a single-label `metric_for_best_model` (the recipes' default `accuracy`) becomes
-  `mAP`, the multi-label default.
+- `check_multi_label_options`: single-label-only options (mixup / cutmix, class weights, the balanced sampler,
+  label smoothing) are one-line errors for multi-label data, and a single-label `metric_for_best_model` (the
+  recipes' default `accuracy`) becomes `mAP`, the multi-label default.
 - `train_pos_weight`: `pos_weight: balanced` -> negatives / positives of each label in train (torch's
   `BCEWithLogitsLoss(pos_weight=)`), for `losses.MultiLabelLoss`.
 - `tune_decision_threshold`: after training, the validation split's sigmoid probabilities choose the threshold
@@ -24,10 +22,9 @@ import numpy as np
 import torch
 
 from ..data.multilabel import multi_hot_matrix
-from ..metrics import METRIC_NAMES, eval_arrays
+from ..metrics import METRIC_NAMES, base_metric, eval_arrays
 from ..metrics.multilabel import (
     DEFAULT_THRESHOLD,
-    MULTILABEL_METRIC_NAMES,
     THRESHOLD_ATTRIBUTE,
     build_multilabel_compute_metrics,
     multilabel_metrics,
@@ -35,8 +32,9 @@ from ..metrics.multilabel import (
     tune_class_thresholds,
     tune_global_threshold,
 )
-from .recipe_fields import RecipeError
-from .training_arguments import BALANCED, TUNE, TUNE_PER_CLASS
+from .losses import BALANCED
+
+TUNE, TUNE_PER_CLASS = "tune", "tune_per_class"  # decision_threshold: tuned on validation after training
 
 logger = logging.getLogger("vit_ft")
 
@@ -48,24 +46,9 @@ _SINGLE_LABEL_ONLY = {
 }
 
 
-def _metric_task(metric: str | None) -> str | None:
-    """ "single" or "multi" for a metric_for_best_model name (eval_ / ema_ prefixes allowed), None for loss."""
-    name = (metric or "").removeprefix("eval_").removeprefix("ema_")
-    return "single" if name in METRIC_NAMES else "multi" if name in MULTILABEL_METRIC_NAMES else None
-
-
-def check_task_options(multi_label: bool, data_args: Any, training_args: Any) -> None:
-    """Refuse the options that do not fit the task the data turned out to be (one-line RecipeError, before the
-    model loads); a multi-label run watching a single-label metric is switched to mAP, and says so."""
-    task = _metric_task(training_args.metric_for_best_model)
-    if not multi_label:
-        if training_args.pos_weight is not None or task == "multi":
-            option = "pos_weight" if training_args.pos_weight is not None else "metric_for_best_model"
-            raise RecipeError(
-                f"{option}={getattr(training_args, option)!r} is for multi-label data, but this data has one "
-                "label per image; drop it (or give several labels per image: docs/fine-tuning.md, Multi-label)."
-            )
-        return
+def check_multi_label_options(data_args: Any, training_args: Any) -> None:
+    """Refuse the single-label options for multi-label data (one-line ValueError, before the model loads); a
+    run watching a single-label metric is switched to mAP, and says so."""
     used = {
         "mixup_alpha / cutmix_alpha": data_args.mixes_batches,
         "class_weights": training_args.class_weights is not None,
@@ -74,11 +57,11 @@ def check_task_options(multi_label: bool, data_args: Any, training_args: Any) ->
     }
     for option, on in used.items():
         if on:
-            raise RecipeError(
+            raise ValueError(
                 f"{option} is single-label only ({_SINGLE_LABEL_ONLY[option]}), and this data is multi-label "
                 "(several labels or none per image); turn it off in the recipe or with its flag."
             )
-    if task == "single":
+    if base_metric(training_args.metric_for_best_model) in METRIC_NAMES:
         metric = training_args.metric_for_best_model
         ema = "ema_" if metric.removeprefix("eval_").startswith("ema_") else ""
         training_args.metric_for_best_model = f"{ema}mAP"
@@ -150,4 +133,11 @@ def tune_decision_threshold(trainer: Any, mode: str | float) -> dict[str, Any]:
     return record
 
 
-__all__ = ["check_task_options", "train_pos_weight", "training_threshold", "tune_decision_threshold"]
+__all__ = [
+    "TUNE",
+    "TUNE_PER_CLASS",
+    "check_multi_label_options",
+    "train_pos_weight",
+    "training_threshold",
+    "tune_decision_threshold",
+]

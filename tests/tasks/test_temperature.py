@@ -1,4 +1,4 @@
-"""vit_ft.training.calibration: the temperature a fine-tune fits on its validation split, through a real Trainer."""
+"""vit_ft.tasks.temperature: the temperature a fine-tune fits on its validation split, through a real Trainer."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ from transformers import Trainer, TrainingArguments
 from vit_ft import ViTFTForImageClassification
 from vit_ft.data.transforms import collate_fn
 from vit_ft.metrics.calibration import fit_temperature, negative_log_likelihood
-from vit_ft.training.calibration import MIN_CALIBRATION_IMAGES, calibration_record, fit_and_record_temperature
+from vit_ft.tasks.temperature import MIN_CALIBRATION_IMAGES, calibration_record, fit_and_record_temperature
 from vit_ft.utils.run_record import recorded_temperature
 
 from ..conftest import randomize, tiny_ft_config
