@@ -1,4 +1,4 @@
-"""Tests for vit_ft.data.digits_multilabel: each canvas holds exactly the scikit-learn digits its labels name,
+"""Tests for vit_ft.data.digits: each canvas holds exactly the scikit-learn digits its labels name,
 the folders are deterministic, written once, and no source digit image is in both splits."""
 
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_ft.data.digits_multilabel import source_split, write_digits_multilabel_imagefolder
+from vit_ft.data.digits import source_split, write_digits_multilabel_imagefolder
 from vit_ft.data.label_files import read_labelled_folder
 from vit_ft.data.multilabel import multi_hot_matrix
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from sklearn.metrics import average_precision_score, f1_score
 
 from vit_ft.data.datasets import load_image_datasets
-from vit_ft.data.digits_multilabel import write_digits_multilabel_imagefolder
+from vit_ft.data.digits import write_digits_multilabel_imagefolder
 from vit_ft.data.multilabel import multi_hot_matrix
 from vit_ft.metrics.multilabel import MULTI_LABEL, sigmoid, tune_class_thresholds, tune_global_threshold
 from vit_ft.tasks.losses import MultiLabelLoss

@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .digits import write_digits_imagefolder
-from .digits_multilabel import write_digits_multilabel_imagefolder
+from .digits import write_digits_imagefolder, write_digits_multilabel_imagefolder
 
 BUILTIN_DATASET_WRITERS = {
     "digits": write_digits_imagefolder,  # class folders
