@@ -1,0 +1,55 @@
+"""docs/architecture.md's module table is true: every module of every vit_ft package is in its package's rows, and
+every module a row names exists (a sub-package is named as `name/`)."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "vit_ft"
+
+
+def documented_modules() -> dict[str, set[str]]:
+    """{package: names in its rows of the table}: `module.py` or `subpackage/`, as the rows write them."""
+    rows: dict[str, set[str]] = {}
+    package = None
+    for line in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.split("|")[1:-1]]
+        if len(cells) < 3:
+            continue
+        named = re.fullmatch(r"`vit_ft/(\w+)/`", cells[0])
+        if named:
+            package = named.group(1)
+        elif cells[0]:
+            package = None  # a row outside the package (scripts/, recipes/, ...)
+        if package is not None:
+            names = re.findall(r"`([\w.]+\.py|\w+/)`", cells[1])
+            rows.setdefault(package, set()).update(names)
+    return rows
+
+
+def package_modules() -> dict[str, set[str]]:
+    """{package: its modules (`x.py`, `__init__.py` only when it holds more than imports) and sub-packages}."""
+    found: dict[str, set[str]] = {}
+    for package in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()):
+        names = {f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file() or p.name == "classification"}
+        names |= {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+        found[package.name] = names
+    return found
+
+
+def test_every_module_is_in_the_table():
+    documented = documented_modules()
+    missing = {
+        package: sorted(names - documented.get(package, set()))
+        for package, names in package_modules().items()
+        if names - documented.get(package, set())
+    }
+    assert not missing, f"docs/architecture.md's table lacks {missing}"
+
+
+def test_every_module_in_the_table_exists():
+    stale = {
+        package: sorted(name for name in names if not (PACKAGE / package / name.rstrip("/")).exists())
+        for package, names in documented_modules().items()
+    }
+    assert not any(stale.values()), f"docs/architecture.md names modules that do not exist: {stale}"
