@@ -31,7 +31,11 @@ def package_modules() -> dict[str, set[str]]:
     """{package: its modules (`x.py`, `__init__.py` only when it holds more than imports) and sub-packages}."""
     found: dict[str, set[str]] = {}
     for package in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()):
-        names = {f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file() or p.name == "classification"}
+        names = {
+            f"{p.name}/"
+            for p in package.iterdir()
+            if (p / "__init__.py").is_file() or p.name == "classification"
+        }
         names |= {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
         found[package.name] = names
     return found

@@ -33,7 +33,9 @@ def task_for(source: Any = None, run_record: dict[str, Any] | None = None) -> Ta
     """The task of a model config (its `problem_type`; None, as transformers leaves it for a single-label model
     until its first loss, is single-label) or of a `problem_type` string, with what the model holds of it: a
     multi-label config's decision threshold, a single-label run record's calibration temperature."""
-    problem_type = source if isinstance(source, str) or source is None else getattr(source, "problem_type", None)
+    problem_type = (
+        source if isinstance(source, str) or source is None else getattr(source, "problem_type", None)
+    )
     task = TASKS.get(problem_type or SINGLE_LABEL)
     if task is None:
         raise ValueError(f"problem_type={problem_type!r} is not one of {list(PROBLEM_TYPES)}.")

@@ -95,4 +95,10 @@ def class_weight_vector(
     return weights
 
 
-__all__ = ["BALANCED", "ClassificationLoss", "MultiLabelLoss", "balanced_class_weights", "class_weight_vector"]
+__all__ = [
+    "BALANCED",
+    "ClassificationLoss",
+    "MultiLabelLoss",
+    "balanced_class_weights",
+    "class_weight_vector",
+]

@@ -161,7 +161,9 @@ class MultiLabel:
             **{key: _number(value) for key, value in numbers.items()},
             **self._threshold_record(trained),
             "problem_type": MULTI_LABEL,
-            "labels_without_positives": [trained.id2label[j] for j in range(trained.num_labels) if support[j] == 0],
+            "labels_without_positives": [
+                trained.id2label[j] for j in range(trained.num_labels) if support[j] == 0
+            ],
         }
 
     def _threshold_record(self, trained: Any) -> dict[str, Any]:
@@ -200,7 +202,13 @@ class MultiLabel:
         ap = np.array([np.nan if row["ap"] is None else row["ap"] for row in table])
         figures = {
             "pr_curves": plot_precision_recall_curves(
-                outputs.labels, outputs.probabilities, names, self.threshold, ap, output_dir / "pr_curves.png", shown
+                outputs.labels,
+                outputs.probabilities,
+                names,
+                self.threshold,
+                ap,
+                output_dir / "pr_curves.png",
+                shown,
             ).name,
             "per_class": plot_per_class(table, output_dir / "per_class.png", shown).name,
         }
@@ -223,7 +231,9 @@ class MultiLabel:
                 "true_labels": _names(labels[i], id2label),
                 "predicted_labels": _names(predicted[i], id2label),
                 "exact_match": bool((predicted[i] == labels[i]).all()),
-                "probabilities": json.dumps(dict(zip(names, np.round(probabilities[i], 6).tolist(), strict=True))),
+                "probabilities": json.dumps(
+                    dict(zip(names, np.round(probabilities[i], 6).tolist(), strict=True))
+                ),
             }
             for i, row in enumerate(outputs.rows)
         ]

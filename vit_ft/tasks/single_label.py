@@ -68,7 +68,10 @@ class SingleLabel:
 
     def check_options(self, data_args: Any, training_args: Any) -> None:
         """The multi-label options are one-line errors for data with one label per image."""
-        if training_args.pos_weight is not None or base_metric(training_args.metric_for_best_model) in MULTILABEL_METRIC_NAMES:
+        if (
+            training_args.pos_weight is not None
+            or base_metric(training_args.metric_for_best_model) in MULTILABEL_METRIC_NAMES
+        ):
             option = "pos_weight" if training_args.pos_weight is not None else "metric_for_best_model"
             raise ValueError(
                 f"{option}={getattr(training_args, option)!r} is for multi-label data, but this data has one "
@@ -300,7 +303,12 @@ def _calibration_line(metrics: dict[str, Any]) -> list[str]:
 
 def _report_per_class(table: list[dict[str, Any]]) -> list[str]:
     """The per-class table of the classes present, or its 10 lowest-F1 rows when there are many classes."""
-    lines = ["## Per class", "", "Full table: [per_class.csv](per_class.csv), [per_class.md](per_class.md).", ""]
+    lines = [
+        "## Per class",
+        "",
+        "Full table: [per_class.csv](per_class.csv), [per_class.md](per_class.md).",
+        "",
+    ]
     present = [row for row in table if row["support"] > 0]
     if len(present) <= TABLE_IN_REPORT_MAX_CLASSES:
         return [*lines, markdown_table(present, PER_CLASS_COLUMNS)]
