@@ -8,7 +8,6 @@ import yaml
 from PIL import Image
 
 from vit_ft.reports import reporting
-from vit_ft.reports.card import model_card, write_model_card
 from vit_ft.reports.reporting import (
     NO_LOGS,
     PER_CLASS_COLUMNS,
@@ -18,6 +17,7 @@ from vit_ft.reports.reporting import (
     write_report_lines,
 )
 from vit_ft.tasks import SingleLabel
+from vit_ft.tasks.card import model_card, write_model_card
 
 RUN = {
     "recipe": "beans",

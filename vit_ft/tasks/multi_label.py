@@ -77,6 +77,13 @@ class MultiLabel:
     best_metric: ClassVar[str] = "mAP"
     curve_panels: ClassVar[tuple] = CURVE_PANELS
     fits_temperature: ClassVar[bool] = False
+    # the model card: the metrics it reports (key, title), the model-index's metric types, tags, sentences
+    card_metrics: ClassVar[tuple] = tuple(
+        zip(MULTILABEL_METRIC_NAMES, ("mAP", "F1 micro", "F1 macro", "exact match"), strict=True)
+    )
+    card_metric_types: ClassVar[tuple[str, ...]] = ("mAP", "f1", "exact_match")
+    card_tags: ClassVar[tuple[str, ...]] = ("multi-label-classification",)
+    card_sentences: ClassVar[tuple[str, ...]] = (tuning.MULTILABEL_TASK,)
 
     @classmethod
     def of(cls, config: Any = None, run_record: dict[str, Any] | None = None) -> MultiLabel:
@@ -123,6 +130,22 @@ class MultiLabel:
     def record_fields(self, calibration: Any, fitted: dict[str, Any] | None) -> dict[str, Any]:
         """The run record's entries of the task: no calibration, the problem type and the threshold."""
         return {"calibration": calibration, "problem_type": MULTI_LABEL, THRESHOLD_ATTRIBUTE: fitted}
+
+    def card_result(self, metric: str, title: str, run_info: dict[str, Any]) -> dict[str, Any]:
+        """A model-index result's title, and the threshold F1 and exact match count labels at (mAP needs none; a
+        per-label list stays in config.json, not repeated)."""
+        value = tuning.recorded_threshold(run_info)[0]
+        threshold = {"threshold": "per label (decision_threshold)" if isinstance(value, list) else value}
+        return {"task_name": "Multi-label image classification", "metric_name": title,
+                "metric_args": threshold if metric != "mAP" else None}  # fmt: skip
+
+    def card_lines(self, run_info: dict[str, Any]) -> list[str]:
+        """The card's bullet stating the decision threshold and how it was chosen."""
+        return [tuning.threshold_line(run_info)]
+
+    def card_usage(self, where: str, model: str, format: str, run_info: dict[str, Any]) -> str:
+        """Through `pipeline()`, keeping the labels at or above the decision threshold in config.json."""
+        return tuning.multilabel_usage(where, model, format, tuning.recorded_threshold(run_info)[0])
 
     # ---- inference --------------------------------------------------------------------------------------
 

@@ -59,6 +59,11 @@ class SingleLabel:
     best_metric: ClassVar[str] = "accuracy"  # the curves' marked step
     curve_panels: ClassVar[tuple] = ACCURACY_PANELS  # training_curves.png: accuracy (top-1, top-5), macro-F1
     fits_temperature: ClassVar[bool] = True
+    # the model card: the metrics it reports (key, title), the model-index's metric types, tags, sentences
+    card_metrics: ClassVar[tuple] = (("accuracy", "accuracy"), ("top5_accuracy", "top-5 accuracy"), ("f1", "F1"))
+    card_metric_types: ClassVar[tuple[str, ...]] = ("accuracy", "f1")
+    card_tags: ClassVar[tuple[str, ...]] = ()
+    card_sentences: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def of(cls, config: Any = None, run_record: dict[str, Any] | None = None) -> SingleLabel:
@@ -120,6 +125,18 @@ class SingleLabel:
     def record_fields(self, calibration: dict[str, Any] | None, fitted: Any = None) -> dict[str, Any]:
         """The run record's entries of the task: the calibration."""
         return {"calibration": calibration}
+
+    def card_result(self, metric: str, title: str, run_info: dict[str, Any]) -> dict[str, Any]:
+        """A model-index result's task-specific fields: none."""
+        return {}
+
+    def card_lines(self, run_info: dict[str, Any]) -> list[str]:
+        """The card's task-specific bullets: none."""
+        return []
+
+    def card_usage(self, where: str, model: str, format: str, run_info: dict[str, Any]) -> None:
+        """No use of its own: the card's (`pipeline()` or `AutoModelForImageClassification`)."""
+        return None
 
     # ---- inference --------------------------------------------------------------------------------------
 

@@ -133,10 +133,87 @@ def tune_decision_threshold(trainer: Any, mode: str | float) -> dict[str, Any]:
     return record
 
 
+# ---- in the model card (`tasks.card`) ----------------------------------------------------------------
+
+MULTILABEL_TASK = (
+    "Each label's probability is the sigmoid of its logit, independent of the others (they do not sum to 1); an "
+    "image gets every label whose probability is at or above the decision threshold, so several labels or none."
+)
+
+
+# how the fine-tune chose the threshold (`tune_decision_threshold`'s "kind"), in words
+THRESHOLD_KINDS = {
+    "global": "tuned on the {split} split{images} for the best micro F1 (the test split never chose it)",
+    "per_class": "tuned on the {split} split{images} for each label's best F1 (the test split never chose it)",
+    "fixed": "fixed by the recipe",
+    "default": "the default: there was no validation split to tune it on",
+}
+
+
+def recorded_threshold(run_info: dict[str, Any]) -> tuple[float | list[float], str]:
+    """A multi-label run's decision threshold (one float, or one per label in label id order) and how it was
+    chosen, in words: the run record's (`THRESHOLD_ATTRIBUTE`: value, kind, split, images), else the default."""
+    record = run_info.get(THRESHOLD_ATTRIBUTE)
+    if not isinstance(record, dict) or record.get("value") is None:
+        return DEFAULT_THRESHOLD, "the default: none was tuned"
+    images = f" ({record['images']:,} images)" if isinstance(record.get("images"), int) else ""
+    how = THRESHOLD_KINDS.get(record.get("kind"), "")
+    how = how.format(split=record.get("split") or "validation", images=images)
+    where = "`decision_threshold` in config.json"
+    return record["value"], f"{how}; {where}" if how else where
+
+
+def threshold_line(run_info: dict[str, Any]) -> str:
+    """The card's bullet stating a multi-label model's decision threshold and how it was chosen."""
+    value, source = recorded_threshold(run_info)
+    if isinstance(value, list):
+        return (
+            f"- Decision threshold: one per label, from {min(value):.3f} to {max(value):.3f} (in label id order), "
+            f"{source}"
+        )
+    return f"- Decision threshold: {float(value):.3f} for every label, {source}"
+
+
+REMOTE_CODE = "the model code beside the weights (vit-ft's ViT)"
+
+
+def multilabel_usage(where: str, model: str, format: str, threshold: Any) -> str:
+    """A multi-label model through `pipeline()`: every label's sigmoid score (`top_k=num_labels`), keeping those at or
+    above the decision threshold that config.json holds (one for every label, or one per label)."""
+    remote = ", trust_remote_code=True" if format == "vit_ft" else ""
+    if isinstance(threshold, list):
+        keep = (
+            "thresholds = classifier.model.config.decision_threshold  # one per label, in label id order\n"
+            "label2id = classifier.model.config.label2id\n"
+            'labels = [s["label"] for s in scores if s["score"] >= thresholds[label2id[s["label"]]]]\n'
+        )
+    else:
+        keep = (
+            f'threshold = getattr(classifier.model.config, "decision_threshold", {DEFAULT_THRESHOLD})'
+            "  # one for every label\n"
+            'labels = [s["label"] for s in scores if s["score"] >= threshold]\n'
+        )
+    return (
+        "```python\nfrom transformers import pipeline\n\n"
+        f'{where}classifier = pipeline("image-classification", model={model}{remote})\n'
+        "# every label with its sigmoid probability (top_k=None would mean the pipeline's default, 5)\n"
+        'scores = classifier("image.jpg", top_k=classifier.model.config.num_labels)\n'
+        f"{keep}```\n\n"
+        "config.json says `problem_type: multi_label_classification`, so `pipeline()` applies a sigmoid to each "
+        "logit: the scores are independent and do not sum to 1. Keep the labels at or above the decision "
+        "threshold (`decision_threshold` in config.json, stated above); an image may have none."
+        + (f" `trust_remote_code=True` runs {REMOTE_CODE}." if remote else "")
+    )
+
+
 __all__ = [
+    "MULTILABEL_TASK",
     "TUNE",
     "TUNE_PER_CLASS",
     "check_multi_label_options",
+    "multilabel_usage",
+    "recorded_threshold",
+    "threshold_line",
     "train_pos_weight",
     "training_threshold",
     "tune_decision_threshold",

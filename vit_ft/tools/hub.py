@@ -25,7 +25,7 @@ from huggingface_hub import HfApi
 
 from ..data.images import image_extensions
 from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
-from ..reports.card import model_card
+from ..tasks.card import model_card
 from ..utils.hub_ids import check_hub_id
 from ..utils.output_dir import check_output_dir
 from ..utils.run_record import ADAPTER_DIR, EXAMPLES_DIR, PROCESSOR_FILE, RUN_RECORD_FILE

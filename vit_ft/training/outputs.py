@@ -32,7 +32,7 @@ def save_outputs(
     """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves.
     `fitted` is what the `task` chose before the final evaluation (a multi-label decision threshold, already in
     the model's config, so saved with it); a single-label task fits its calibration temperature here."""
-    from ..reports.card import write_model_card
+    from ..tasks.card import write_model_card
     from .lora import save_lora_outputs
 
     output_dir = Path(training_args.output_dir)

@@ -1,5 +1,6 @@
 """A fine-tune's model card: YAML metadata and a body saying what the model is, how it did and how to load it,
-for its output folder and for the Hub alike."""
+for its output folder and for the Hub alike. What differs between tasks (the metrics reported, a multi-label
+model's threshold and its use through `pipeline()`) is the run's task's (`task_for(run_info["problem_type"])`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..metrics.multilabel import DEFAULT_THRESHOLD, MULTI_LABEL, MULTILABEL_METRIC_NAMES, THRESHOLD_ATTRIBUTE
 from ..utils.hub_ids import is_hub_model
 from ..utils.run_record import RUN_RECORD_FILE
+from . import task_for
 
 
 def model_card(
@@ -46,30 +47,9 @@ def write_model_card(output_dir: str | Path, run_info: dict[str, Any]) -> Path:
     return path
 
 
-# the metrics a card reports, in its model-index and its table: (metric key, title)
-SINGLE_LABEL_METRICS = (("accuracy", "accuracy"), ("top5_accuracy", "top-5 accuracy"), ("f1", "F1"))
-MULTILABEL_METRICS = tuple(
-    zip(MULTILABEL_METRIC_NAMES, ("mAP", "F1 micro", "F1 macro", "exact match"), strict=True)
-)
-
-
-def is_multi_label_run(run_info: dict[str, Any]) -> bool:
-    """Whether the run record describes a multi-label fine-tune: its `problem_type`, its tuned decision threshold,
-    or its mAP metrics say so."""
-    metrics = run_info.get("metrics") or {}
-    return (
-        run_info.get("problem_type") == MULTI_LABEL
-        or isinstance(run_info.get(THRESHOLD_ATTRIBUTE), dict)
-        or any(key.endswith("_mAP") for key in metrics)
-    )
-
-
 def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardData:
     metrics = run_info.get("metrics") or {}
-    multi = is_multi_label_run(run_info)
-    value = _threshold(run_info)[0]
-    # F1 and exact match count the labels at or above it; a per-label list stays in config.json, not repeated
-    threshold = {"threshold": "per label (decision_threshold)" if isinstance(value, list) else value}
+    task = task_for(run_info.get("problem_type"))
     data = run_info.get("data") or {}
     dataset_id = (
         data.get("dataset_name")
@@ -82,16 +62,14 @@ def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardDat
     results = [
         EvalResult(
             task_type="image-classification",
-            task_name="Multi-label image classification" if multi else None,
             dataset_type=dataset_id,
             dataset_name=dataset_id,
             dataset_split=split,
             metric_type=metric,
-            metric_name=title if multi else None,
             metric_value=float(metrics[prefix + metric]),
-            metric_args=threshold if multi and metric != "mAP" else None,  # mAP needs no threshold
+            **task.card_result(metric, title, run_info),  # a multi-label result's title and threshold
         )
-        for metric, title in (MULTILABEL_METRICS if multi else SINGLE_LABEL_METRICS)
+        for metric, title in task.card_metrics
         if prefix + metric in metrics
     ]
     base = run_info.get("base_model")
@@ -105,11 +83,11 @@ def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardDat
             "image-classification",
             tuning,
             "custom_code" if format == "vit_ft" else "vit",
-            *(["multi-label-classification"] if multi else []),
+            *task.card_tags,
         ],
         datasets=[data["dataset_name"]] if data.get("dataset_name") else None,
         base_model=base if is_hub_model(base) else None,  # the Hub rejects a local path as base_model
-        metrics=["mAP", "f1", "exact_match"] if multi else ["accuracy", "f1"],
+        metrics=list(task.card_metric_types),
         model_name=name,
         eval_results=results or None,
         pipeline_tag="image-classification",
@@ -127,14 +105,12 @@ def _card_body(
     how = f"LoRA (low-rank adapters, {merged})" if lora else "full fine-tuning"
     base = run_info.get("base_model")
     base_text = f"[`{base}`](https://huggingface.co/{base})" if is_hub_model(base) else "a local checkpoint"
-    multi = is_multi_label_run(run_info)
-    task = "multi-label image classification" if multi else "image classification"
+    task = task_for(run_info.get("problem_type"))
     lines = [
         "",
         f"# {name}",
         "",
-        f"A Vision Transformer fine-tuned for {task} with vit-ft, by {how}."
-        + (f" {MULTILABEL_TASK}" if multi else ""),
+        " ".join([f"A Vision Transformer fine-tuned for {task.name} with vit-ft, by {how}.", *task.card_sentences]),
         "",
         f"- Recipe: `{run_info.get('recipe')}`",
         f"- Base model: {base_text}",
@@ -142,17 +118,15 @@ def _card_body(
         f"- Fine-tuning: {'LoRA' if lora else 'full'}",
         f"- Dataset: `{dataset}`",
         _format_line(format, reason),
-        *([_threshold_line(run_info)] if multi else []),
+        *task.card_lines(run_info),
         "",
         "## Evaluation results",
         "",
-        _results_table(run_info.get("metrics") or {}, MULTILABEL_METRICS if multi else SINGLE_LABEL_METRICS),
+        _results_table(run_info.get("metrics") or {}, task.card_metrics),
         "",
         "## Use",
         "",
-        _card_usage(
-            repo_id, name, format, lora, f"{height}x{width}", _threshold(run_info)[0] if multi else None
-        ),
+        _card_usage(repo_id, name, format, lora, f"{height}x{width}", task, run_info),
         "",
     ]
     if (folder / "training_curves.png").is_file():
@@ -175,10 +149,10 @@ def _format_line(format: str, reason: str | None) -> str:
 
 
 def _card_usage(
-    repo_id: str | None, name: str, format: str, lora: bool, resolution: str, threshold: Any = None
+    repo_id: str | None, name: str, format: str, lora: bool, resolution: str, task: Any, run_info: dict[str, Any]
 ) -> str:
-    """How to load the model: by its Hub id when pushed, else by the folder's path (not its bare name). A
-    multi-label model (`threshold`: its decision threshold) is used through `pipeline()` either way."""
+    """How to load the model: by its Hub id when pushed, else by the folder's path (not its bare name); the
+    task's own use where it has one (a multi-label model: through `pipeline()` either way)."""
     if repo_id:
         where, model = "", f'"{repo_id}"'
     else:
@@ -186,8 +160,8 @@ def _card_usage(
             f'model_dir = "path/to/{name}"  # the folder\'s path: the folder this README.md is in\n',
             "model_dir",
         )
-    if threshold is not None:
-        usage = _multilabel_usage(where, model, format, threshold)
+    usage = task.card_usage(where, model, format, run_info)
+    if usage is not None:
         return usage + (" The LoRA adapter is merged into these weights." if lora else "")
     if format == "transformers":
         return (
@@ -216,11 +190,11 @@ def _card_usage(
     return usage + (" The LoRA adapter alone (peft) is in `adapter/`." if lora else "")
 
 
-def _results_table(metrics: dict[str, Any], names: tuple[tuple[str, str], ...] = SINGLE_LABEL_METRICS) -> str:
+def _results_table(metrics: dict[str, Any], names: tuple[tuple[str, str], ...]) -> str:
     """One row per split with results (validation, test): the metrics `names` ((key, title) pairs) and the
     loss; "-" where a metric was not recorded."""
     columns = {**dict(names), "loss": "loss"}
-    from .reporting import markdown_table  # deferred: reporting imports matplotlib
+    from ..reports.reporting import markdown_table  # deferred: reporting imports matplotlib
 
     rows = []
     for split, prefix in (("validation", "eval_"), ("test", "test_")):
@@ -233,77 +207,4 @@ def _results_table(metrics: dict[str, Any], names: tuple[tuple[str, str], ...] =
     return markdown_table(rows, ["split", *columns.values()]).rstrip("\n")
 
 
-# ---- multi-label ------------------------------------------------------------------------------------------------
-
-MULTILABEL_TASK = (
-    "Each label's probability is the sigmoid of its logit, independent of the others (they do not sum to 1); an "
-    "image gets every label whose probability is at or above the decision threshold, so several labels or none."
-)
-
-
-# how the fine-tune chose the threshold (`training.multilabel.tune_decision_threshold`'s "kind"), in words
-THRESHOLD_KINDS = {
-    "global": "tuned on the {split} split{images} for the best micro F1 (the test split never chose it)",
-    "per_class": "tuned on the {split} split{images} for each label's best F1 (the test split never chose it)",
-    "fixed": "fixed by the recipe",
-    "default": "the default: there was no validation split to tune it on",
-}
-
-
-def _threshold(run_info: dict[str, Any]) -> tuple[float | list[float], str]:
-    """A multi-label run's decision threshold (one float, or one per label in label id order) and how it was
-    chosen, in words: the run record's (`THRESHOLD_ATTRIBUTE`: value, kind, split, images), else the default."""
-    record = run_info.get(THRESHOLD_ATTRIBUTE)
-    if not isinstance(record, dict) or record.get("value") is None:
-        return DEFAULT_THRESHOLD, "the default: none was tuned"
-    images = f" ({record['images']:,} images)" if isinstance(record.get("images"), int) else ""
-    how = THRESHOLD_KINDS.get(record.get("kind"), "")
-    how = how.format(split=record.get("split") or "validation", images=images)
-    where = "`decision_threshold` in config.json"
-    return record["value"], f"{how}; {where}" if how else where
-
-
-def _threshold_line(run_info: dict[str, Any]) -> str:
-    """The card's bullet stating a multi-label model's decision threshold and how it was chosen."""
-    value, source = _threshold(run_info)
-    if isinstance(value, list):
-        return (
-            f"- Decision threshold: one per label, from {min(value):.3f} to {max(value):.3f} (in label id order), "
-            f"{source}"
-        )
-    return f"- Decision threshold: {float(value):.3f} for every label, {source}"
-
-
-REMOTE_CODE = "the model code beside the weights (vit-ft's ViT)"
-
-
-def _multilabel_usage(where: str, model: str, format: str, threshold: Any) -> str:
-    """A multi-label model through `pipeline()`: every label's sigmoid score (`top_k=num_labels`), keeping those at or
-    above the decision threshold that config.json holds (one for every label, or one per label)."""
-    remote = ", trust_remote_code=True" if format == "vit_ft" else ""
-    if isinstance(threshold, list):
-        keep = (
-            "thresholds = classifier.model.config.decision_threshold  # one per label, in label id order\n"
-            "label2id = classifier.model.config.label2id\n"
-            'labels = [s["label"] for s in scores if s["score"] >= thresholds[label2id[s["label"]]]]\n'
-        )
-    else:
-        keep = (
-            f'threshold = getattr(classifier.model.config, "decision_threshold", {DEFAULT_THRESHOLD})'
-            "  # one for every label\n"
-            'labels = [s["label"] for s in scores if s["score"] >= threshold]\n'
-        )
-    return (
-        "```python\nfrom transformers import pipeline\n\n"
-        f'{where}classifier = pipeline("image-classification", model={model}{remote})\n'
-        "# every label with its sigmoid probability (top_k=None would mean the pipeline's default, 5)\n"
-        'scores = classifier("image.jpg", top_k=classifier.model.config.num_labels)\n'
-        f"{keep}```\n\n"
-        "config.json says `problem_type: multi_label_classification`, so `pipeline()` applies a sigmoid to each "
-        "logit: the scores are independent and do not sum to 1. Keep the labels at or above the decision "
-        "threshold (`decision_threshold` in config.json, stated above); an image may have none."
-        + (f" `trust_remote_code=True` runs {REMOTE_CODE}." if remote else "")
-    )
-
-
-__all__ = ["is_multi_label_run", "model_card", "write_model_card"]
+__all__ = ["model_card", "write_model_card"]
