@@ -317,7 +317,6 @@ def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """
     batch = {"pixel_values": torch.stack([example["pixel_values"] for example in examples])}
     if "labels" in examples[0]:
-        labels = [_label_value(example["labels"]) for example in examples]
-        multi = isinstance(labels[0], list)
-        batch["labels"] = torch.tensor(labels, dtype=torch.float32 if multi else torch.long)
+        # class ids give a long tensor, multi-hot float vectors a float32 one (torch's default dtype)
+        batch["labels"] = torch.tensor([_label_value(example["labels"]) for example in examples])
     return batch

@@ -110,7 +110,9 @@ def _card_body(
         "",
         f"# {name}",
         "",
-        " ".join([f"A Vision Transformer fine-tuned for {task.name} with vit-ft, by {how}.", *task.card_sentences]),
+        " ".join(
+            [f"A Vision Transformer fine-tuned for {task.name} with vit-ft, by {how}.", *task.card_sentences]
+        ),
         "",
         f"- Recipe: `{run_info.get('recipe')}`",
         f"- Base model: {base_text}",
@@ -149,7 +151,13 @@ def _format_line(format: str, reason: str | None) -> str:
 
 
 def _card_usage(
-    repo_id: str | None, name: str, format: str, lora: bool, resolution: str, task: Any, run_info: dict[str, Any]
+    repo_id: str | None,
+    name: str,
+    format: str,
+    lora: bool,
+    resolution: str,
+    task: Any,
+    run_info: dict[str, Any],
 ) -> str:
     """How to load the model: by its Hub id when pushed, else by the folder's path (not its bare name); the
     task's own use where it has one (a multi-label model: through `pipeline()` either way)."""

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,7 +33,7 @@ from ..metrics.multilabel import (
     sigmoid,
 )
 from ..reports.charts import plot_per_class, plot_precision_recall_curves
-from ..reports.figures import FALSE_NEGATIVE, FALSE_POSITIVE, LabelMistake, plot_label_mistakes
+from ..reports.figures import FALSE_NEGATIVE, FALSE_POSITIVE, LabelMistake, plot_label_mistakes, short
 from ..reports.reporting import markdown_table, report_figure_sections, report_header, write_csv
 from . import threshold as tuning
 from .losses import MultiLabelLoss
@@ -70,6 +71,7 @@ class MultiLabel:
     (None before a model has one: the recipe's number or 0.5 while training)."""
 
     threshold: np.ndarray | None = field(default=None, compare=False)
+    names: tuple[str, ...] = ()  # the label names in label id order (the model's id2label)
 
     problem_type: ClassVar[str] = MULTI_LABEL
     name: ClassVar[str] = "multi-label image classification"
@@ -88,7 +90,10 @@ class MultiLabel:
     @classmethod
     def of(cls, config: Any = None, run_record: dict[str, Any] | None = None) -> MultiLabel:
         has_labels = config is not None and not isinstance(config, str) and getattr(config, "num_labels", 0)
-        return cls(decision_threshold_of(config) if has_labels else None)
+        if not has_labels:
+            return cls()
+        id2label = {int(k): str(v) for k, v in config.id2label.items()}
+        return cls(decision_threshold_of(config), tuple(id2label[j] for j in sorted(id2label)))
 
     @property
     def temperature(self) -> float:
@@ -165,13 +170,46 @@ class MultiLabel:
             rows.append(([id2label[int(j)] for j in above], [float(scores[j]) for j in above]))
         return rows
 
-    def threshold_summary(self, id2label: dict[int, str]) -> float | dict[str, float]:
+    def threshold_summary(self, id2label: dict[int, str] | None = None) -> float | dict[str, float]:
         """The decision threshold as the rows say it: one number when every label has the same, else
-        {label name: threshold}."""
+        {label name: threshold} (names from `id2label`, else the model's)."""
         values = [float(t) for t in self.threshold]
         if all(t == values[0] for t in values):
             return values[0]
-        return {id2label[j]: t for j, t in enumerate(values)}
+        names = [id2label[j] for j in range(len(values))] if id2label is not None else self.names
+        return dict(zip(names, values, strict=True))
+
+    @cached_property
+    def _row_threshold(self) -> float | dict[str, float]:
+        return self.threshold_summary()
+
+    # predict's rows: `labels` / `scores` (JSON arrays in CSV) hold every label whose probability is >= its
+    # threshold, highest first; `num_labels` is 0 when none is (empty for a file that could not be read);
+    # `threshold` is the model's decision threshold: one number, or {label: threshold} (JSON in CSV)
+    prediction_columns: ClassVar[tuple[str, ...]] = (
+        "path",
+        "labels",
+        "scores",
+        "num_labels",
+        "threshold",
+        "error",
+    )
+
+    def prediction_row(self, prediction: Any) -> dict[str, Any]:
+        """predict's row of a `tools.prediction_output.Prediction` (the keys of `prediction_columns`)."""
+        count = None if prediction.error is not None else len(prediction.labels)
+        return {"path": prediction.path, "labels": prediction.labels, "scores": prediction.scores,
+                "num_labels": count, "threshold": self._row_threshold, "error": prediction.error}  # fmt: skip
+
+    def caption(self, labels: list[str], scores: list[float]) -> str:
+        """predict's figure caption of an image: its labels at or above the threshold with their probabilities."""
+        found = [f"{short(label, 14)}\u00a0{score:.2f}" for label, score in zip(labels, scores, strict=True)]
+        return ", ".join(found) if found else "none ≥ threshold"  # no line break inside a pair
+
+    def figure_title(self, count: int) -> str:
+        values = self.threshold
+        said = f"{values[0]:.2f}" if values is not None and np.all(values == values[0]) else "per label"
+        return f"Labels at or above the decision threshold ({said}), {count} images shown"
 
     # ---- evaluation -------------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from ..metrics import METRIC_NAMES, base_metric, build_compute_metrics
 from ..metrics.calibration import reliability_bins, softmax_with_temperature
 from ..metrics.multilabel import MULTILABEL_METRIC_NAMES, SINGLE_LABEL
 from ..reports.charts import plot_confusion_matrix, plot_per_class, plot_reliability_diagram
-from ..reports.figures import Mistake, plot_mistakes
+from ..reports.figures import Mistake, plot_mistakes, short
 from ..reports.reporting import (
     ACCURACY_PANELS,
     PER_CLASS_COLUMNS,
@@ -60,7 +60,11 @@ class SingleLabel:
     curve_panels: ClassVar[tuple] = ACCURACY_PANELS  # training_curves.png: accuracy (top-1, top-5), macro-F1
     fits_temperature: ClassVar[bool] = True
     # the model card: the metrics it reports (key, title), the model-index's metric types, tags, sentences
-    card_metrics: ClassVar[tuple] = (("accuracy", "accuracy"), ("top5_accuracy", "top-5 accuracy"), ("f1", "F1"))
+    card_metrics: ClassVar[tuple] = (
+        ("accuracy", "accuracy"),
+        ("top5_accuracy", "top-5 accuracy"),
+        ("f1", "F1"),
+    )
     card_metric_types: ClassVar[tuple[str, ...]] = ("accuracy", "f1")
     card_tags: ClassVar[tuple[str, ...]] = ()
     card_sentences: ClassVar[tuple[str, ...]] = ()
@@ -157,6 +161,28 @@ class SingleLabel:
     def threshold_summary(self, id2label: dict[int, str]) -> None:
         """A single-label model has no decision threshold: its rows give the top k."""
         return None
+
+    # predict's rows: the top k labels and their probabilities
+    prediction_columns: ClassVar[tuple[str, ...]] = (
+        "path",
+        "label",
+        "score",
+        "top_k_labels",
+        "top_k_scores",
+        "error",
+    )
+
+    def prediction_row(self, prediction: Any) -> dict[str, Any]:
+        """predict's row of a `tools.prediction_output.Prediction` (the keys of `prediction_columns`)."""
+        return {"path": prediction.path, "label": prediction.label, "score": prediction.score,
+                "top_k_labels": prediction.labels, "top_k_scores": prediction.scores, "error": prediction.error}  # fmt: skip
+
+    def caption(self, labels: list[str], scores: list[float]) -> str:
+        """predict's figure caption of an image: `label (p)` of the top label."""
+        return f"{short(labels[0] if labels else '?')} ({scores[0] if scores else 0.0:.2f})"
+
+    def figure_title(self, count: int) -> str:
+        return f"Top-1 predictions ({count} shown)"
 
     # ---- evaluation -------------------------------------------------------------------------------------
 

@@ -94,33 +94,21 @@ def predict_files(
         raise ValueError(f"top_k={top_k_labels} must be positive.")
     files = [str(f) for f in files]
     task, id2label = classifier.task, classifier.id2label
-    threshold = task.threshold_summary(id2label)  # a multi-label model's rows say it; None: the top k
     for batch in iter_batches(classifier, files, batch_size, num_workers, "Predicting", progress):
         rows = {
-            i: Prediction(batch.sources[i], error=describe_error(e), threshold=threshold)
+            i: Prediction(batch.sources[i], error=describe_error(e), task=task)
             for i, e in batch.errors.items()
         }
         if batch.decoded:
             found = task.predicted_labels(batch.probabilities, id2label, top_k_labels)
             for i, (labels, scores) in zip(batch.decoded, found, strict=True):
-                rows[i] = Prediction(batch.sources[i], labels=labels, scores=scores, threshold=threshold)
+                rows[i] = Prediction(batch.sources[i], labels=labels, scores=scores, task=task)
         yield from (rows[i] for i in range(len(batch.sources)))
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures
 # ---------------------------------------------------------------------------------------------------------
-
-
-def _figure_caption(prediction: Prediction) -> str:
-    """`label (p)` of the top label, or a multi-label model's labels at or above threshold with theirs."""
-    if not prediction.multi_label:
-        return f"{short(prediction.label or '?')} ({prediction.score:.2f})"
-    found = [
-        f"{short(label, 14)}\u00a0{score:.2f}"  # no line break inside a pair
-        for label, score in zip(prediction.labels, prediction.scores, strict=True)
-    ]
-    return ", ".join(found) if found else "none ≥ threshold"
 
 
 def plot_predictions(
@@ -131,12 +119,8 @@ def plot_predictions(
     renamed to `path` when complete (an existing file at `path` stays as it was if drawing fails). It carries
     predict's mark (`mark_figure`), so that the next run may replace it."""
     images = [display_image(p.path, image_size) for p in predictions]
-    titles = [f"{_figure_caption(p)}\n{short(Path(p.path).name, 24)}" for p in predictions]
-    suptitle = f"Top-1 predictions ({len(predictions)} shown)"
-    if predictions and predictions[0].multi_label:
-        threshold = predictions[0].threshold
-        said = f"{threshold:.2f}" if isinstance(threshold, float) else "per label"
-        suptitle = f"Labels at or above the decision threshold ({said}), {len(predictions)} images shown"
+    titles = [f"{p.task.caption(p.labels, p.scores)}\n{short(Path(p.path).name, 24)}" for p in predictions]
+    suptitle = predictions[0].task.figure_title(len(predictions)) if predictions else "No predictions"
     path = Path(path)
     try:
         with staged_file(path, suffix=".part.png") as partial:
@@ -224,7 +208,7 @@ def run_prediction(
         logger.info(
             "Multi-label model: every label with probability >= its decision threshold %s.", threshold
         )
-    with PredictionWriter(output, multi_label=threshold is not None) as writer:
+    with PredictionWriter(output, classifier.task) as writer:
         for prediction in predict_files(classifier, files, top_k_labels, batch_size, num_workers, progress):
             writer.write(prediction)
             rows += 1

@@ -1,7 +1,7 @@
 """predict's files: the rows (`.csv` or `.jsonl`, streamed by PredictionWriter and read back by
-`read_predictions`; a multi-label model's rows have MULTI_LABEL_COLUMNS: every label at or above its decision
-threshold with its probability, highest first, an empty list when none is, and the threshold), the mark its
-figure carries, and the rule that keeps a user's files safe: predict
+`read_predictions`, in the model's task's columns: PREDICTION_COLUMNS, the top k; a multi-label model's
+MULTI_LABEL_COLUMNS, every label at or above its decision threshold with its probability, highest first, an
+empty list when none is, and the threshold), the mark its figure carries, and the rule that keeps a user's files safe: predict
 replaces only a file that predict wrote (a CSV with its header row, a JSONL file of its rows, a PNG with its
 mark, or an empty file), anything else only with `--overwrite`; a full disk is one line, and no hidden
 `.part` file stays behind whatever fails.
@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..tasks import TASKS, MultiLabel, SingleLabel, Task, task_for
 from ..utils.files import is_disk_full, move_into_place, temporary_sibling
 
-PREDICTION_COLUMNS = ("path", "label", "score", "top_k_labels", "top_k_scores", "error")
-# a multi-label model's rows: `labels` / `scores` (JSON arrays in CSV) hold every label whose probability is >=
-# its threshold, highest first; `num_labels` is 0 when none is (empty for a file that could not be read);
-# `threshold` is the model's decision threshold: one number, or {label: threshold} (JSON in CSV)
-MULTI_LABEL_COLUMNS = ("path", "labels", "scores", "num_labels", "threshold", "error")
+PREDICTION_COLUMNS = SingleLabel.prediction_columns
+MULTI_LABEL_COLUMNS = MultiLabel.prediction_columns
+ROW_COLUMNS = tuple(task.prediction_columns for task in TASKS.values())  # every task's rows are predict's
 OUTPUT_FORMATS = (".csv", ".jsonl")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURE_MARK = b"vit_ft\x00predict"  # a PNG tEXt chunk's keyword and text: this figure is predict's own
@@ -33,19 +32,14 @@ FIGURE_MARK = b"vit_ft\x00predict"  # a PNG tEXt chunk's keyword and text: this 
 
 @dataclass
 class Prediction:
-    """One output row: the top-k labels with their probabilities (highest first), or the reason there are none."""
+    """One output row: the predicted labels with their probabilities (highest first: the top k, or a multi-label
+    model's labels at or above its threshold), or the reason there are none. Its task writes it as a row."""
 
     path: str
     labels: list[str] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     error: str | None = None
-    # a multi-label model's decision threshold (its task's `threshold_summary`); None for a single-label model, whose
-    # `labels` are its top k
-    threshold: float | dict[str, float] | None = None
-
-    @property
-    def multi_label(self) -> bool:
-        return self.threshold is not None
+    task: Task = field(default_factory=task_for, repr=False)  # the model's: the row's columns and the caption
 
     @property
     def label(self) -> str | None:
@@ -56,20 +50,8 @@ class Prediction:
         return self.scores[0] if self.scores else None
 
     def as_row(self) -> dict[str, Any]:
-        """A JSON-ready dict with the keys of PREDICTION_COLUMNS, or MULTI_LABEL_COLUMNS for a multi-label model
-        (error None when the file was read)."""
-        if self.multi_label:
-            count = None if self.error is not None else len(self.labels)
-            return {"path": self.path, "labels": self.labels, "scores": self.scores, "num_labels": count,
-                    "threshold": self.threshold, "error": self.error}  # fmt: skip
-        return {
-            "path": self.path,
-            "label": self.label,
-            "score": self.score,
-            "top_k_labels": self.labels,
-            "top_k_scores": self.scores,
-            "error": self.error,
-        }
+        """A JSON-ready dict with the keys of its task's `prediction_columns` (error None when the file was read)."""
+        return self.task.prediction_row(self)
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -109,13 +91,13 @@ def written_by_predict(path: str | os.PathLike) -> bool:
     if head.startswith(PNG_SIGNATURE):
         return b"tEXt" + FIGURE_MARK in head
     first = head.split(b"\n", 1)[0].rstrip(b"\r")
-    if first in (",".join(columns).encode() for columns in (PREDICTION_COLUMNS, MULTI_LABEL_COLUMNS)):
+    if first in (",".join(columns).encode() for columns in ROW_COLUMNS):
         return True
     try:
         row = json.loads(first)
     except ValueError:
         return False
-    return isinstance(row, dict) and tuple(row) in (PREDICTION_COLUMNS, MULTI_LABEL_COLUMNS)
+    return isinstance(row, dict) and tuple(row) in ROW_COLUMNS
 
 
 def refuse_replacing_others(files: dict[str, Path | None], overwrite: bool) -> None:
@@ -162,9 +144,9 @@ class PredictionWriter:
     (then the error is one line that says so, see `disk_full_error`).
     """
 
-    def __init__(self, path: str | os.PathLike, multi_label: bool = False):
+    def __init__(self, path: str | os.PathLike, task: Task | None = None):
         self.path = check_output_path(path)
-        columns = MULTI_LABEL_COLUMNS if multi_label else PREDICTION_COLUMNS
+        columns = (task or task_for()).prediction_columns
         self.format = self.path.suffix.lower()
         self._partial = temporary_sibling(self.path)
         try:
