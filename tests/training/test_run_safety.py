@@ -218,7 +218,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_finishes(tmp_pat
         settings = {"num_train_epochs": 2, "save_strategy": "steps", "save_steps": 2, "max_train_samples": 32}
         recipe = case_recipe(tmp_path, shared, output_dir=str(disk / "out"), **settings)
         result = run(["--recipe", str(recipe)], cwd=tmp_path)
-        assert_one_line_error(result, "no space left on the device while writing")
+        assert_one_line_error(result, "no space left on the disk holding")
         last = result.stderr.strip().splitlines()[-1]
         assert f"the last complete checkpoint {disk / 'out' / 'checkpoint-2'} is intact" in last, last
         assert "run the same command with --resume" in last

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks import TASKS, MultiLabel, SingleLabel, Task, task_for
+from ..utils.files import disk_full_error as files_disk_full_error
 from ..utils.files import is_disk_full, move_into_place, temporary_sibling
 
 PREDICTION_COLUMNS = SingleLabel.prediction_columns
@@ -113,26 +113,14 @@ def refuse_replacing_others(files: dict[str, Path | None], overwrite: bool) -> N
         )
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
 def disk_full_error(error: BaseException, path: Path, flag: str, needed: int | None = None) -> BaseException:
     """For a full disk while writing `path` (named on the command line by `flag`), the one line to say
-    (an OSError): which file, the space needed where known and the space free; any other error as it is."""
+    (`files.disk_full_error`): which file, the space needed where known and the space free; any other error
+    as it is."""
     if not is_disk_full(error):
         return error
-    free = shutil.disk_usage(path.parent if path.parent.is_dir() else Path.cwd()).free
-    need = f"at least {_size(needed)} needed, " if needed else ""
     state = "an existing one is unchanged" if path.exists() else "nothing was written"
-    return OSError(
-        f"no space left on the disk holding {path} ({need}{_size(free)} free there); {state}. Free some space, "
-        f"or pass {flag} on another disk."
-    )
+    return files_disk_full_error(path, state, f"Free some space, or pass {flag} on another disk", needed)
 
 
 class PredictionWriter:

@@ -7,14 +7,13 @@ type wrapping the operating system's `No space left on device` (os error 28).
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import zipfile
 from pathlib import Path
 
 from transformers.trainer_pt_utils import safe_globals
 
+from ..utils import files
 from .checkpoints import newest_complete_checkpoint
 
 
@@ -25,22 +24,17 @@ def _newest_file(folder: Path) -> Path | None:
 
 
 def disk_full_error(error: BaseException, output_dir: str | os.PathLike) -> OSError:
-    """The one-line OSError (errno ENOSPC) for a disk that filled while the fine-tune wrote into `output_dir`."""
+    """The one line for a disk that filled while the fine-tune wrote into `output_dir` (`files.disk_full_error`):
+    which file, and the last complete checkpoint to resume from."""
     output_dir = Path(output_dir)
-    name = getattr(error, "filename", None) or _newest_file(output_dir)
-    free = shutil.disk_usage(output_dir).free / 2**20 if output_dir.is_dir() else 0.0
+    name = getattr(error, "filename", None) or _newest_file(output_dir) or output_dir
     last = newest_complete_checkpoint(output_dir)
-    where = (
-        f"the last complete checkpoint {last} is intact. Free some space, then run the same command with "
-        "--resume to continue"
-        if last
-        else "no checkpoint was complete yet. Free some space, then run the same command again"
-    )
-    full = OSError(
-        f"no space left on the device while writing {name or output_dir} ({free:.1f} MiB free); {where}."
-    )
-    full.errno = errno.ENOSPC  # set after: OSError(errno, text) would print "[Errno 28]" in the line
-    return full
+    if last:
+        state = f"the last complete checkpoint {last} is intact"
+        advice = "Free some space, then run the same command with --resume to continue"
+    else:
+        state, advice = "no checkpoint was complete yet", "Free some space, then run the same command again"
+    return files.disk_full_error(name, state, advice)
 
 
 def _unsafe_globals(path: Path) -> list[str]:

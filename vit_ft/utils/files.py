@@ -147,7 +147,31 @@ def is_disk_full(error: BaseException, folder: str | os.PathLike = ".") -> bool:
     return False
 
 
+def _size(n: float) -> str:
+    """A byte count for people: 512 B, 3.2 kB, 41.0 MB, 1.5 GB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def disk_full_error(path: str | os.PathLike, state: str, advice: str, needed: int | None = None) -> OSError:
+    """The one line (an OSError, errno ENOSPC) for a disk that filled while writing `path`: where, the space
+    `needed` where known and the space free there, what `state` the user's files are in, and the `advice`."""
+    path = Path(path)
+    folder = next((p for p in (path, *path.parents) if p.is_dir()), Path.cwd())
+    need = f"at least {_size(needed)} needed, " if needed else ""
+    full = OSError(
+        f"no space left on the disk holding {path} ({need}{_size(shutil.disk_usage(folder).free)} free there); "
+        f"{state}. {advice}."
+    )
+    full.errno = errno.ENOSPC  # set after: OSError(errno, text) would print "[Errno 28]" in the line
+    return full
+
+
 __all__ = [
+    "disk_full_error",
     "is_disk_full",
     "MAX_STEM_BYTES",
     "file_stem",
