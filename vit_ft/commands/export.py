@@ -47,15 +47,17 @@ def export(argv: list[str] | None = None) -> str:
         export_onnx,
         require_onnxruntime,
     )
+    from ..tools.trained import load_trained
 
     require_onnxruntime()  # before the model loads: the one line names the install command
     check_export_dir(args.output_dir, args.model, args.overwrite)
+    trained = load_trained(args.model, device="cpu", merge_lora=True)  # once: the export and --evaluate use it
     if args.evaluate:
-        check_evaluation(args.model)  # a multi-label model: refused before anything is written
-    summary = export_onnx(args.model, args.output_dir, args.quantize, args.overwrite).summary()
+        check_evaluation(trained)  # a multi-label model: refused before anything is written
+    summary = export_onnx(trained, args.output_dir, args.quantize, args.overwrite).summary()
     print(summary)
     if args.evaluate:
-        line = accuracy_line(compare_accuracy(args.model, args.output_dir, args.evaluate))
+        line = accuracy_line(compare_accuracy(trained, args.output_dir, args.evaluate))
         print(line)
         summary += "\n" + line
     return summary

@@ -32,7 +32,7 @@ from ..tasks import task_for
 from ..utils.files import staged_folder
 from ..utils.output_dir import check_output_dir
 from .hub import write_image_processor
-from .trained import load_trained, locate
+from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 
@@ -243,21 +243,23 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 
 def export_onnx(
-    model: str | os.PathLike,
+    model: str | os.PathLike | Trained,
     output_dir: str | os.PathLike,
     quantize: str | None = None,
     overwrite: bool = False,
 ) -> OnnxExport:
-    """Export the trained `model` (a fine-tune output folder, LoRA adapter folder or Hub id; a LoRA adapter is
-    merged) to `output_dir`: model.onnx, preprocessor_config.json, config.json, and with `quantize="int8"`
-    model.int8.onnx. Written to a temporary sibling folder and renamed into place once every graph has been
-    checked against PyTorch; a missing onnxruntime or a bad folder fails before the model loads."""
+    """Export the trained `model` (a fine-tune output folder, LoRA adapter folder or Hub id, a LoRA adapter
+    merged; or the `Trained` model the command loaded) to `output_dir`: model.onnx, preprocessor_config.json,
+    config.json, and with `quantize="int8"` model.int8.onnx. Written to a temporary sibling folder and renamed
+    into place once every graph has been checked against PyTorch; a missing onnxruntime or a bad folder fails
+    before the model loads."""
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"--quantize {quantize} is not one of {', '.join(QUANTIZE_CHOICES)}; leave it unset for fp32 only.")  # fmt: skip
     require_onnxruntime()
-    output = check_export_dir(output_dir, model, overwrite)
-    origin = locate(model)
-    trained = load_trained(origin, device="cpu", merge_lora=True)
+    given = model.origin.path or model.source if isinstance(model, Trained) else model
+    output = check_export_dir(output_dir, given, overwrite)
+    trained = _loaded(model)
+    origin = trained.origin
     with staged_folder(output) as staging:
         dynamic, difference, sizes = export_model(trained.model, staging / ONNX_FILE)
         int8 = (
@@ -280,31 +282,31 @@ MULTI_LABEL_EVALUATION = (
 )
 
 
-def check_evaluation(model: str | os.PathLike) -> None:
-    """A ValueError when `--evaluate` cannot run on the trained `model`: a multi-label model has no top-1
-    accuracy. Reads only its config, so the command can refuse before anything is exported."""
-    from ..model.configuration_vit_ft import ViTFTConfig
-
-    origin = locate(model)
-    config = ViTFTConfig.from_pretrained(
-        origin.adapter if origin.loads_adapter else origin.path or origin.name
-    )
-    task = task_for(config)
+def check_evaluation(trained: Trained) -> None:
+    """A ValueError when `--evaluate` cannot run on the `trained` model: its task has no top-1 accuracy (a
+    multi-label model). The command checks it before anything is exported."""
+    task = trained.task
     if "accuracy" not in task.metric_names:
-        raise ValueError(MULTI_LABEL_EVALUATION.format(model=model, problem_type=task.problem_type))
+        raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type))
+
+
+def _loaded(model: str | os.PathLike | Trained) -> Trained:
+    """`model` loaded for export on the CPU, a LoRA adapter merged (a `Trained` the command loaded: as it is)."""
+    return model if isinstance(model, Trained) else load_trained(model, device="cpu", merge_lora=True)
 
 
 def compare_accuracy(
-    model: str | os.PathLike, folder: str | os.PathLike, split: str = "test", batch_size: int = 64
+    model: str | os.PathLike | Trained, folder: str | os.PathLike, split: str = "test", batch_size: int = 64
 ) -> dict[str, Any]:
-    """Top-1 accuracy of the trained `model` (PyTorch) and of each graph exported to `folder` (onnxruntime) on
-    the same images: `split` of the data the fine-tune recorded, each through the model's own eval transform;
-    with how often each graph's top-1 equals PyTorch's. A multi-label model is a ValueError (`check_evaluation`)."""
-    check_evaluation(model)  # before anything loads
+    """Top-1 accuracy of the trained `model` (PyTorch; a path or Hub id, or the `Trained` model the command
+    loaded) and of each graph exported to `folder` (onnxruntime) on the same images: `split` of the data the
+    fine-tune recorded, each through the model's own eval transform; with how often each graph's top-1 equals
+    PyTorch's. A multi-label model is a ValueError (`check_evaluation`)."""
     from .eval_data import resolve_eval_data
     from .evaluation import predict_dataset
 
-    trained = load_trained(model, device="cpu", merge_lora=True)
+    trained = _loaded(model)
+    check_evaluation(trained)
     data = resolve_eval_data(trained.origin, trained.id2label, split=split)
     runners = {"PyTorch": trained}
     for name, file in (("ONNX fp32", ONNX_FILE), ("ONNX int8", INT8_FILE)):
