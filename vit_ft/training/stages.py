@@ -111,9 +111,13 @@ def load_data(
     return splits, names
 
 
-def load_model(model_args: ModelArguments, names: list[str], task: Task) -> tuple[Any, ViTImageProcessorPil]:
-    """The pre-trained ViT at the fine-tuning resolution with a new head for `task` (its `problem_type` saved in
-    the config: the model's loss, and transformers' pipeline, follow it), and its image processor."""
+def build_model(
+    model_args: ModelArguments, names: list[str], task: Task | None = None
+) -> tuple[Any, ViTImageProcessorPil]:
+    """The model to fine-tune: the pre-trained ViT at the fine-tuning resolution with a new head for `task`
+    (default single-label; its `problem_type` saved in the config: the model's loss, and transformers' pipeline,
+    follow it), and its image processor. (A trained model is loaded for inference by `tools.trained.load_model`.)"""
+    task = task or task_for()
     check_base_checkpoint(model_args.model_name_or_path)  # cut short, or pickled code: one line, nothing run
     id2label = dict(enumerate(names))
     model = ViTFTForImageClassification.from_pretrained(
@@ -284,7 +288,7 @@ def _finetune(
     task.check_options(data_args, training_args)  # before the pre-training and the model
     prepare_builtin_checkpoint(model_args, data_args, training_args)
     loss_weights = task.loss_weights(training_args, splits["train"], names)  # class weights / BCE pos_weight
-    model, processor = load_model(model_args, names, task)
+    model, processor = build_model(model_args, names, task)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
     write_augmentations(splits, train_transform, mixup, training_args)
@@ -325,8 +329,8 @@ __all__ = [
     "AUGMENTATIONS_FIGURE",
     "attach_transforms",
     "build_mixup",
+    "build_model",
     "load_data",
-    "load_model",
     "prepare_builtin_checkpoint",
     "prepare_builtin_data",
     "run_finetune",
