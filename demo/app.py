@@ -17,6 +17,7 @@ label confidences; `api_name="/rollout"` returns the heat map image.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import warnings
@@ -91,7 +92,6 @@ class Classifier:
         )
         self.max_pixels = max_pixels
         self.task = trained.task  # its probabilities: calibrated softmax, or a sigmoid per label
-        self.temperature = self.task.temperature  # 1.0 when the fine-tune fitted none (and for multi-label)
         # a multi-label model: independent sigmoid probabilities, each label kept at or above its own decision
         # threshold (the config's, tuned on validation), several labels or none; no unsure, no temperature
         self.multi_label = self.task.problem_type == MULTI_LABEL
@@ -108,6 +108,15 @@ class Classifier:
         self.captions = [example_caption(path) for path in self.examples]
         scale = DISPLAY_SIDE / max(self.size)
         self.display_size = (round(self.size[0] * scale), round(self.size[1] * scale))
+
+    @property
+    def temperature(self) -> float:
+        """The task's calibration temperature: 1.0 when the fine-tune fitted none (and for multi-label)."""
+        return self.task.temperature
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self.task = dataclasses.replace(self.task, temperature=value)
 
     def open(self, upload: str | dict | None) -> Image.Image:
         """The upload as 8-bit RGB, or a `gr.Error` that tells the user what is wrong with it.
