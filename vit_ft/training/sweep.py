@@ -51,7 +51,7 @@ from .sweep_results import RUN_PREFIX, Seconds, SweepRun, is_sweep_folder, log_r
 logger = logging.getLogger("vit_ft")
 
 FINETUNE_MODULE = "vit_ft.commands.finetune"  # a run's own process: `python -m`, the installed package
-_RUN_OWN = ("--output_dir", "--resume_from_checkpoint")  # each run's own: its folder, and resume from the plan
+_RUN_OWN = ("--output_dir", "--resume_from_checkpoint")  # each run's own: its folder; resume, from the plan
 
 # Arguments a sweep cannot vary: where the runs go, how they are resumed, how they are compared, what is pushed.
 _FIXED = {
