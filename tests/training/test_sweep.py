@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
 
+from vit_ft.commands import finetune
 from vit_ft.tools.trained import load_trained
+from vit_ft.training import sweep
+from vit_ft.training.argv import parse_command
 from vit_ft.training.recipe_fields import RecipeError
 from vit_ft.training.sweep import parse_sweep, sweep_runs
 from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record
 
-from ..conftest import REPO, run_finetune_script, write_tiny_recipe
+from ..conftest import REPO, write_tiny_recipe
 
 # Judged on validation loss, which moves continuously, so that the first value (too small a learning rate to
 # change anything) and the second (one that learns) never tie: the choice must go to the second.
@@ -40,12 +44,31 @@ def error_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("error:")]
 
 
+def run_command(main, *args: str) -> int:
+    """A vit-ft command in this process, `main(argv)` as the console script calls it: its exit code. No
+    interpreter starts (seconds each); what it prints is pytest's to capture."""
+    with pytest.raises(SystemExit) as stop:
+        main(list(args))
+    return stop.value.code
+
+
+def run_finetune_here(*args: str, capsys) -> subprocess.CompletedProcess:
+    """`vit-ft finetune ARGS` in this process, with what it printed."""
+    code = run_command(finetune.main, *args)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("sweep")
     recipe = write_tiny_recipe(tmp, **SETTINGS)
-    result = run_finetune_script("--recipe", str(recipe), "--sweep", SWEEP, cwd=tmp)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert (
+        run_command(
+            finetune.main, "--recipe", str(recipe), "--sweep", SWEEP, "--output_dir", str(tmp / "out")
+        )
+        == 0
+    )
     return tmp / "out"
 
 
@@ -76,6 +99,44 @@ def test_a_value_given_twice_or_also_as_a_flag_is_refused(tmp_path):
         sweep_runs(
             ["--recipe", recipe, "--learning_rate", "0.1"], "learning_rate", ["0.001"], tmp_path / "out"
         )
+
+
+def test_a_run_in_its_own_process_is_the_sweeps_command_with_the_runs_flags(tmp_path, monkeypatch):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # so that --push_to_hub parses
+    out = tmp_path / "out"
+    argv = ["--recipe", str(write_tiny_recipe(tmp_path)), "--output_dir", str(out), "--sweep", SWEEP]
+    argv += [
+        "--process_per_run",
+        "--resume",
+        "--overwrite_output_dir",
+        "--push_to_hub",
+        "--hub_model_id",
+        "me/m",
+    ]
+    command = parse_command(argv)
+    (run,) = sweep_runs(list(command.flags), "learning_rate", ["0.003"], out)
+    lines, exit_code = [], 0
+
+    def fake_run(line, stdout, **kwargs):
+        lines.append(line)
+        stdout.write("INFO starting\nerror: the run's own error line.\n\n")
+        return subprocess.CompletedProcess(line, exit_code)
+
+    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
+    log = tmp_path / "run.log"
+    sweep._run_as_process("learning_rate", run, "resume", command, log)
+    assert lines[0][:5] == [sys.executable, "-m", "vit_ft.commands.finetune", "--recipe", argv[1]]
+    assert lines[0][-6:] == [
+        "--output_dir", str(out / SECOND), "--resume", "--overwrite_output_dir", "--push_to_hub", "false",
+    ] and "--learning_rate=0.003" in lines[0]  # fmt: skip
+    # its folder and its resume are the run's own; the sweep alone pushes (its winner)
+    assert lines[0].count("--output_dir") == 1 and "--resume_from_checkpoint" not in lines[0]
+    exit_code = 3
+    with pytest.raises(
+        ValueError, match=r"learning_rate=0.003 failed \(exit 3\): error: the run's own error"
+    ):
+        sweep._run_as_process("learning_rate", run, "start", command, log)
+    assert "--resume" not in lines[1]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -126,33 +187,26 @@ BAD = {
 }
 
 
-def test_bad_sweeps_and_a_finished_sweep_are_one_error_line_and_change_nothing(finished_sweep):
+def test_bad_sweeps_and_a_finished_sweep_are_one_error_line_and_change_nothing(finished_sweep, capsys):
     before = snapshot(finished_sweep)
     recipe = str(finished_sweep.parent / "tiny.yaml")
     commands = {
         **{words: ["--sweep", sweep, "--overwrite_output_dir"] for sweep, words in BAD.items()},
         "holds a finished sweep": ["--sweep", SWEEP],  # a good sweep into a finished one, without overwrite
     }
-    with ThreadPoolExecutor(max_workers=3) as pool:  # each case fails before any data or model loads
-        results = dict(
-            zip(
-                commands,
-                pool.map(
-                    lambda args: run_finetune_script("--recipe", recipe, *args, cwd=finished_sweep.parent),
-                    commands.values(),
-                ),
-                strict=True,
-            )
+    for words, args in commands.items():  # each case fails before any data or model loads
+        result = run_finetune_here(
+            "--recipe", recipe, "--output_dir", str(finished_sweep), *args, capsys=capsys
         )
-    for words, result in results.items():
         lines = error_lines(result)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
         assert len(lines) == 1 and words in lines[0], result.stderr[-3000:]
-    assert "--overwrite_output_dir" in error_lines(results["holds a finished sweep"])[0]
+        if words == "holds a finished sweep":
+            assert "--overwrite_output_dir" in lines[0]
     assert snapshot(finished_sweep) == before
 
 
-def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, finished_sweep):
+def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, finished_sweep, capsys, caplog):
     recipe = write_tiny_recipe(tmp_path, **SETTINGS)
     out = tmp_path / "out"
     process = subprocess.Popen(
@@ -172,13 +226,15 @@ def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, fi
     assert is_finished(out / FIRST) and not (out / "sweep.json").exists()
     first = snapshot(out / FIRST)
 
-    # without --resume the finished run is not silently redone
-    again = run_finetune_script("--recipe", str(recipe), "--sweep", SWEEP, cwd=tmp_path)
+    # without --resume the finished run is not silently redone (the killed sweep's lock does not hold it back)
+    command = ("--recipe", str(recipe), "--sweep", SWEEP, "--output_dir", str(out))
+    again = run_finetune_here(*command, capsys=capsys)
     assert again.returncode == 1 and "--resume" in error_lines(again)[0], again.stderr[-3000:]
 
-    resumed = run_finetune_script("--recipe", str(recipe), "--sweep", SWEEP, "--resume", cwd=tmp_path)
+    with caplog.at_level(logging.INFO, logger="vit_ft"):
+        resumed = run_finetune_here(*command, "--resume", capsys=capsys)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert f"sweep run 1/2: learning_rate=1e-9 in {out / FIRST} finished before; kept" in resumed.stdout
+    assert f"sweep run 1/2: learning_rate=1e-9 in {out / FIRST} finished before; kept" in caplog.text
     assert snapshot(out / FIRST) == first  # not repeated: every file as the interrupted sweep left it
     summary = json.loads((out / "sweep.json").read_text())
     reference = json.loads((finished_sweep / "sweep.json").read_text())

@@ -5,7 +5,8 @@
 The command's own switches are read here, by one argparse pass (`parse_known_args`), and nowhere else:
 `--recipe` (its name goes into the run record), `--resume` (continue from the last complete checkpoint-*: it
 becomes `--resume_from_checkpoint last`), `--overwrite_output_dir` (replace a finished run; transformers 5 dropped
-it from TrainingArguments) and `--sweep ARG=V1,V2,...`. What remains, with `--recipe`, are the flags of the argument
+it from TrainingArguments), `--sweep ARG=V1,V2,...` and `--process_per_run` (each run of the sweep as its own
+command: `vit-ft seeds` is a seed sweep with it). What remains, with `--recipe`, are the flags of the argument
 dataclasses, which `recipes.parse_args` merges with the recipe. The fine-tune command, the sweep and the seeds
 loop all read a command line through this module. `--debug` is `cli.run_tool`'s; `--help` and `--list-recipes`
 are `parse_args`'s.
@@ -25,6 +26,7 @@ from .recipe_fields import RecipeError, RecipeParser
 from .recipes import parse_args, recipe_name
 
 SWEEP_FLAG = "--sweep"
+PROCESS_PER_RUN_FLAG = "--process_per_run"
 RESUME_LAST = ("--resume_from_checkpoint", "last")
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
@@ -36,6 +38,7 @@ class FinetuneCommand:
     flags: tuple[str, ...]  # --recipe and the dataclass flags; --resume as --resume_from_checkpoint last
     recipe: str | None  # the recipe's name (`--recipe dogs` or `--recipe path/dogs.yaml` -> "dogs")
     sweep: str | None  # `ARG=V1,V2,...`, or None for one fine-tune
+    process_per_run: bool  # each run of the sweep in its own process (`python -m vit_ft.commands.finetune`)
     overwrite_output_dir: bool
     switches: frozenset[str]  # the command's own switches given on the line, on or off
 
@@ -82,6 +85,7 @@ def _command_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--overwrite_output_dir", action=_Switch)
     parser.add_argument(SWEEP_FLAG, action=_Sweep, nargs="?")
+    parser.add_argument(PROCESS_PER_RUN_FLAG, action=_Switch)
     return parser
 
 
@@ -98,6 +102,11 @@ def parse_command(argv: Sequence[str]) -> FinetuneCommand:
             f"{SWEEP_FLAG} is given {len(namespace.sweep)} times ({', '.join(namespace.sweep)}); a sweep varies "
             f"one argument, so pass one {SWEEP_FLAG}."
         )
+    if namespace.process_per_run and not namespace.sweep:
+        raise RecipeError(
+            f"{PROCESS_PER_RUN_FLAG} runs each run of a {SWEEP_FLAG} as its own command; add {SWEEP_FLAG} "
+            f"ARG=V1,V2,... or drop {PROCESS_PER_RUN_FLAG}."
+        )
     flags = list(rest)
     if namespace.recipe is not None:
         flags = ["--recipe", namespace.recipe, *flags]
@@ -109,6 +118,7 @@ def parse_command(argv: Sequence[str]) -> FinetuneCommand:
         recipe=recipe_name(namespace.recipe) if namespace.recipe is not None else None,
         sweep=namespace.sweep[0] if namespace.sweep else None,
         overwrite_output_dir=namespace.overwrite_output_dir,
+        process_per_run=namespace.process_per_run,
         switches=frozenset(namespace.given),
     )
 
@@ -119,4 +129,4 @@ def given_as_flag(argv: Sequence[str], name: str) -> bool:
     return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in argv)
 
 
-__all__ = ["FinetuneCommand", "SWEEP_FLAG", "given_as_flag", "parse_command"]
+__all__ = ["FinetuneCommand", "PROCESS_PER_RUN_FLAG", "SWEEP_FLAG", "given_as_flag", "parse_command"]

@@ -1,40 +1,29 @@
-"""The same fine-tune under several seeds, each a fresh command: how much of a recipe's accuracy is the recipe
-and how much is one lucky seed.
+"""What a sweep over `seed` leaves: the same fine-tune under several seeds, summarised, with no winner.
 
-    vit-ft seeds --recipe digits --seeds 0,1,2 --output_dir outputs/digits-seeds
+    vit-ft finetune --recipe digits --sweep seed=0,1,2 --output_dir outputs/digits-seeds --process_per_run
+    vit-ft seeds --recipe digits --seeds 0,1,2 --output_dir outputs/digits-seeds    # the same command
 
-Each seed runs `python -m vit_ft.commands.finetune <the other flags> --seed N --output_dir OUTPUT/seed-N` (the
-fine-tune command, `vit-ft finetune`) in its own process, as a user would type it, so its wall time includes the start-up and, for a recipe with a
-built-in pre-training (`pretrain_if_missing`), that pre-training too: each seed pre-trains its own checkpoint in
-OUTPUT/pretrained-seed-N unless `--model_name_or_path` is given. Each run's output goes to OUTPUT/seed-N.log.
-OUTPUT/seeds.md (the table, also printed) and seeds.json list every seed's test accuracy (validation accuracy
-when the recipe has no test split) and wall time, with their mean, lowest and highest.
+How much of a recipe's accuracy is the recipe and how much is one lucky seed: the sweep (`vit_ft.training.sweep`)
+runs each seed into OUTPUT/seed-N (its log in OUTPUT/seed-N.log) and, for a recipe with a built-in pre-training
+(`pretrain_if_missing`) whose checkpoint the command line does not name, pre-trains each seed's own checkpoint
+in OUTPUT/pretrained-seed-N (`pretraining_folder`). Nothing is chosen or copied into OUTPUT: OUTPUT/seeds.md (the
+table) and seeds.json list every seed's test accuracy (validation accuracy when the recipe has no test split;
+mAP for a multi-label recipe) and wall time, with their mean, lowest and highest.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from ..utils.files import write_text_atomically
-from ..utils.lock import output_lock
-from .argv import parse_command
-from .recipes import parse_args
 
-logger = logging.getLogger("vit_ft")
-
+SEED = "seed"  # the argument whose sweep is summarised here
 SEEDS_JSON = "seeds.json"
 SEEDS_MD = "seeds.md"
-FINETUNE_MODULE = "vit_ft.commands.finetune"  # run as `python -m`: the installed package, wherever it is
-# Flags the loop sets for every seed itself; passing one would make the runs collide or not vary.
-OWNED_FLAGS = ("seed", "output_dir", "sweep", "resume", "overwrite_output_dir")
+_METRICS = ("test_accuracy", "eval_accuracy", "test_mAP", "eval_mAP")  # the first the run has is reported
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -48,35 +37,21 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def seed_commands(argv: list[str], seeds: list[int], output_dir: Path) -> dict[int, list[str]]:
-    """The fine-tune command of each seed: `argv` (the fine-tune's flags, `--recipe` among them) with the seed,
-    its output folder and, for a recipe that pre-trains its own checkpoint, its own pre-training folder."""
-    command = parse_command(argv)
-    owned = [name for name in OWNED_FLAGS if command.gives(name)]
-    if owned:
-        raise ValueError(
-            f"--{owned[0]} is set by the seeds loop for each run; drop it (the runs go to --output_dir/seed-N)."
-        )
-    if not command.gives("recipe"):
-        raise ValueError("--recipe is required: the recipe to repeat under each seed (e.g. --recipe digits).")
-    # every flag is checked as the fine-tune will check it: a mistyped one fails here, before the first run
-    model_args, _, _ = parse_args([*command.flags, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
-    # a recipe with a built-in pre-training (not turned off by a flag) pre-trains each seed's own checkpoint
-    pretrains = model_args.pretrain_if_missing is not None
-    own_checkpoint = pretrains and not command.gives("model_name_or_path")
-    commands = {}
-    for seed in seeds:
-        line = [sys.executable, "-m", FINETUNE_MODULE, *argv, "--seed", str(seed)]
-        line += ["--output_dir", str(output_dir / f"seed-{seed}")]
-        if own_checkpoint:
-            line += ["--model_name_or_path", str(output_dir / f"pretrained-seed-{seed}")]
-        commands[seed] = line
-    return commands
+def seed_folder(output_dir: str | Path, text: str) -> Path:
+    """The run folder of one seed, OUTPUT/seed-N."""
+    return Path(output_dir) / f"seed-{text}"
 
 
-def _accuracy(run_dir: Path) -> tuple[str, float]:
+def pretraining_folder(output_dir: str | Path, text: str) -> Path:
+    """Where one seed's own built-in pre-training goes, OUTPUT/pretrained-seed-N."""
+    return Path(output_dir) / f"pretrained-seed-{text}"
+
+
+def seed_metric(run_dir: Path) -> tuple[str, float]:
+    """The number a seed is summarised by, from its all_results.json: test accuracy, else validation accuracy
+    (mAP for a multi-label run)."""
     results = json.loads((run_dir / "all_results.json").read_text())
-    for key in ("test_accuracy", "eval_accuracy", "test_mAP", "eval_mAP"):  # mAP: a multi-label run
+    for key in _METRICS:
         if key in results:
             return key, float(results[key])
     raise ValueError(
@@ -84,72 +59,76 @@ def _accuracy(run_dir: Path) -> tuple[str, float]:
     )
 
 
-def run_seeds(argv: list[str], seeds: list[int], output_dir: str | os.PathLike) -> dict[str, Any]:
-    """Run the fine-tune once per seed (one process each, one after another) and summarise; returns the summary
-    written to OUTPUT/seeds.json."""
-    output_dir = Path(output_dir)
-    commands = seed_commands(argv, seeds, output_dir)
-    with output_lock(
-        output_dir, "vit-ft seeds"
-    ):  # a second seeds loop into OUTPUT is refused, naming this one
-        runs = [_run_seed(seed, command, output_dir) for seed, command in commands.items()]
-        summary = _summarise(runs, next(k for k in runs[0] if k not in ("seed", "seconds")), argv)
-        write_text_atomically(output_dir / SEEDS_JSON, json.dumps(summary, indent=2) + "\n")
-        write_text_atomically(output_dir / SEEDS_MD, to_markdown(summary))
-    return summary
-
-
-def _run_seed(seed: int, command: list[str], output_dir: Path) -> dict[str, Any]:
-    """Run one seed's fine-tune (its output in OUTPUT/seed-N.log); its accuracy and wall time."""
-    log_path = output_dir / f"seed-{seed}.log"
-    logger.info("seed %d: %s (output in %s)", seed, " ".join(command[1:]), log_path)
-    start = time.perf_counter()
-    with open(log_path, "w") as log:
-        returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
-    seconds = time.perf_counter() - start
-    if returncode != 0:
-        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
-        last = lines[-1] if lines else "(no output)"
-        raise ValueError(f"seed {seed} failed (exit {returncode}): {last} (full log: {log_path})")
-    metric, accuracy = _accuracy(output_dir / f"seed-{seed}")
-    logger.info("seed %d: %s %.4f in %.0f s", seed, metric, accuracy, seconds)
-    return {"seed": seed, metric: accuracy, "seconds": round(seconds, 1)}
-
-
-def _summarise(runs: list[dict[str, Any]], metric: str, argv: list[str]) -> dict[str, Any]:
+def summarize_seeds(
+    seeds: list[int], folders: list[Path], seconds: list[float | None], command: list[str]
+) -> dict[str, Any]:
+    """What seeds.json holds: each seed's metric and wall time (None for a run a resumed sweep kept), their mean,
+    spread, lowest and highest. `command` is the fine-tune each seed ran, without its seed and folder."""
+    found = [seed_metric(folder) for folder in folders]
+    metric = found[0][0]
+    runs = []
+    for seed, folder, (key, value), time in zip(seeds, folders, found, seconds, strict=True):
+        if key != metric:
+            raise ValueError(
+                f"{folder} reports {key}, the other seeds {metric}; run them with the same recipe."
+            )
+        runs.append({"seed": seed, metric: value, "seconds": None if time is None else round(time, 1)})
     values = [run[metric] for run in runs]
-    times = [run["seconds"] for run in runs]
+    times = [run["seconds"] for run in runs if run["seconds"] is not None]
     return {
-        "command": ["vit-ft", "finetune", *argv],
+        "command": command,
         "metric": metric,
         "runs": runs,
         "mean": statistics.fmean(values),
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
         "min": min(values),
         "max": max(values),
-        "median_seconds": statistics.median(times),
-        "max_seconds": max(times),
+        "median_seconds": statistics.median(times) if times else None,
+        "max_seconds": max(times) if times else None,
     }
 
 
-def to_markdown(summary: dict[str, Any]) -> str:
+def _seconds(value: float | None, prefix: str = "") -> str:
+    return "-" if value is None else f"{prefix}{value:.0f}"
+
+
+def to_markdown(summary: dict[str, Any], process_per_run: bool = True) -> str:
+    """seeds.md: one row per seed (metric in %, wall time), then the mean (std) and the lowest, highest."""
     metric = summary["metric"]
     lines = [
-        f"`{' '.join(summary['command'])}`, one process per seed",
+        f"`{' '.join(summary['command'])}`, {'one process per seed' if process_per_run else 'in one process'}",
         "",
         f"| seed | {metric} | wall time (s) |",
         "| ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {run['seed']} | {100 * run[metric]:.2f}% | {run['seconds']:.0f} |" for run in summary["runs"]
+        f"| {run['seed']} | {100 * run[metric]:.2f}% | {_seconds(run['seconds'])} |"
+        for run in summary["runs"]
     ]
     lines += [
         f"| mean | {100 * summary['mean']:.2f}% (std {100 * summary['std']:.2f}) | "
-        f"median {summary['median_seconds']:.0f} |",
+        f"{_seconds(summary['median_seconds'], 'median ')} |",
         f"| lowest, highest | {100 * summary['min']:.2f}%, {100 * summary['max']:.2f}% | "
-        f"max {summary['max_seconds']:.0f} |",
+        f"{_seconds(summary['max_seconds'], 'max ')} |",
     ]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["parse_seeds", "run_seeds", "seed_commands", "to_markdown"]
+def write_seed_files(output_dir: Path, summary: dict[str, Any], process_per_run: bool) -> None:
+    """seeds.json (machine-readable) and seeds.md (the table), each written whole."""
+    write_text_atomically(output_dir / SEEDS_JSON, json.dumps(summary, indent=2) + "\n")
+    write_text_atomically(output_dir / SEEDS_MD, to_markdown(summary, process_per_run))
+
+
+__all__ = [
+    "SEED",
+    "SEEDS_JSON",
+    "SEEDS_MD",
+    "parse_seeds",
+    "pretraining_folder",
+    "seed_folder",
+    "seed_metric",
+    "summarize_seeds",
+    "to_markdown",
+    "write_seed_files",
+]

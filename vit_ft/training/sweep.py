@@ -13,14 +13,24 @@ Every value is converted and checked by `recipes.parse_args` exactly as the flag
 and every run folder is checked, before the first run starts. `--resume` keeps the finished runs, resumes an
 unfinished one from its last complete checkpoint and starts the rest. Under `accelerate launch` every process
 takes part in every run; process 0 alone chooses, copies and writes, and the others wait for it.
+
+A sweep over `seed` chooses nothing: its runs go to `OUTPUT/seed-N/`, each with its log in `OUTPUT/seed-N.log`,
+and OUTPUT gets the seeds' summary (mean, lowest, highest: `seeds`), no model. `--process_per_run` runs each
+run as its own command (`python -m vit_ft.commands.finetune`, its output in `OUTPUT/<run folder>.log`), so that
+its wall time includes the start-up; `vit-ft seeds` is a seed sweep with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
 import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +40,18 @@ from ..utils.distributed import broadcast_object
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.output_dir import check_output_dir as check_folder
 from ..utils.run_record import is_finished, mark_unfinished
-from .argv import SWEEP_FLAG, FinetuneCommand, given_as_flag
+from .argv import PROCESS_PER_RUN_FLAG, SWEEP_FLAG, FinetuneCommand, given_as_flag
 from .checkpoints import check_output_dir, newest_complete_checkpoint, run_inputs
 from .recipe_fields import RecipeError, argument_fields, build_parser, suggest
 from .recipes import parse_args
+from .seeds import SEED, pretraining_folder, seed_folder
 from .stages import run_finetune
-from .sweep_results import (
-    RUN_PREFIX,
-    SWEEP_MD,
-    SweepRun,
-    copy_winner,
-    is_sweep_folder,
-    summarize,
-    write_sweep_files,
-)
+from .sweep_results import RUN_PREFIX, Seconds, SweepRun, is_sweep_folder, log_results, write_results
 
 logger = logging.getLogger("vit_ft")
+
+FINETUNE_MODULE = "vit_ft.commands.finetune"  # a run's own process: `python -m`, the installed package
+_RUN_OWN = ("--output_dir", "--resume_from_checkpoint")  # each run's own: its folder; resume, from the plan
 
 # Arguments a sweep cannot vary: where the runs go, how they are resumed, how they are compared, what is pushed.
 _FIXED = {
@@ -88,12 +94,23 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
 
 
 def run_folder_name(name: str, text: str) -> str:
-    """`sweep-<argument>-<value>`, with characters a folder name should not hold replaced by `_`."""
-    return f"{RUN_PREFIX}{name}-{re.sub(r'[^A-Za-z0-9._+-]', '_', text)}"
+    """`sweep-<argument>-<value>` (`seed-<value>` for a seed sweep), with characters a folder name should not hold
+    replaced by `_`."""
+    value = re.sub(r"[^A-Za-z0-9._+-]", "_", text)
+    return seed_folder("", value).name if name == SEED else f"{RUN_PREFIX}{name}-{value}"
+
+
+def _pretrains_each_seed(argv: list[str], output_dir: str | Path) -> bool:
+    """Whether every seed pre-trains its own checkpoint: the recipe has a built-in pre-training (not turned off
+    by a flag) and the command line names no checkpoint."""
+    if given_as_flag(argv, "model_name_or_path"):
+        return False
+    return parse_args([*argv, "--output_dir", str(output_dir)])[0].pretrain_if_missing is not None
 
 
 def sweep_runs(argv: list[str], name: str, texts: list[str], output_dir: str | Path) -> list[SweepRun]:
-    """Parse the arguments of every run: `argv` plus `--<name>=<value>` and the run's folder under `output_dir`.
+    """Parse the arguments of every run: `argv` plus `--<name>=<value>` and the run's folder under `output_dir`
+    (and, in a seed sweep of a recipe that pre-trains its own checkpoint, the seed's own `pretraining_folder`).
 
     Each value goes through `parse_args`, so it is converted and validated exactly as the flag would be; the
     first bad value raises RecipeError naming it. Values that convert to the same thing are refused.
@@ -102,16 +119,19 @@ def sweep_runs(argv: list[str], name: str, texts: list[str], output_dir: str | P
         raise RecipeError(
             f"{name} is given both as a flag and in {SWEEP_FLAG}; drop the flag --{name} (the sweep sets it)."
         )
+    pretrains = name == SEED and _pretrains_each_seed(argv, output_dir)
     runs: list[SweepRun] = []
     seen: dict[Any, str] = {}
     for text in texts:
         folder = Path(output_dir) / run_folder_name(name, text)
-        extra = [f"--{name}={text}", "--output_dir", str(folder)]
+        flags = [f"--{name}={text}", "--output_dir", str(folder)]
+        if pretrains:
+            flags += ["--model_name_or_path", str(pretraining_folder(output_dir, text))]
         try:
-            args = parse_args([*argv, *extra])
+            args = parse_args([*argv, *flags])
         except ValueError as error:
             raise RecipeError(f"{SWEEP_FLAG} {name}={text}: {error}") from None
-        run = SweepRun(text, folder, args)
+        run = SweepRun(text, folder, args, tuple(flags))
         key = json.dumps(run.value(name), sort_keys=True, default=str)
         if key in seen or any(run.folder == folder for run in runs):
             raise RecipeError(
@@ -128,10 +148,12 @@ def check_sweep_output_dir(
     resume: bool,
     overwrite_output_dir: bool,
     inputs: list[str] | None = None,
+    copies_winner: bool = True,
 ) -> None:
     """Refuse an OUTPUT that is a file, is or lies inside one of `inputs` (every run's starting checkpoint and
     image folders: the winner is copied into OUTPUT), or holds a finished run or sweep, unless told to overwrite
-    (or resume a sweep)."""
+    (or resume a sweep). A seed sweep (not `copies_winner`) replaces no model in OUTPUT: its finished runs are
+    refused one by one (`_agreed_plan`)."""
 
     def refusal(output_dir: Path) -> str | None:
         if not is_sweep_folder(output_dir):
@@ -149,7 +171,7 @@ def check_sweep_output_dir(
     check_folder(
         training_args.output_dir,
         inputs=inputs or (),
-        finished=None if overwrite_output_dir else refusal,
+        finished=None if overwrite_output_dir or not copies_winner else refusal,
     )
 
 
@@ -198,16 +220,103 @@ def _agreed_plan(
     return plan
 
 
-def _finish(name: str, runs: list[SweepRun], training_args: TrainingArguments) -> dict[str, Any]:
-    """Process 0 chooses, copies and writes; the others wait for its result (or its error) at the broadcast."""
-    output_dir = Path(training_args.output_dir)
+def _command_line(flags: tuple[str, ...], drop: tuple[str, ...]) -> list[str]:
+    """`flags` without the flags named in `drop` (each with its value, in both spellings)."""
+    kept, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag in drop:
+            skip = True
+        elif not flag.startswith(tuple(f"{name}=" for name in drop)):
+            kept.append(flag)
+    return kept
+
+
+def _log_path(name: str, run: SweepRun, command: FinetuneCommand) -> Path | None:
+    """Where a run's output goes: OUTPUT/<run folder>.log for a run in its own process and for every seed."""
+    if command.process_per_run or name == SEED:
+        return run.folder.parent / f"{run.folder.name}.log"
+    return None
+
+
+@contextlib.contextmanager
+def _logging_to(path: Path | None) -> Iterator[None]:
+    """Copy the block's log records (ours, and transformers', whose logger does not propagate) into `path` too;
+    nothing when `path` is None."""
+    if path is None:
+        yield
+        return
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    loggers = [logging.getLogger(), logging.getLogger("transformers")]
+    for each in loggers:
+        each.addHandler(handler)
+    try:
+        yield
+    finally:
+        for each in loggers:
+            each.removeHandler(handler)
+        handler.close()
+
+
+def _run_as_process(name: str, run: SweepRun, action: str, command: FinetuneCommand, log: Path) -> None:
+    """Run one run as its own fine-tune command, as a user would type it, its output in `log`."""
+    line = [sys.executable, "-m", FINETUNE_MODULE, *_command_line(command.flags, _RUN_OWN)]
+    line += [*run.flags, *(["--resume"] if action == "resume" else [])]
+    line += ["--overwrite_output_dir"] if command.overwrite_output_dir else []
+    line += ["--push_to_hub", "false"] if run.args[2].push_to_hub else []  # the sweep pushes its winner only
+    logger.info("%s=%s: %s (output in %s)", name, run.text, " ".join(line[1:]), log)
+    with open(log, "w") as output:
+        returncode = subprocess.run(line, stdout=output, stderr=subprocess.STDOUT).returncode
+    if returncode != 0:
+        lines = [text for text in log.read_text().splitlines() if text.strip()]
+        label = f"seed {run.text}" if name == SEED else f"{name}={run.text}"
+        raise ValueError(
+            f"{label} failed (exit {returncode}): {lines[-1] if lines else '(no output)'} (full log: {log})"
+        )
+
+
+def _run_all(name: str, runs: list[SweepRun], plan: list[str], command: FinetuneCommand) -> Seconds:
+    """Run (or resume) every run the plan does not keep, one after another, in this process or each in its own
+    (`--process_per_run`); returns each run's wall time in seconds (None for a kept run)."""
+    seconds: Seconds = []
+    for index, (run, action) in enumerate(zip(runs, plan, strict=True), start=1):
+        where = f"sweep run {index}/{len(runs)}: {name}={run.text} in {run.folder}"
+        if action == "done":
+            logger.info("%s finished before; kept.", where)
+            seconds.append(None)
+            continue
+        logger.info("%s%s.", where, " (resuming)" if action == "resume" else "")
+        log = _log_path(name, run, command)
+        start = time.perf_counter()
+        if command.process_per_run:
+            _run_as_process(name, run, action, command, log)
+        else:
+            with _logging_to(log if run.args[2].process_index == 0 else None):
+                run_finetune(
+                    *_with_resume(run.args, "last" if action == "resume" else None),
+                    recipe=command.recipe,
+                    overwrite_output_dir=command.overwrite_output_dir,
+                )
+        seconds.append(time.perf_counter() - start)
+        logger.info("%s: finished in %.0f s.", where, seconds[-1])
+    return seconds
+
+
+def _finish(
+    name: str,
+    runs: list[SweepRun],
+    seconds: Seconds,
+    command: FinetuneCommand,
+    training_args: TrainingArguments,
+) -> dict[str, Any]:
+    """Process 0 summarises (and copies a winner); the others wait for its result (or its error) at the broadcast."""
     summary, error = None, None
     if training_args.process_index == 0:
         try:
-            summary = summarize(name, runs, training_args)
-            chosen = output_dir / summary["chosen"]["folder"]
-            copy_winner(chosen, output_dir, {k: summary[k] for k in ("argument", "metric", "chosen")})
-            write_sweep_files(output_dir, summary)
+            display = ["vit-ft", "finetune", *_command_line(command.flags, _RUN_OWN)]
+            summary = write_results(name, runs, seconds, training_args, display, command.process_per_run)
         except (OSError, ValueError) as caught:
             error = caught
     if training_args.world_size > 1:
@@ -219,52 +328,45 @@ def _finish(name: str, runs: list[SweepRun], training_args: TrainingArguments) -
     return summary
 
 
-def _run_all(name: str, runs: list[SweepRun], plan: list[str], command: FinetuneCommand) -> None:
-    """Run (or resume) every run the plan does not keep, one after another."""
-    for index, (run, action) in enumerate(zip(runs, plan, strict=True), start=1):
-        where = f"sweep run {index}/{len(runs)}: {name}={run.text} in {run.folder}"
-        if action == "done":
-            logger.info("%s finished before; kept.", where)
-            continue
-        logger.info("%s%s.", where, " (resuming)" if action == "resume" else "")
-        run_finetune(
-            *_with_resume(run.args, "last" if action == "resume" else None),
-            recipe=command.recipe,
-            overwrite_output_dir=command.overwrite_output_dir,
+def _check_sweep_kind(name: str, command: FinetuneCommand, training_args: TrainingArguments) -> None:
+    """Refuse what a seed sweep or a run per process cannot do, before any run starts."""
+    if name == SEED and training_args.push_to_hub:
+        raise RecipeError(
+            f"{SWEEP_FLAG} seed=... copies no model into {training_args.output_dir}, so there is nothing to push; "
+            "drop --push_to_hub and push one seed's run later (vit-ft push OUTPUT/seed-N)."
+        )
+    if command.process_per_run and training_args.world_size > 1:
+        raise RecipeError(
+            f"{PROCESS_PER_RUN_FLAG} starts each run as a one-process command; run the sweep without "
+            f"accelerate launch, or drop {PROCESS_PER_RUN_FLAG} to run every run on all processes."
         )
 
 
 def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
     """Run the sweep `command.sweep` (`ARG=V1,V2,...`) over the fine-tune the rest of `command` describes; returns
-    sweep.json's content.
+    sweep.json's content (seeds.json's for a seed sweep).
 
-    `--resume` resumes the sweep, `--overwrite_output_dir` replaces a finished one. Everything is parsed and
-    checked before the first run starts.
+    `--resume` resumes the sweep, `--overwrite_output_dir` replaces a finished one, `--process_per_run` runs each
+    run as its own command. Everything is parsed and checked before the first run starts.
     """
     name, texts = parse_sweep(command.sweep)
     training_args = command.parse()[2]
     resume = _resumes(training_args)
+    _check_sweep_kind(name, command, training_args)
     output_dir = Path(training_args.output_dir)
     runs = sweep_runs(list(command.flags), name, texts, output_dir)  # each run's resume is set from the plan
     inputs = sorted({folder for run in runs for folder in run_inputs(*run.args[:2])})
-    check_sweep_output_dir(training_args, resume, command.overwrite_output_dir, inputs)
+    checks = (training_args, resume, command.overwrite_output_dir, inputs, name != SEED)
+    check_sweep_output_dir(*checks)
     index, world_size = training_args.process_index, training_args.world_size
     with output_lock_in_process_zero(output_dir, "vit-ft finetune --sweep", index, world_size):
-        check_sweep_output_dir(training_args, resume, command.overwrite_output_dir, inputs)
+        check_sweep_output_dir(*checks)
         plan = _agreed_plan(runs, training_args, resume, command.overwrite_output_dir)
-        if (
-            training_args.process_index == 0
-        ):  # until the new winner is copied, OUTPUT's model is not this sweep's
+        if name != SEED and index == 0:  # until the new winner is copied, OUTPUT's model is not this sweep's
             mark_unfinished(output_dir)
-        _run_all(name, runs, plan, command)
-        summary = _finish(name, runs, training_args)
-    logger.info(
-        "Sweep finished: %s=%s chosen on %s; table in %s.",
-        name,
-        summary["chosen"]["text"],
-        summary["metric"],
-        output_dir / SWEEP_MD,
-    )
+        seconds = _run_all(name, runs, plan, command)
+        summary = _finish(name, runs, seconds, command, training_args)
+    log_results(name, summary, output_dir)
     return summary
 
 

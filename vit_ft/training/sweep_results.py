@@ -1,11 +1,13 @@
 """What a sweep leaves: its runs, the winner chosen on the validation split, the winner's files copied into the
-sweep's folder, and sweep.json / sweep.md listing every run (`vit_ft.training.sweep` runs the sweep)."""
+sweep's folder, and sweep.json / sweep.md listing every run (`vit_ft.training.sweep` runs the sweep); for a sweep
+over `seed`, no winner but the seeds' summary (`seeds`: seeds.json / seeds.md)."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import json
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -21,19 +23,25 @@ from ..utils.run_record import (
     read_run_record,
     write_run_record,
 )
+from .seeds import SEED, SEEDS_MD, summarize_seeds, write_seed_files
+
+logger = logging.getLogger("vit_ft")
 
 SWEEP_JSON = "sweep.json"
 SWEEP_MD = "sweep.md"
 RUN_PREFIX = "sweep-"
+Seconds = list[float | None]  # each run's wall time, None for a run a resumed sweep kept
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepRun:
-    """One value of the sweep: its text as given, its folder, and its parsed arguments."""
+    """One value of the sweep: its text as given, its folder, its parsed arguments, and the flags that make it
+    this run (added to the sweep's own command line when the run is a command of its own)."""
 
     text: str
     folder: Path
     args: tuple[Any, Any, TrainingArguments]  # (ModelArguments, DataArguments, TrainingArguments)
+    flags: tuple[str, ...] = ()  # --<argument>=<value>, --output_dir <folder>, ...
 
     def value(self, name: str) -> Any:
         """The run's parsed value of the argument `name` (an enum as its value: SchedulerType.COSINE -> "cosine")."""
@@ -133,11 +141,7 @@ def summarize(name: str, runs: list[SweepRun], training_args: TrainingArguments)
                 "text": run.text,
                 "folder": run.folder.name,
                 metric: _number(metrics, metric),
-                **{
-                    key: _number(metrics, key)
-                    for key in _TABLE_METRICS
-                    if key in metrics and key != metric
-                },
+                **{key: _number(metrics, key) for key in _TABLE_METRICS if key in metrics and key != metric},
             }
         )
     best = choose([row[metric] for row in rows], greater, [row.get("eval_loss") for row in rows])
@@ -157,9 +161,7 @@ def sweep_table(summary: dict[str, Any]) -> str:
     """The markdown table of sweep.md: one row per run, validation and test numbers, the chosen one marked."""
     metric = summary["metric"]
     columns = [metric] + [
-        key
-        for key in _TABLE_METRICS
-        if key != metric and any(key in row for row in summary["runs"])
+        key for key in _TABLE_METRICS if key != metric and any(key in row for row in summary["runs"])
     ]
     lines = [
         f"| {summary['argument']} | " + " | ".join(columns) + " | chosen |",
@@ -185,6 +187,44 @@ def write_sweep_files(output_dir: Path, summary: dict[str, Any]) -> None:
     write_text_atomically(output_dir / SWEEP_JSON, json.dumps(summary, indent=2, default=str))
 
 
+def write_results(
+    name: str,
+    runs: list[SweepRun],
+    seconds: Seconds,
+    training_args: TrainingArguments,
+    command: list[str],
+    process_per_run: bool,
+) -> dict[str, Any]:
+    """Leave the sweep's result in OUTPUT and return it: a seed sweep's summary (seeds.json, seeds.md; `command` is
+    what each seed ran); otherwise the winner chosen on validation, copied in, and sweep.json / sweep.md."""
+    output_dir = Path(training_args.output_dir)
+    if name == SEED:
+        folders = [run.folder for run in runs]
+        summary = summarize_seeds([run.value(SEED) for run in runs], folders, seconds, command)
+        write_seed_files(output_dir, summary, process_per_run)
+        return summary
+    summary = summarize(name, runs, training_args)
+    chosen = output_dir / summary["chosen"]["folder"]
+    copy_winner(chosen, output_dir, {k: summary[k] for k in ("argument", "metric", "chosen")})
+    write_sweep_files(output_dir, summary)
+    return summary
+
+
+def log_results(name: str, summary: dict[str, Any], output_dir: Path) -> None:
+    """The sweep's last line: the winner, or the seeds' mean, lowest and highest; where the table is."""
+    if name == SEED:
+        logger.info(
+            "Seed sweep finished: %s mean %.4f, lowest %.4f, highest %.4f over %d seeds; table in %s.",
+            summary["metric"], summary["mean"], summary["min"], summary["max"], len(summary["runs"]),
+            output_dir / SEEDS_MD,
+        )  # fmt: skip
+    else:
+        logger.info(
+            "Sweep finished: %s=%s chosen on %s; table in %s.",
+            name, summary["chosen"]["text"], summary["metric"], output_dir / SWEEP_MD,
+        )  # fmt: skip
+
+
 def is_sweep_folder(output_dir: str | Path) -> bool:
     """Whether `output_dir` holds a sweep's summary (sweep.json)."""
     return (Path(output_dir) / SWEEP_JSON).is_file()
@@ -193,13 +233,16 @@ def is_sweep_folder(output_dir: str | Path) -> bool:
 __all__ = [
     "RUN_PREFIX",
     "SWEEP_JSON",
+    "Seconds",
     "SWEEP_MD",
     "SweepRun",
     "choose",
     "copy_winner",
     "is_sweep_folder",
+    "log_results",
     "selection_metric",
     "summarize",
     "sweep_table",
+    "write_results",
     "write_sweep_files",
 ]
