@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vit_ft.tools.trained import load_trained
-from vit_ft.training.recipe_fields import RecipeError
+from vit_ft.training.recipes import RecipeError
 from vit_ft.training.sweep import parse_sweep, sweep_runs
 from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record
 

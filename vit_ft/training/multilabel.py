@@ -35,7 +35,7 @@ from ..metrics.multilabel import (
     tune_class_thresholds,
     tune_global_threshold,
 )
-from .recipe_fields import RecipeError
+from .arguments import RecipeError
 from .training_arguments import BALANCED, TUNE, TUNE_PER_CLASS
 
 logger = logging.getLogger("vit_ft")

@@ -25,8 +25,7 @@ from typing import Any
 
 from ..utils.files import write_text_atomically
 from ..utils.lock import output_lock
-from .argv import parse_command
-from .recipes import parse_args
+from .recipes import given_as_flag, parse_args
 
 logger = logging.getLogger("vit_ft")
 
@@ -51,19 +50,18 @@ def parse_seeds(text: str) -> list[int]:
 def seed_commands(argv: list[str], seeds: list[int], output_dir: Path) -> dict[int, list[str]]:
     """The fine-tune command of each seed: `argv` (the fine-tune's flags, `--recipe` among them) with the seed,
     its output folder and, for a recipe that pre-trains its own checkpoint, its own pre-training folder."""
-    command = parse_command(argv)
-    owned = [name for name in OWNED_FLAGS if command.gives(name)]
+    owned = [name for name in OWNED_FLAGS if given_as_flag(argv, name)]
     if owned:
         raise ValueError(
             f"--{owned[0]} is set by the seeds loop for each run; drop it (the runs go to --output_dir/seed-N)."
         )
-    if not command.gives("recipe"):
+    if not given_as_flag(argv, "recipe"):
         raise ValueError("--recipe is required: the recipe to repeat under each seed (e.g. --recipe digits).")
     # every flag is checked as the fine-tune will check it: a mistyped one fails here, before the first run
-    model_args, _, _ = parse_args([*command.flags, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
+    model_args, _, _ = parse_args([*argv, "--output_dir", str(output_dir / f"seed-{seeds[0]}")])
     # a recipe with a built-in pre-training (not turned off by a flag) pre-trains each seed's own checkpoint
     pretrains = model_args.pretrain_if_missing is not None
-    own_checkpoint = pretrains and not command.gives("model_name_or_path")
+    own_checkpoint = pretrains and not given_as_flag(argv, "model_name_or_path")
     commands = {}
     for seed in seeds:
         line = [sys.executable, "-m", FINETUNE_MODULE, *argv, "--seed", str(seed)]
