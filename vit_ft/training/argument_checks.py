@@ -3,7 +3,7 @@ across the dataclasses and against the launch that needs no network, no model an
 
 A model path that does not exist, a schedule that trains nothing, a launch Trainer does not join, a push while
 offline, the evaluation setup and the toolkit's keys (early stopping, EMA, class imbalance). What one dataclass's
-own fields can tell is checked by its `__post_init__` when it is built (`training_arguments.build_arguments`),
+own fields can tell is checked by its `__post_init__` when it is built (`recipes.parse_args`),
 including the image size against the checkpoint and mixed precision against the hardware, so that a bad
 combination fails before anything is downloaded or loaded.
 """

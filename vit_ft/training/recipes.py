@@ -9,9 +9,9 @@ A recipe's keys are exactly the field names of `ModelArguments`, `DataArguments`
     vit-ft finetune --recipe dogs --learning_rate 0.01 --image_size 448
 
 The parser is transformers' HfArgumentParser over the dataclasses (`build_parser`); `coerce` converts a YAML value
-with the argparse action of its flag. `parse_args` builds the dataclasses (`training_arguments.build_arguments`,
-each checking its own fields) and runs the checks across them once (`argument_checks.validate`), before any model
-or data is loaded. The fine-tune command's own switches are read by `vit_ft.commands.finetune`.
+with the argparse action of its flag. `parse_args` builds the dataclasses (HfArgumentParser.parse_dict: each checks
+its own fields) and runs the checks across them once (`argument_checks.validate`), before any model or data is
+loaded. The fine-tune command's own switches are read by `vit_ft.commands.finetune`.
 """
 
 import argparse
@@ -34,7 +34,6 @@ from vit_ft.training.arguments import DataArguments, ModelArguments, RecipeError
 from vit_ft.training.training_arguments import (
     TRAINING_DEFAULTS,
     FineTuneTrainingArguments,
-    build_arguments,
     merge_values,
 )
 
@@ -44,8 +43,7 @@ RECIPES_PACKAGE = "vit_ft.recipes"
 _RECIPE_SUFFIXES = (".yaml", ".yml")
 # FineTuneTrainingArguments is transformers' TrainingArguments plus the toolkit's keys (layer decay, EMA, ...)
 ARGUMENT_DATACLASSES = (ModelArguments, DataArguments, FineTuneTrainingArguments)
-# Optional fields where the string "none" already means something, so it must not become None.
-_NONE_IS_A_VALUE = frozenset({"report_to"})
+_NONE_IS_A_VALUE = frozenset({"report_to"})  # optional fields whose string "none" is a value, not None
 _NONE_STRINGS = frozenset({"none", "null"})
 
 # ---- finding and reading recipes -----------------------------------------------------------------------------
@@ -183,9 +181,7 @@ class ArgumentField:
 
 def _union_args(hint: Any) -> tuple[Any, ...]:
     """The members of a Union / `X | Y` annotation, or the annotation alone."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
 
 
 class RecipeParser(HfArgumentParser):
@@ -320,12 +316,10 @@ def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> Re
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
-    """Parse `--recipe NAME_OR_PATH` plus flags into validated (ModelArguments, DataArguments, TrainingArguments).
-
-    argv defaults to sys.argv[1:]. Flags override the recipe (`--recipe dogs --learning_rate 0.01`); an optional
-    field takes `none` to unset a recipe value (`--max_train_samples none`). Bad keys, values or combinations
-    raise RecipeError (a ValueError) before anything is downloaded or loaded.
-    """
+    """Parse `--recipe NAME_OR_PATH` plus flags (argv defaults to sys.argv[1:]) into validated (ModelArguments,
+    DataArguments, TrainingArguments). Flags override the recipe; an optional field takes `none` to unset a recipe
+    value (`--max_train_samples none`). Bad keys, values or combinations raise RecipeError (a ValueError) before
+    anything is downloaded or loaded."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     fields = argument_fields(parser)
@@ -337,13 +331,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     recipe = flags.pop("recipe", None)
     recipe_values = load_recipe(resolve_recipe(recipe)) if recipe else {}
     values = merge_values(recipe_values, flags, recipe_name(recipe) if recipe else None)
-    model_args, data_args, training_args = build_arguments(values)
+    try:  # HfArgumentParser.parse_dict: each dataclass takes its fields, in order, and checks them when built
+        model_args, data_args, training_args = parser.parse_dict(values)
+    except RecipeError:
+        raise
+    except ValueError as error:
+        raise RecipeError(str(error)) from error
     validate(model_args, data_args, training_args)
     return model_args, data_args, training_args
 
 
 # ---- the fine-tune's command line, as the training layer (the sweep) takes it --------------------------------
-
 
 SWEEP_FLAG = "--sweep"
 

@@ -6,13 +6,12 @@ and imbalanced classes (`vit_ft.training.imbalance`). A subclass, as TRL's `SFTC
 so that these are recipe keys and flags like `learning_rate`; each is off by default. `__post_init__` checks each
 value alone, and mixed precision against the hardware (`check_precision`) before transformers' own, vaguer,
 device errors; the checks across fields (patience needs a metric to watch, ...) are in `argument_checks`.
-`merge_values` layers a recipe and flags over the defaults the recipes rely on (`TRAINING_DEFAULTS`);
-`build_arguments` constructs the three argument dataclasses from the result.
+`merge_values` layers a recipe and flags over the defaults the recipes rely on (`TRAINING_DEFAULTS`), the values
+`recipes.parse_args` builds the three argument dataclasses from.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 from transformers import TrainingArguments
 
 from ..utils.hardware import accelerator_type
-from .arguments import DataArguments, ModelArguments, RecipeError
+from .arguments import RecipeError
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
 TRAINING_DEFAULTS: dict[str, Any] = {
@@ -305,28 +304,6 @@ def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None
     return values
 
 
-def build_arguments(
-    values: dict[str, Any],
-) -> tuple[ModelArguments, DataArguments, FineTuneTrainingArguments]:
-    """The three argument dataclasses from a recipe's merged values (`recipes.parse_args`), each taking its fields.
-
-    Built in the order of their checks' cost and certainty: a wrong image size (ModelArguments) is reported
-    before anything about data or hardware, precision before TrainingArguments' own, vaguer, device errors. A
-    bad value is a RecipeError.
-    """
-    built: list[Any] = []
-    for cls in (ModelArguments, DataArguments, FineTuneTrainingArguments):
-        names = {item.name for item in dataclasses.fields(cls) if item.init}
-        try:
-            built.append(cls(**{key: value for key, value in values.items() if key in names}))
-        except RecipeError:
-            raise
-        except ValueError as error:
-            raise RecipeError(str(error)) from error
-    model_args, data_args, training_args = built
-    return model_args, data_args, training_args
-
-
 __all__ = [
     "BALANCED",
     "OUTPUT_ROOT",
@@ -334,7 +311,6 @@ __all__ = [
     "TUNE",
     "TUNE_PER_CLASS",
     "FineTuneTrainingArguments",
-    "build_arguments",
     "check_precision",
     "merge_values",
     "parse_class_weights",
