@@ -133,7 +133,11 @@ def summarize(name: str, runs: list[SweepRun], training_args: TrainingArguments)
                 "text": run.text,
                 "folder": run.folder.name,
                 metric: _number(metrics, metric),
-                **{key: _number(metrics, key) for key in _TABLE_METRICS if key in metrics and key != metric},
+                **{
+                    key: _number(metrics, key)
+                    for key in _TABLE_METRICS
+                    if key in metrics and key != metric
+                },
             }
         )
     best = choose([row[metric] for row in rows], greater, [row.get("eval_loss") for row in rows])
@@ -153,7 +157,9 @@ def sweep_table(summary: dict[str, Any]) -> str:
     """The markdown table of sweep.md: one row per run, validation and test numbers, the chosen one marked."""
     metric = summary["metric"]
     columns = [metric] + [
-        key for key in _TABLE_METRICS if key != metric and any(key in row for row in summary["runs"])
+        key
+        for key in _TABLE_METRICS
+        if key != metric and any(key in row for row in summary["runs"])
     ]
     lines = [
         f"| {summary['argument']} | " + " | ".join(columns) + " | chosen |",
