@@ -1,34 +1,17 @@
-"""Tests for vit_ft.training.argument_checks: the image size against a locally readable checkpoint config, and mixed
-precision against the hardware. The checks as run by parse_args are tested in test_recipes.py."""
+"""Tests for vit_ft.training.argument_checks (the checks across the built arguments, run once by parse_args) and
+for the checks the dataclasses make of their own fields against the world when they are built: the image size
+against a locally readable checkpoint config (the model layer's check, tested itself in tests/model/test_checks.py)
+and mixed precision against the hardware. The checks as run by parse_args are tested in test_recipes.py."""
 
-import dataclasses
 import json
 import types
 
 import pytest
 
-from vit_ft.training.argument_checks import (
-    MAX_IMAGE_TOKENS_ENV_VAR,
-    check_image_size,
-    check_image_tokens,
-    check_precision,
-    check_push,
-    check_schedule,
-    check_world_size,
-    read_checkpoint_config,
-)
-from vit_ft.training.arguments import ModelArguments
-from vit_ft.training.recipe_fields import RecipeError
-
-
-def test_read_checkpoint_config_reads_a_local_folder_and_gives_up_quietly(tmp_path, monkeypatch):
-    (tmp_path / "config.json").write_text(json.dumps({"patch_size": 8}))
-    assert read_checkpoint_config(str(tmp_path)) == {"patch_size": 8}
-    (tmp_path / "config.json").write_text("{not json")
-    assert read_checkpoint_config(str(tmp_path)) is None
-    assert read_checkpoint_config(str(tmp_path / "empty-folder-that-is-not-there")) is None
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert read_checkpoint_config("nobody/not-a-cached-model", cache_dir=str(tmp_path)) is None
+from vit_ft.model.checks import MAX_IMAGE_TOKENS_ENV_VAR
+from vit_ft.training.argument_checks import check_push, check_schedule, check_world_size
+from vit_ft.training.arguments import ModelArguments, RecipeError
+from vit_ft.training.training_arguments import check_precision
 
 
 def test_image_size_is_checked_against_a_checkpoint_in_the_hf_cache(tmp_path):
@@ -41,18 +24,16 @@ def test_image_size_is_checked_against_a_checkpoint_in_the_hf_cache(tmp_path):
     )
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
-    args = ModelArguments(model_name_or_path="someone/tiny-vit", image_size=100, cache_dir=str(tmp_path))
-    with pytest.raises(RecipeError, match=r"patch size 16 .*--image_size 96 or 112"):
-        check_image_size(args)
-    check_image_size(dataclasses.replace(args, image_size=384))
+    kwargs = {"model_name_or_path": "someone/tiny-vit", "cache_dir": str(tmp_path)}
+    with pytest.raises(ValueError, match=r"patch size 16 .*--image_size 96 or 112"):
+        ModelArguments(image_size=100, **kwargs)
+    assert ModelArguments(image_size=384, **kwargs).image_size == 384
 
 
 def test_image_size_check_is_skipped_when_the_config_is_not_local(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    model_args = ModelArguments(
-        model_name_or_path="nobody/not-a-cached-model", image_size=30, cache_dir=str(tmp_path)
-    )
-    check_image_size(model_args)  # nothing to read: left to the model loader
+    # nothing to read: left to the model loader
+    ModelArguments(model_name_or_path="nobody/not-a-cached-model", image_size=30, cache_dir=str(tmp_path))
 
 
 def test_fp16_without_a_gpu_is_an_error_that_suggests_bf16():
@@ -90,13 +71,13 @@ def test_max_steps_trains_without_epochs():
 
 
 def test_image_tokens_have_a_stated_bound_that_the_environment_raises(tmp_path, monkeypatch):
-    (tmp_path / "config.json").write_text(json.dumps({"patch_size": 16}))
-    args = ModelArguments(model_name_or_path=str(tmp_path), image_size=4096)
-    with pytest.raises(RecipeError, match=f"above the bound of 4096.*{MAX_IMAGE_TOKENS_ENV_VAR}=65536"):
-        check_image_tokens(args)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "vit", "patch_size": 16}))
+    with pytest.raises(ValueError, match=f"above the bound of 4096.*{MAX_IMAGE_TOKENS_ENV_VAR}=65536"):
+        ModelArguments(model_name_or_path=str(tmp_path), image_size=4096)
     monkeypatch.setenv(MAX_IMAGE_TOKENS_ENV_VAR, "65536")
-    check_image_tokens(args)
-    check_image_tokens(ModelArguments(model_name_or_path=str(tmp_path), image_size=1024))
+    ModelArguments(model_name_or_path=str(tmp_path), image_size=4096)
+    monkeypatch.delenv(MAX_IMAGE_TOKENS_ENV_VAR)
+    ModelArguments(model_name_or_path=str(tmp_path), image_size=1024)
 
 
 def test_launched_processes_that_trainer_does_not_join_are_refused():

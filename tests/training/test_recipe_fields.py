@@ -1,4 +1,4 @@
-"""Tests for vit_ft.training.recipe_fields: one field per dataclass field, a YAML value converts as the same flag does,
+"""Tests for the fields of vit_ft.training.recipes: one field per dataclass field, a YAML value converts as the same flag does,
 the parser returns only the flags given, and its errors are RecipeErrors. Recipe files are tested in
 test_recipes.py."""
 
@@ -8,7 +8,7 @@ import pytest
 from transformers import TrainingArguments
 
 from vit_ft.training.arguments import DataArguments, ModelArguments
-from vit_ft.training.recipe_fields import (
+from vit_ft.training.recipes import (
     ARGUMENT_DATACLASSES,
     RecipeError,
     argument_fields,

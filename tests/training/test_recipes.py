@@ -10,8 +10,9 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
 
+from vit_ft.commands.finetune import parse_command, print_recipes, recipe_info
 from vit_ft.training import recipes
-from vit_ft.training.argument_checks import accelerator_type, validate
+from vit_ft.training.argument_checks import validate
 from vit_ft.training.arguments import DataArguments, ModelArguments
 from vit_ft.training.recipes import (
     TRAINING_DEFAULTS,
@@ -19,10 +20,9 @@ from vit_ft.training.recipes import (
     list_recipes,
     load_recipe,
     parse_args,
-    print_recipes,
-    recipe_info,
     resolve_recipe,
 )
+from vit_ft.utils.hardware import accelerator_type
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ALL_RECIPES = list_recipes()
@@ -392,7 +392,7 @@ def test_every_field_has_help():
 
 def test_list_recipes_flag_prints_every_recipe_and_exits(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        parse_args(["--list-recipes"])
+        parse_command(["--list-recipes"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     for name in ALL_RECIPES:
@@ -402,7 +402,7 @@ def test_list_recipes_flag_prints_every_recipe_and_exits(capsys):
 
 def test_help_lists_the_recipe_and_dataclass_flags(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        parse_args(["--recipe", "dogs", "--help"])
+        parse_command(["--recipe", "dogs", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "--recipe" in out and "--image_size" in out and "--learning_rate" in out

@@ -11,26 +11,201 @@ accelerate launch -m vit_ft.commands.finetune --recipe dogs --resume  # continue
 A mistake prints one line, `error: <what is wrong>. <what to do>`, and exits 1; `--debug` (or VIT_FT_DEBUG=1)
 shows the traceback instead. Ctrl-C exits 130. SIGTERM or SIGUSR1 (preemption) saves a checkpoint at the next
 step, prints where it is and exits 75 (EX_TEMPFAIL): run the same command with --resume to continue.
+
+The command's own switches are read here, by one argparse pass (`parse_command`), and nowhere else: `--recipe`
+(its name goes into the run record), `--resume` (continue from the last complete checkpoint-*: it becomes
+`--resume_from_checkpoint last`), `--overwrite_output_dir` (replace a finished run; transformers 5 dropped it from
+TrainingArguments), `--sweep ARG=V1,V2,...` (the sweep takes them from the `FinetuneCommand` it is handed),
+`--list-recipes` and `--help`. What remains, with `--recipe`, are the flags of the argument dataclasses, which
+`vit_ft.training.recipes.parse_args` merges with the recipe. `--debug` is `cli.run_tool`'s.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TextIO
 
 from transformers import TrainingArguments
 
 from ..tools.hub import push_output_dir
-from ..training.argv import parse_command
 from ..training.checkpoints import interrupted_message
 from ..training.preemption import PREEMPTED_EXIT, Preempted
+from ..training.recipes import (
+    PROCESS_PER_RUN_FLAG,
+    RECIPES_ENV_VAR,
+    SWEEP_FLAG,
+    FinetuneCommand,
+    RecipeError,
+    RecipeParser,
+    build_parser,
+    list_recipes,
+    load_recipe,
+    parse_args,
+    recipe_name,
+    recipes_dir,
+    resolve_recipe,
+)
 from ..training.stages import run_finetune
 from ..training.sweep import run_sweep, sweep_interrupted_message
 from ..utils.cli import run_tool
 from ..utils.distributed import end_process_group
 from ..utils.logs import setup_logging
+
+RESUME_LAST = ("--resume_from_checkpoint", "last")
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+EPILOG = (
+    "The fine-tune command (vit-ft finetune, scripts/finetune.py) also takes: --resume (continue from the last "
+    "complete checkpoint-* in output_dir), --overwrite_output_dir (replace a finished run there), --sweep "
+    "ARG=V1,V2,... (one fine-tune per value into output_dir/sweep-ARG-V/, the best on validation copied to "
+    "output_dir; --sweep seed=0,1,2 summarises the seeds in seeds.md instead), --process_per_run (each run of the "
+    "sweep as its own command) and --debug (a traceback instead of the one-line error)."
+)
+
+
+class _Switch(argparse.Action):
+    """An on/off switch: `--name` alone turns it on; `--name=BOOL` or `--name BOOL` sets it (true/false/1/0/yes/no)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", default=False, **kwargs)
+
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        if value is not None and value.lower() not in _BOOLEANS:
+            raise RecipeError(
+                f"{option_string}={value.lower()!r} is not true or false; pass {option_string} alone to turn it on."
+            )
+        setattr(namespace, self.dest, True if value is None else _BOOLEANS[value.lower()])
+        namespace.given.add(self.dest)
+
+
+class _Sweep(argparse.Action):
+    """`--sweep ARG=V1,V2` or `--sweep=ARG=V1,V2`, kept in order of appearance so that a second one is reported."""
+
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        if value is None:
+            raise RecipeError(
+                f"{SWEEP_FLAG} needs a value; write e.g. {SWEEP_FLAG} learning_rate=0.001,0.003."
+            )
+        namespace.sweep.append(value)
+        namespace.given.add(self.dest)
+
+
+def _add_list_recipes(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--list-recipes", "--list_recipes", action="store_true", help="Print the recipes and exit."
+    )
+
+
+def _command_parser() -> argparse.ArgumentParser:
+    # no --help here: `print_help` prints the full help (every flag, these switches in its epilog)
+    parser = RecipeParser((), add_help=False, allow_abbrev=False)
+    parser.add_argument("--recipe")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--overwrite_output_dir", action=_Switch)
+    parser.add_argument(SWEEP_FLAG, action=_Sweep, nargs="?")
+    parser.add_argument(PROCESS_PER_RUN_FLAG, action=_Switch)
+    _add_list_recipes(parser)
+    return parser
+
+
+def print_help() -> None:
+    """Every flag of the argument dataclasses with its default, `--recipe`, `--list-recipes` and, as the epilog,
+    the command's switches; then exit 0."""
+    parser = build_parser(epilog=EPILOG)
+    _add_list_recipes(parser)
+    parser.parse_args(["--help"])
+
+
+def parse_command(argv: Sequence[str]) -> FinetuneCommand:
+    """Read the command's own switches from `argv` (everything else is kept, in order, for `parse_args`).
+
+    `--help` and `--list-recipes` print and exit 0. Raises RecipeError for a switch with a bad value or a second
+    `--sweep`; the dataclass flags are checked later, by `FinetuneCommand.parse`.
+    """
+    argv = list(argv)
+    if "-h" in argv or "--help" in argv:
+        print_help()
+    namespace = argparse.Namespace(sweep=[], given=set())
+    namespace, rest = _command_parser().parse_known_args(argv, namespace)
+    if namespace.list_recipes:
+        print_recipes()
+        raise SystemExit(0)
+    if len(namespace.sweep) > 1:
+        raise RecipeError(
+            f"{SWEEP_FLAG} is given {len(namespace.sweep)} times ({', '.join(namespace.sweep)}); a sweep varies "
+            f"one argument, so pass one {SWEEP_FLAG}."
+        )
+    if namespace.process_per_run and not namespace.sweep:
+        raise RecipeError(
+            f"{PROCESS_PER_RUN_FLAG} runs each run of a {SWEEP_FLAG} as its own command; add {SWEEP_FLAG} "
+            f"ARG=V1,V2,... or drop {PROCESS_PER_RUN_FLAG}."
+        )
+    flags = list(rest)
+    if namespace.recipe is not None:
+        flags = ["--recipe", namespace.recipe, *flags]
+    if namespace.resume:
+        flags += RESUME_LAST  # continue from the last complete checkpoint-* in the output folder
+        namespace.given.add("resume")
+    return FinetuneCommand(
+        flags=tuple(flags),
+        recipe=recipe_name(namespace.recipe) if namespace.recipe is not None else None,
+        sweep=namespace.sweep[0] if namespace.sweep else None,
+        overwrite_output_dir=namespace.overwrite_output_dir,
+        process_per_run=namespace.process_per_run,
+        switches=frozenset(namespace.given),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeInfo:
+    """What `--list-recipes` shows of a recipe, and where its file is."""
+
+    name: str
+    path: Path
+    description: str  # the first comment line, without its launch command
+    launch: str | None  # the command after "Launch:" on that line, if any
+    dataset: str
+
+
+def recipe_info(name_or_path: str) -> RecipeInfo:
+    """Name, one-line description, launch command and dataset of a recipe, read from its first line and values."""
+    path = resolve_recipe(name_or_path)
+    first_line = path.read_text(encoding="utf-8").splitlines()[:1]
+    header = first_line[0].lstrip("#").strip() if first_line and first_line[0].startswith("#") else ""
+    description, _, launch = header.partition("Launch:")
+    values = load_recipe(path)
+    if values.get("dataset_name"):
+        dataset = str(values["dataset_name"])
+    elif values.get("builtin_dataset"):
+        dataset = f"built-in {values['builtin_dataset']} -> {values.get('train_dir')}"
+    else:
+        dataset = f"folder {values.get('train_dir')}"
+    return RecipeInfo(
+        recipe_name(path), path, description.strip().rstrip("."), launch.strip() or None, dataset
+    )
+
+
+def print_recipes(file: TextIO | None = None) -> None:
+    """Print every recipe with its dataset and one-line description (what `--list-recipes` shows)."""
+    file = file or sys.stdout
+    infos = [recipe_info(name) for name in list_recipes()]
+    if not infos:
+        print(f"No recipes found in {recipes_dir()} (set {RECIPES_ENV_VAR} to another folder).", file=file)
+        return
+    name_width = max(len("RECIPE"), *(len(info.name) for info in infos))
+    data_width = max(len("DATASET"), *(len(info.dataset) for info in infos))
+    print(f"{'RECIPE':<{name_width}}  {'DATASET':<{data_width}}  DESCRIPTION", file=file)
+    for info in infos:
+        print(f"{info.name:<{name_width}}  {info.dataset:<{data_width}}  {info.description}", file=file)
+    print(
+        "\nLaunch one with: vit-ft finetune --recipe <RECIPE> [--flag value ...] (several processes or GPUs: "
+        "accelerate launch -m vit_ft.commands.finetune --recipe <RECIPE> ...)",
+        file=file,
+    )
 
 
 def setup_training_logging(training_args: TrainingArguments) -> None:
@@ -63,7 +238,7 @@ def push_finished_run(training_args: TrainingArguments) -> None:
 def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     """Parse, train (one run, or a --sweep of runs) and push; `on_interrupt` receives what writes the Ctrl-C line."""
     command = parse_command(argv)
-    model_args, data_args, training_args = command.parse()  # validates everything before any work
+    model_args, data_args, training_args = parse_args(list(command.flags))  # validated before any work
     setup_training_logging(training_args)
     try:
         if command.sweep is not None:  # one fine-tune per value; the winner is copied into output_dir, pushed
@@ -100,6 +275,16 @@ def main(argv: list[str] | None = None) -> None:
         on_interrupt=on_interrupt,
     )
 
+
+__all__ = [
+    "FinetuneCommand",
+    "RecipeInfo",
+    "finetune",
+    "main",
+    "parse_command",
+    "print_recipes",
+    "recipe_info",
+]
 
 if __name__ == "__main__":
     main()

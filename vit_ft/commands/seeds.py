@@ -27,7 +27,7 @@ OWNED_FLAGS = ("seed", "output_dir", "sweep", "process_per_run")
 def seed_sweep_argv(argv: list[str], seeds: list[int], output_dir: str) -> list[str]:
     """The fine-tune command line of the seed sweep: `argv` (the fine-tune's flags, `--recipe` among them), the
     sweep over `seeds` with one process per run, and `output_dir`."""
-    from ..training.argv import PROCESS_PER_RUN_FLAG, SWEEP_FLAG, given_as_flag
+    from ..training.recipes import PROCESS_PER_RUN_FLAG, SWEEP_FLAG, given_as_flag
 
     owned = [name for name in OWNED_FLAGS if given_as_flag(argv, name)]
     if owned:
@@ -42,9 +42,9 @@ def seed_sweep_argv(argv: list[str], seeds: list[int], output_dir: str) -> list[
 
 def seeds(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     """Parse `--seeds` and `--output_dir`, run the fine-tune (the other flags) once per seed, print the table."""
-    from ..training.argv import parse_command
     from ..training.seeds import SEEDS_MD, parse_seeds
     from ..training.sweep import run_sweep, sweep_interrupted_message
+    from .finetune import parse_command
 
     parser = ToolArgumentParser(__doc__)
     parser.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds (default 0,1,2).")

@@ -1,11 +1,11 @@
 """The evaluation preprocessing of a trained model: its resolution (checked against the patch size and the token
-bound) and the normalisation its image processor states. `trained.load_trained` builds it once per model."""
+bound by `vit_ft.model.checks.check_image_size`) and the normalisation its image processor states.
+`trained.load_trained` builds it once per model."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,6 @@ from PIL import Image
 
 from ..data.images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
 from ..data.transforms import ImageClassificationTransform, build_transforms
-from ..model.configuration_vit_ft import nearest_multiple, to_2tuple
 from ..utils.run_record import PROCESSOR_FILE
 
 logger = logging.getLogger("vit_ft")
@@ -43,46 +42,6 @@ class Preprocessing:
         )
 
 
-def _as_hw(size: int | Sequence[int]) -> tuple[int, int]:
-    if not isinstance(size, int) and len(size) == 1:
-        size = size[0]
-    try:
-        return to_2tuple(size if isinstance(size, int) else tuple(int(v) for v in size), "image_size")
-    except (TypeError, ValueError):
-        raise ValueError(f"image_size={size!r} must be one int or a (height, width) pair.") from None
-
-
-def check_image_size(
-    config: Any, image_size: int | Sequence[int] | None, max_tokens: int | None = None
-) -> tuple[int, int]:
-    """The (height, width) to evaluate at: the config's, or `image_size`, which must be a multiple of the patch
-    size (the model resamples its position embeddings to the new grid) and give at most `max_tokens` patch
-    tokens (None: no bound)."""
-    size = tuple(config.image_hw) if image_size is None else _as_hw(image_size)
-    patch = tuple(config.patch_hw)
-    if min(size) <= 0:
-        raise ValueError(
-            f"image_size={size[0]}x{size[1]} must be positive: a number of pixels such as --image_size "
-            f"{config.image_hw[0]} (the model's own), or leave it unset."
-        )
-    if size[0] % patch[0] or size[1] % patch[1] or min(size) <= 0:
-        near = nearest_multiple(size, patch)
-        raise ValueError(
-            f"image_size={size[0]}x{size[1]} is not a multiple of the model's patch size {patch[0]}x{patch[1]}; "
-            f"use e.g. --image_size {near[0]}"
-            + ("" if near[0] == near[1] else f" (or {near[0]}x{near[1]})")
-            + "."
-        )
-    tokens = (size[0] // patch[0]) * (size[1] // patch[1])
-    if image_size is not None and max_tokens is not None and tokens > max_tokens:
-        raise ValueError(
-            f"--image_size {size[0]}x{size[1]} makes {tokens} patch tokens per image ({patch[0]}x{patch[1]} "
-            f"patches), more than the bound of {max_tokens} (ViT-B/16 at 1024 px); pass a smaller --image_size, "
-            f"or --max_tokens {tokens} to run it anyway (attention's cost grows with the square of the tokens)."
-        )
-    return size
-
-
 def preprocessing_from(
     settings: dict[str, Any] | None, size: tuple[int, int], max_pixels: int | None, name: str
 ) -> Preprocessing:
@@ -107,4 +66,4 @@ def preprocessing_from(
     )
 
 
-__all__ = ["Preprocessing", "check_image_size", "preprocessing_from"]
+__all__ = ["Preprocessing", "preprocessing_from"]

@@ -26,6 +26,8 @@ from ..data.images import DEFAULT_MAX_PIXELS
 from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
 from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
+from ..model.checks import check_image_size
+from ..model.checks import check_model_path as check_path
 from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
@@ -43,7 +45,7 @@ from ..utils.run_record import (
     run_folder,
 )
 from .inference import use_bf16
-from .preprocessing import Preprocessing, check_image_size, preprocessing_from
+from .preprocessing import Preprocessing, preprocessing_from
 
 logger = logging.getLogger("vit_ft")
 
@@ -111,10 +113,7 @@ def check_model_path(model: str | os.PathLike) -> None:
     """Raise FileNotFoundError naming `model` as a path when it is one (see `looks_like_path`) and is missing,
     before transformers reports it as a malformed Hub id."""
     path = Path(model).expanduser()
-    if not path.exists() and looks_like_path(model):
-        raise FileNotFoundError(
-            f"--model {model}: no such folder; pass a model folder, a LoRA adapter folder or a Hub id."
-        )
+    check_path(model, f"--model {model}", "a model folder, a LoRA adapter folder or a Hub id")
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(
             f"--model {model} is a file; pass the folder that holds config.json (a model folder), "
@@ -334,7 +333,7 @@ def load_trained(
         raise ValueError(
             f"{origin.name} has no classification head (no labels in its config); pass a fine-tuned model folder."
         )
-    size = check_image_size(config, image_size, max_tokens)
+    size = check_image_size(image_size, config.patch_hw, max_tokens, default=tuple(config.image_hw))
     preprocessing = preprocessing_from(origin.processor, size, max_pixels, origin.name)
     id2label = {int(k): str(v) for k, v in config.id2label.items()} if has_head else {}
     return Trained(loaded.to(device).eval(), preprocessing, id2label, origin, device, bf16)

@@ -1,135 +1,31 @@
-"""Static checks of the parsed arguments: everything that needs no network, no model and no data.
+"""The checks of the built arguments, run once by `vit_ft.training.recipes.parse_args` (`validate`): everything
+across the dataclasses and against the launch that needs no network, no model and no data.
 
-The image size against the checkpoint's patch size (read from a local folder or the HF cache only), mixed
-precision against the hardware, and the evaluation setup; `validate` runs them all. `vit_ft.training.recipes.parse_args`
-runs them before it returns, so a bad combination fails before anything is downloaded or loaded.
+A model path that does not exist, a schedule that trains nothing, a launch Trainer does not join, a push while
+offline, the evaluation setup and the toolkit's keys (early stopping, EMA, class imbalance). What one dataclass's
+own fields can tell is checked by its `__post_init__` when it is built (`recipes.parse_args`),
+including the image size against the checkpoint and mixed precision against the hardware, so that a bad
+combination fails before anything is downloaded or loaded.
 """
 
-import json
 import os
-from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import TrainingArguments
 
 from vit_ft.metrics import METRIC_NAMES
 from vit_ft.metrics.multilabel import MULTILABEL_METRIC_NAMES
-from vit_ft.model.configuration_vit_ft import MAX_IMAGE_TOKENS
-from vit_ft.training.arguments import DataArguments, ModelArguments
-from vit_ft.training.recipe_fields import RecipeError, suggest
-from vit_ft.utils.hardware import accelerator_type
-from vit_ft.utils.hub_ids import looks_like_path
-
-
-def read_checkpoint_config(model_name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:
-    """The checkpoint's config.json as a dict when it is readable locally (a folder or the HF cache), else None."""
-    folder = Path(model_name_or_path).expanduser()
-    if folder.is_dir():
-        config_file = folder / "config.json"
-    else:
-        try:
-            from transformers.utils import cached_file
-
-            resolved = cached_file(
-                model_name_or_path,
-                "config.json",
-                cache_dir=cache_dir,
-                local_files_only=True,
-                _raise_exceptions_for_missing_entries=False,
-                _raise_exceptions_for_connection_errors=False,
-            )
-        except Exception:  # not cached, or not even a valid repo id: the model loader reports it later
-            return None
-        if resolved is None:
-            return None
-        config_file = Path(resolved)
-    if not config_file.is_file():
-        return None
-    try:
-        return json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+from vit_ft.model.checks import check_model_path as check_path
+from vit_ft.training.arguments import DataArguments, ModelArguments, RecipeError, suggest
 
 
 def check_model_path(model_args: ModelArguments) -> None:
     """Fail early when model_name_or_path is a path (not a Hub id) that does not exist and nothing will build it
     (`pretrain_if_missing`), instead of transformers' "Repo id must be in the form ..." later."""
-    name = model_args.model_name_or_path
-    if (
-        model_args.pretrain_if_missing is None
-        and looks_like_path(name)
-        and not Path(name).expanduser().exists()
-    ):
-        raise RecipeError(
-            f"model_name_or_path={name!r}: no such folder; pass a checkpoint folder or a Hub id "
-            "(e.g. google/vit-base-patch16-224-in21k)."
-        )
-
-
-def _patch_size(config: dict[str, Any]) -> int | None:
-    """The square patch size of a checkpoint config (or its vision_config), None when unknown or not square."""
-    patch = config.get("patch_size", config.get("vision_config", {}).get("patch_size"))
-    if isinstance(patch, (list, tuple)):
-        if len(set(patch)) != 1:
-            return None  # non-square patches: leave the check to the model loader
-        patch = patch[0]
-    return patch if isinstance(patch, int) and patch > 0 else None
-
-
-def check_image_size(model_args: ModelArguments) -> None:
-    """Fail early when image_size is not a positive multiple of the checkpoint's patch size (if its config is local)."""
-    if model_args.image_size is None:
-        return
-    config = read_checkpoint_config(model_args.model_name_or_path, model_args.cache_dir)
-    patch = _patch_size(config) if config else None
-    if patch is None:
-        return
-    size = model_args.image_size
-    if size % patch == 0:
-        return
-    lower, upper = (size // patch) * patch, (size // patch + 1) * patch
-    options = f"{lower} or {upper}" if lower > 0 else str(upper)
-    raise RecipeError(
-        f"image_size={size} is not a multiple of the patch size {patch} of {model_args.model_name_or_path!r}: "
-        f"the image must split into whole {patch}x{patch} patches. Use --image_size {options}."
-    )
-
-
-MAX_IMAGE_TOKENS_ENV_VAR = "VIT_FT_MAX_IMAGE_TOKENS"
-_ASSUMED_PATCH = 16  # ViT's usual patch size, for checkpoints whose config is not readable locally
-
-
-def max_image_tokens() -> int:
-    """The bound on patch tokens per image: $VIT_FT_MAX_IMAGE_TOKENS if set, else configuration_vit_ft.MAX_IMAGE_TOKENS."""
-    value = os.environ.get(MAX_IMAGE_TOKENS_ENV_VAR, "")
-    try:
-        return int(value) if value.strip() else MAX_IMAGE_TOKENS
-    except ValueError:
-        raise RecipeError(
-            f"{MAX_IMAGE_TOKENS_ENV_VAR}={value!r} is not a whole number; set it to a token count such as 4096."
-        ) from None
-
-
-def check_image_tokens(model_args: ModelArguments) -> None:
-    """Fail early when image_size is not positive or makes more patch tokens than `max_image_tokens()`."""
-    size = model_args.image_size
-    if size is None:
-        return
-    if size <= 0:
-        raise RecipeError(
-            f"image_size={size} must be a positive number of pixels (e.g. 224 or 384); "
-            "leave it unset to keep the checkpoint's resolution."
-        )
-    config = read_checkpoint_config(model_args.model_name_or_path, model_args.cache_dir)
-    patch = (_patch_size(config) if config else None) or _ASSUMED_PATCH
-    tokens, bound = (size // patch) ** 2, max_image_tokens()
-    if tokens > bound:
-        raise RecipeError(
-            f"image_size={size} makes {tokens} patch tokens of {patch}x{patch} per image, above the bound of "
-            f"{bound} (attention cost grows with its square). Use a smaller --image_size, or raise the bound "
-            f"with {MAX_IMAGE_TOKENS_ENV_VAR}={tokens}."
-        )
+    if model_args.pretrain_if_missing is None:
+        name = model_args.model_name_or_path
+        expected = "a checkpoint folder or a Hub id (e.g. google/vit-base-patch16-224-in21k)"
+        check_path(name, f"model_name_or_path={name!r}", expected, RecipeError)
 
 
 def check_schedule(training_args: Any) -> None:
@@ -176,33 +72,6 @@ def check_push(training_args: Any) -> None:
         raise RecipeError(
             "--push_to_hub is set but the Hub is offline (HF_HUB_OFFLINE=1), so the push would fail after "
             "training; drop --push_to_hub and push the finished folder later with vit-ft push (scripts/push_to_hub.py)."
-        )
-
-
-def check_precision(training_args: Any, device_type: str | None = None) -> None:
-    """Fail early on a mixed precision the hardware cannot run: fp16 without a GPU, bf16 on CPU without use_cpu.
-
-    `training_args` is a TrainingArguments or anything with its fp16/bf16/use_cpu attributes; `device_type`
-    ("cuda", "cpu", ...) defaults to the accelerator torch finds.
-    """
-    use_cpu = bool(getattr(training_args, "use_cpu", False))
-    device = "cpu" if use_cpu else (device_type or accelerator_type())
-    fp16 = bool(getattr(training_args, "fp16", False) or getattr(training_args, "fp16_full_eval", False))
-    bf16 = bool(getattr(training_args, "bf16", False) or getattr(training_args, "bf16_full_eval", False))
-    if fp16 and device == "cpu":
-        where = "use_cpu is set" if use_cpu else "no GPU was found"
-        raise RecipeError(
-            f"fp16 mixed precision needs a CUDA GPU, but {where}. Use bf16 instead (--fp16 false --bf16 true, "
-            "adding --use_cpu true on CPU) or drop fp16 (--fp16 false) to train in fp32."
-        )
-    if bf16 and device == "cpu" and not use_cpu:
-        raise RecipeError(
-            "bf16 is set but no GPU was found. Drop it (--bf16 false) to train in fp32 on CPU, or pass "
-            "--use_cpu true to train with CPU bf16 autocast."
-        )
-    if bf16 and device == "cuda" and device_type is None and not torch.cuda.is_bf16_supported():
-        raise RecipeError(
-            "bf16 needs an Ampere or newer GPU; this one has none. Use --bf16 false --fp16 true."
         )
 
 
@@ -303,18 +172,14 @@ def check_imbalance(training_args: Any) -> None:
 
 
 def validate(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
-    """All static checks, cheapest first-to-fail order: image size (tokens, patch), schedule, precision,
-    launch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class imbalance).
+    """Every check across the arguments, once, cheapest first-to-fail order: model path, schedule, launch, push,
+    evaluation setup, then the toolkit's keys (early stopping, EMA, class imbalance).
 
-    Needs no network: the checkpoint's patch size is read only from a local folder or the HF cache
-    (otherwise that check is left to the model loader). Data folders are not required to exist yet:
-    `vit_ft.data.datasets.load_image_datasets` checks them, naming the argument, when it loads them.
+    Needs no network. Data folders are not required to exist yet: `vit_ft.data.datasets.load_image_datasets`
+    checks them, naming the argument, when it loads them.
     """
     check_model_path(model_args)
-    check_image_tokens(model_args)
-    check_image_size(model_args)
     check_schedule(training_args)
-    check_precision(training_args)
     check_world_size(training_args)
     check_push(training_args)
     check_evaluation(data_args, training_args)
@@ -325,20 +190,13 @@ def validate(model_args: ModelArguments, data_args: DataArguments, training_args
 
 
 __all__ = [
-    "MAX_IMAGE_TOKENS_ENV_VAR",
     "check_early_stopping",
     "check_ema",
     "check_evaluation",
     "check_imbalance",
-    "check_image_size",
-    "check_image_tokens",
     "check_model_path",
-    "check_precision",
     "check_push",
     "check_schedule",
     "check_world_size",
-    "max_image_tokens",
-    "accelerator_type",
-    "read_checkpoint_config",
     "validate",
 ]

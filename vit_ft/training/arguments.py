@@ -1,16 +1,27 @@
 """Argument dataclasses for `transformers.HfArgumentParser`, used next to `transformers.TrainingArguments`.
 
 Recipes (`recipes/*.yaml`) are flat mappings whose keys are exactly the field names below or those of
-`TrainingArguments`; `vit_ft.training.recipes.parse_args` merges a recipe with command-line flags. Each
-`__post_init__` checks only what a single dataclass can know; cross-checks (image size against the
-checkpoint's patch size, precision against the hardware, ...) live in `vit_ft.training.recipes.validate`.
+`TrainingArguments` (`FineTuneTrainingArguments`); `vit_ft.training.recipes.parse_args` merges a recipe with
+command-line flags and builds the three (HfArgumentParser.parse_dict). Each `__post_init__` checks
+what its own fields can tell, `ModelArguments` the image size against its checkpoint too (the model layer's one
+check, `vit_ft.model.checks.check_image_size`); the checks across dataclasses and against the launch are in
+`vit_ft.training.argument_checks`. Every mistake is a `RecipeError`.
 """
 
+import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..data.builtin import BUILTIN_DATASETS
 from ..metrics.multilabel import PROBLEM_TYPES
+from ..model.checks import (
+    FINETUNE_WORDING,
+    check_image_size,
+    config_patch,
+    max_image_tokens,
+    read_local_config,
+)
 from ..model.configuration_vit_ft import POOLING_CHOICES
 from .augmentation_arguments import AugmentationArguments
 
@@ -19,6 +30,16 @@ BUILTIN_PRETRAININGS = ("digits",)
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
+
+
+class RecipeError(ValueError):
+    """A recipe or command line that cannot become valid arguments; the message says what to change."""
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str:
+    """'; did you mean <closest candidate>?' for an error message, or '' when none is close."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _check_probability(name: str, value: float) -> None:
@@ -137,6 +158,10 @@ class ModelArguments:
             raise ValueError(f"lora_alpha={self.lora_alpha} must be positive (e.g. equal to lora_r).")
         self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
         _check_choice("pretrain_if_missing", self.pretrain_if_missing, BUILTIN_PRETRAININGS, allow_none=True)
+        if self.image_size is not None:  # against the checkpoint's patch (read only when local) and the bound
+            patch = config_patch(read_local_config(self.model_name_or_path, self.cache_dir))
+            name = self.model_name_or_path
+            check_image_size(self.image_size, patch, max_image_tokens(), FINETUNE_WORDING, name=name)
 
     @staticmethod
     def _normalise_lora_targets(value: str) -> str:

@@ -1,73 +1,52 @@
-"""Recipes: flat YAML files of argument values, merged with command-line flags into the argument dataclasses.
+"""Recipes: flat YAML files of argument values, read and converted like the flags, merged with them into the
+argument dataclasses (`parse_args`); every unknown key is an error naming the closest valid one.
 
 A recipe's keys are exactly the field names of `ModelArguments`, `DataArguments` and
-`transformers.TrainingArguments` (alignment-handbook style). Values are resolved in this order, later wins:
+`transformers.TrainingArguments` (alignment-handbook style), resolved in this order, later wins:
 
     dataclass defaults < TRAINING_DEFAULTS < the recipe's YAML < command-line flags
 
     vit-ft finetune --recipe dogs --learning_rate 0.01 --image_size 448
 
-An unknown key, in the YAML or on the command line, is an error that names it and the closest valid key.
-Everything that can be checked without a network is checked by `validate` before any model or data is loaded.
-
-This module finds and reads recipes and merges them with the flags (`parse_args`). The parser over the
-dataclasses and the per-field conversion live in `vit_ft.training.recipe_fields` (with `RecipeError`), the static
-checks in `vit_ft.training.argument_checks`.
+The parser is transformers' HfArgumentParser over the dataclasses (`build_parser`); `coerce` converts a YAML value
+with the argparse action of its flag. `parse_args` builds the dataclasses (HfArgumentParser.parse_dict: each checks
+its own fields) and runs the checks across them once (`argument_checks.validate`), before any model or data is
+loaded. The fine-tune command's own switches are read by `vit_ft.commands.finetune`.
 """
 
+import argparse
 import dataclasses
 import difflib
 import importlib.resources
 import os
 import sys
 import types
+import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-import torch
 import yaml
-from transformers import TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments
 
-from vit_ft.training.argument_checks import check_image_size, check_image_tokens, check_precision, validate
-from vit_ft.training.arguments import DataArguments, ModelArguments
-from vit_ft.training.recipe_fields import (
-    ArgumentField,
-    RecipeError,
-    argument_fields,
-    build_parser,
-    coerce,
-    only_explicit_flags,
-    suggest,
+from vit_ft.training.argument_checks import validate
+from vit_ft.training.arguments import DataArguments, ModelArguments, RecipeError, suggest
+from vit_ft.training.training_arguments import (
+    TRAINING_DEFAULTS,
+    FineTuneTrainingArguments,
+    merge_values,
 )
-from vit_ft.training.training_arguments import FineTuneTrainingArguments
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
 # The repository's top-level recipes/, which the build installs as the data package vit_ft.recipes (pyproject.toml)
 RECIPES_PACKAGE = "vit_ft.recipes"
 _RECIPE_SUFFIXES = (".yaml", ".yml")
+# FineTuneTrainingArguments is transformers' TrainingArguments plus the toolkit's keys (layer decay, EMA, ...)
+ARGUMENT_DATACLASSES = (ModelArguments, DataArguments, FineTuneTrainingArguments)
+_NONE_IS_A_VALUE = frozenset({"report_to"})  # optional fields whose string "none" is a value, not None
+_NONE_STRINGS = frozenset({"none", "null"})
 
-# TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
-TRAINING_DEFAULTS: dict[str, Any] = {
-    # the image column must reach the collator although the model's forward() does not name it
-    "remove_unused_columns": False,
-    "eval_strategy": "epoch",
-    "save_strategy": "epoch",  # load_best_model_at_end needs it equal to eval_strategy
-    "load_best_model_at_end": True,
-    "metric_for_best_model": "accuracy",
-    "report_to": ["tensorboard"],
-    # a peft-wrapped model hides `labels` from the forward() signature that Trainer inspects to find them
-    "label_names": ["labels"],
-    # every parameter takes part in every step; the DDP default (True) costs an extra graph traversal
-    "ddp_find_unused_parameters": False,
-    # pinned host memory only speeds up copies to a GPU; without one, torch warns about it every epoch
-    "dataloader_pin_memory": torch.cuda.is_available(),
-}
-OUTPUT_ROOT = "outputs"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Finding recipes
-# ---------------------------------------------------------------------------------------------------------------
+# ---- finding and reading recipes -----------------------------------------------------------------------------
 
 
 def recipes_dir() -> Path:
@@ -125,11 +104,6 @@ def recipe_name(path: str | os.PathLike) -> str:
     return Path(path).stem
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Reading a recipe
-# ---------------------------------------------------------------------------------------------------------------
-
-
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key given twice (plain YAML keeps the last one silently)."""
 
@@ -178,87 +152,153 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     return values
 
 
+# ---- fields: what a recipe or flag may set, converted as the command line converts it ------------------------
+
+
 @dataclasses.dataclass(frozen=True)
-class RecipeInfo:
-    """What `--list-recipes` shows of a recipe, and where its file is."""
+class ArgumentField:
+    """One field a recipe or flag may set: its dataclass, type annotation and the argparse action for it."""
 
     name: str
-    path: Path
-    description: str  # the first comment line, without its launch command
-    launch: str | None  # the command after "Launch:" on that line, if any
-    dataset: str
+    owner: type
+    hint: Any  # the annotation, e.g. `int | None`
+    action: argparse.Action
+
+    def allows(self, kind: type) -> bool:
+        """Whether the annotation admits `kind` (NoneType, bool, list, dict, ...) as itself or as a generic."""
+        return any(arg is kind or typing.get_origin(arg) is kind for arg in _union_args(self.hint))
+
+    def describe(self) -> str:
+        """What the field expects, for error messages: its choices, else its annotation's types."""
+        if self.action.choices:
+            return "one of " + ", ".join(str(choice) for choice in self.action.choices)
+        names = [
+            "null" if arg is type(None) else getattr(arg, "__name__", str(arg))
+            for arg in _union_args(self.hint)
+        ]
+        return " or ".join(names)
 
 
-def recipe_info(name_or_path: str | os.PathLike) -> RecipeInfo:
-    """Name, one-line description, launch command and dataset of a recipe, read from its first line and values."""
-    path = resolve_recipe(name_or_path)
-    first_line = path.read_text(encoding="utf-8").splitlines()[:1]
-    header = first_line[0].lstrip("#").strip() if first_line and first_line[0].startswith("#") else ""
-    description, _, launch = header.partition("Launch:")
-    values = load_recipe(path)
-    if values.get("dataset_name"):
-        dataset = str(values["dataset_name"])
-    elif values.get("builtin_dataset"):
-        dataset = f"built-in {values['builtin_dataset']} -> {values.get('train_dir')}"
-    else:
-        dataset = f"folder {values.get('train_dir')}"
-    return RecipeInfo(
-        recipe_name(path), path, description.strip().rstrip("."), launch.strip() or None, dataset
+def _union_args(hint: Any) -> tuple[Any, ...]:
+    """The members of a Union / `X | Y` annotation, or the annotation alone."""
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
+class RecipeParser(HfArgumentParser):
+    """HfArgumentParser whose errors raise RecipeError (testable, same message) instead of exiting."""
+
+    def error(self, message: str):
+        raise RecipeError(f"{message} (run with --help to see every flag)")
+
+
+def build_parser(epilog: str | None = None) -> RecipeParser:
+    """The parser over every field of ARGUMENT_DATACLASSES, plus --recipe (the fine-tune command adds its own
+    switches to the help, as `epilog`)."""
+    parser = RecipeParser(
+        ARGUMENT_DATACLASSES,
+        allow_abbrev=False,  # `--learn 0.1` must not silently mean --learning_rate
+        description="Fine-tune a ViT from a recipe; flags override the recipe's values.",
+        epilog=epilog,
     )
-
-
-def print_recipes(file: TextIO | None = None) -> None:
-    """Print every recipe with its dataset and one-line description (what `--list-recipes` shows)."""
-    file = file or sys.stdout
-    infos = [recipe_info(name) for name in list_recipes()]
-    if not infos:
-        print(f"No recipes found in {recipes_dir()} (set {RECIPES_ENV_VAR} to another folder).", file=file)
-        return
-    name_width = max(len("RECIPE"), *(len(info.name) for info in infos))
-    data_width = max(len("DATASET"), *(len(info.dataset) for info in infos))
-    print(f"{'RECIPE':<{name_width}}  {'DATASET':<{data_width}}  DESCRIPTION", file=file)
-    for info in infos:
-        print(f"{info.name:<{name_width}}  {info.dataset:<{data_width}}  {info.description}", file=file)
-    print(
-        "\nLaunch one with: vit-ft finetune --recipe <RECIPE> [--flag value ...] (several processes or GPUs: "
-        "accelerate launch -m vit_ft.commands.finetune --recipe <RECIPE> ...)",
-        file=file,
+    parser.add_argument(
+        "--recipe", help="Recipe name in recipes/ (see --list-recipes) or path to a .yaml file."
     )
+    return parser
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------------------------
+def argument_fields(parser: argparse.ArgumentParser) -> dict[str, ArgumentField]:
+    """Every init field of ARGUMENT_DATACLASSES by name, each with the parser's action for its `--<name>` flag."""
+    actions = {}
+    for action in parser._actions:
+        main_option = f"--{action.dest}"
+        if main_option in action.option_strings:  # skips the `--no_<name>` complements of boolean flags
+            actions[action.dest] = action
+    fields = {}
+    for owner in ARGUMENT_DATACLASSES:
+        hints = typing.get_type_hints(owner)
+        for field in dataclasses.fields(owner):
+            if field.init:
+                fields[field.name] = ArgumentField(field.name, owner, hints[field.name], actions[field.name])
+    return fields
 
 
-_PAIRED = (("eval_strategy", "save_strategy"), ("eval_steps", "save_steps"))
+def _none_aware(convert: typing.Callable[[str], Any]) -> typing.Callable[[str], Any]:
+    """Wrap an argparse type so that `none`/`null` gives None, letting a flag unset a recipe value."""
+
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() in _NONE_STRINGS else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
 
 
-def _merge(layers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
-    """Apply TRAINING_DEFAULTS, then each layer (the recipe, then the flags), keeping checkpoints on the eval schedule.
+def only_explicit_flags(parser: argparse.ArgumentParser, fields: dict[str, ArgumentField]) -> None:
+    """Make parse_known_args return only the flags actually given, and accept `none` for optional fields."""
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        action.default = argparse.SUPPRESS
+        action.required = False
+        field = fields.get(action.dest)
+        if (
+            field is not None
+            and action.type is not None
+            and field.allows(type(None))
+            and not field.allows(bool)
+            and field.name not in _NONE_IS_A_VALUE
+        ):
+            action.type = _none_aware(action.type)
 
-    load_best_model_at_end needs saving and evaluation on the same schedule, so when a layer sets only one side
-    of a pair (eval_strategy/save_strategy, eval_steps/save_steps) and the other side was unset or equal, the other
-    side follows. "no" and "best" do not propagate; with either schedule off, load_best_model_at_end defaults to off.
-    """
-    values: dict[str, Any] = dict(TRAINING_DEFAULTS, output_dir=str(Path(OUTPUT_ROOT) / (name or "vit-ft")))
-    given: set[str] = set()
-    for layer in layers:
-        updated = {**values, **layer}
-        for first, second in _PAIRED:
-            for source, target in ((first, second), (second, first)):
-                if source not in layer or target in layer or str(layer[source]) in ("no", "best"):
-                    continue
-                if target not in given or values.get(target) == values.get(source):
-                    updated[target] = layer[source]
-        values = updated
-        given |= set(layer)
-    if "load_best_model_at_end" not in given and "no" in (
-        str(values["eval_strategy"]),
-        str(values["save_strategy"]),
+
+def coerce(field: ArgumentField, value: Any, where: str) -> Any:
+    """Check a YAML value against the field's type and convert it the way the command line would."""
+    if value is None:
+        if field.allows(type(None)):
+            return None
+        raise RecipeError(f"{where}: {field.name} cannot be null; it expects {field.describe()}.")
+    if isinstance(value, dict):
+        if field.allows(dict):
+            return value
+        raise RecipeError(
+            f"{where}: {field.name} expects {field.describe()}, not a nested mapping; recipes are flat "
+            f"(write `{field.name}: <value>`)."
+        )
+    if isinstance(value, list):
+        if not field.allows(list):
+            raise RecipeError(
+                f"{where}: {field.name} expects a single value ({field.describe()}), not a list."
+            )
+        if any(isinstance(item, (dict, list)) for item in value):
+            raise RecipeError(f"{where}: {field.name} expects a flat list of strings; got {value!r}.")
+        return [str(item) for item in value]
+    if isinstance(value, bool) and not field.allows(bool):
+        raise RecipeError(
+            f"{where}: {field.name}: YAML read an unquoted yes/no/on/off/true/false as the boolean {value}, but "
+            f'{field.name} expects {field.describe()}; quote the value, e.g. {field.name}: "no".'
+        )
+    if (
+        isinstance(value, str)
+        and value.strip().lower() in _NONE_STRINGS
+        and field.allows(type(None))
+        and field.name not in _NONE_IS_A_VALUE
     ):
-        values["load_best_model_at_end"] = False
-    return values
+        return None  # `test_split: none` unsets like the flag `--test_split none` does
+    converted = value
+    if field.action.type is not None:
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        try:
+            converted = field.action.type(text)
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            raise RecipeError(
+                f"{where}: {field.name}={value!r} is not valid; it expects {field.describe()}."
+            ) from None
+    if field.action.choices and converted is not None and converted not in field.action.choices:
+        hint = suggest(str(converted), [str(choice) for choice in field.action.choices])
+        raise RecipeError(f"{where}: {field.name}={value!r} is not {field.describe()}{hint}")
+    return converted
+
+
+# ---- recipe plus flags -> the argument dataclasses -----------------------------------------------------------
 
 
 def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> RecipeError:
@@ -275,51 +315,12 @@ def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> Re
     )
 
 
-# A recipe's data source: one of these given on the command line replaces all of them from the recipe.
-_DATA_SOURCE_KEYS = (
-    "dataset_name",
-    "dataset_config",
-    "train_dir",
-    "validation_dir",
-    "test_dir",
-    "builtin_dataset",
-)
-
-
-def _without_recipe_data(recipe_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
-    """The recipe's values minus its data source when the flags name another (--train_dir or --dataset_name).
-
-    `--recipe digits --train_dir my/train` trains on my/train: the recipe's built-in dataset, its folders and
-    its test folder no longer apply (flags given beside the new source, e.g. --test_dir, still do).
-    """
-    if flags.get("train_dir") is None and flags.get("dataset_name") is None:
-        return recipe_values
-    return {key: value for key, value in recipe_values.items() if key not in _DATA_SOURCE_KEYS}
-
-
-def _construct(cls: type, values: dict[str, Any]) -> Any:
-    """An instance of the dataclass `cls` from the values that are its init fields (bad values: RecipeError)."""
-    names = {field.name for field in dataclasses.fields(cls) if field.init}
-    try:
-        return cls(**{key: value for key, value in values.items() if key in names})
-    except RecipeError:
-        raise
-    except ValueError as error:
-        raise RecipeError(str(error)) from error
-
-
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
-    """Parse `--recipe NAME_OR_PATH` plus flags into validated (ModelArguments, DataArguments, TrainingArguments).
-
-    argv defaults to sys.argv[1:]. Flags override the recipe (`--recipe dogs --learning_rate 0.01`); an optional
-    field takes `none` to unset a recipe value (`--max_train_samples none`). `--help` prints every flag and
-    `--list-recipes` prints the recipes; both exit via SystemExit(0). Bad keys, values or combinations raise
-    RecipeError (a ValueError) before anything is downloaded or loaded.
-    """
+    """Parse `--recipe NAME_OR_PATH` plus flags (argv defaults to sys.argv[1:]) into validated (ModelArguments,
+    DataArguments, TrainingArguments). Flags override the recipe; an optional field takes `none` to unset a recipe
+    value (`--max_train_samples none`). Bad keys, values or combinations raise RecipeError (a ValueError) before
+    anything is downloaded or loaded."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        build_parser().parse_args(["--help"])  # prints the help with every flag's default, then exits
-
     parser = build_parser()
     fields = argument_fields(parser)
     only_explicit_flags(parser, fields)
@@ -327,43 +328,73 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     if rest:
         raise _unknown_flag_error(rest, fields)
     flags = vars(namespace)
-    if flags.pop("list_recipes", False):
-        print_recipes()
-        raise SystemExit(0)
     recipe = flags.pop("recipe", None)
-
     recipe_values = load_recipe(resolve_recipe(recipe)) if recipe else {}
-    values = _merge(
-        [_without_recipe_data(recipe_values, flags), flags], recipe_name(recipe) if recipe else None
-    )
-
-    # Construct in the order of the checks' cost and certainty: a wrong image size is reported before
-    # anything about data or hardware, and precision before TrainingArguments' own, vaguer, device errors.
-    model_args = _construct(ModelArguments, values)
-    check_image_tokens(model_args)
-    check_image_size(model_args)
-    data_args = _construct(DataArguments, values)
-    training_fields = {
-        field.name: field.default for field in dataclasses.fields(FineTuneTrainingArguments) if field.init
-    }
-    check_precision(types.SimpleNamespace(**{**training_fields, **values}))
-    training_args = _construct(FineTuneTrainingArguments, values)
+    values = merge_values(recipe_values, flags, recipe_name(recipe) if recipe else None)
+    try:  # HfArgumentParser.parse_dict: each dataclass takes its fields, in order, and checks them when built
+        model_args, data_args, training_args = parser.parse_dict(values)
+    except RecipeError:
+        raise
+    except ValueError as error:
+        raise RecipeError(str(error)) from error
     validate(model_args, data_args, training_args)
     return model_args, data_args, training_args
 
 
+# ---- the fine-tune's command line, as the training layer (the sweep) takes it --------------------------------
+
+SWEEP_FLAG = "--sweep"
+PROCESS_PER_RUN_FLAG = "--process_per_run"
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneCommand:
+    """A fine-tune's command line as `vit_ft.commands.finetune.parse_command` read it: the values of the command's
+    own switches, and the flags `parse_args` reads."""
+
+    flags: tuple[str, ...]  # --recipe and the dataclass flags; --resume as --resume_from_checkpoint last
+    recipe: str | None  # the recipe's name (`--recipe dogs` or `--recipe path/dogs.yaml` -> "dogs")
+    sweep: str | None  # `ARG=V1,V2,...`, or None for one fine-tune
+    process_per_run: bool  # each run of the sweep in its own process (`python -m vit_ft.commands.finetune`)
+    overwrite_output_dir: bool
+    switches: frozenset[str]  # the command's own switches given on the line, on or off
+
+    def parse(self) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
+        """The validated argument dataclasses (`parse_args` over `flags`)."""
+        return parse_args(list(self.flags))
+
+    def gives(self, name: str) -> bool:
+        """Whether the command line sets `name`: one of the command's switches, or a dataclass flag."""
+        return name in self.switches or given_as_flag(self.flags, name)
+
+
+def given_as_flag(argv: Sequence[str], name: str) -> bool:
+    """Whether argv sets the argument `name` (`--name`, `--name=...`, or its `--no_name` form)."""
+    flags = (f"--{name}", f"--no_{name}")
+    return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in argv)
+
+
 __all__ = [
+    "ARGUMENT_DATACLASSES",
     "RECIPES_ENV_VAR",
     "RECIPES_PACKAGE",
+    "PROCESS_PER_RUN_FLAG",
+    "SWEEP_FLAG",
     "TRAINING_DEFAULTS",
+    "ArgumentField",
+    "FinetuneCommand",
     "RecipeError",
-    "RecipeInfo",
+    "RecipeParser",
+    "argument_fields",
+    "build_parser",
+    "coerce",
+    "given_as_flag",
     "list_recipes",
     "load_recipe",
+    "only_explicit_flags",
     "parse_args",
-    "print_recipes",
-    "recipe_info",
     "recipe_name",
     "recipes_dir",
     "resolve_recipe",
+    "suggest",
 ]

@@ -40,10 +40,18 @@ from ..utils.distributed import broadcast_object
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.output_dir import check_output_dir as check_folder
 from ..utils.run_record import is_finished, mark_unfinished
-from .argv import PROCESS_PER_RUN_FLAG, SWEEP_FLAG, FinetuneCommand, given_as_flag
 from .checkpoints import check_output_dir, newest_complete_checkpoint, run_inputs
-from .recipe_fields import RecipeError, argument_fields, build_parser, suggest
-from .recipes import parse_args
+from .recipes import (
+    PROCESS_PER_RUN_FLAG,
+    SWEEP_FLAG,
+    FinetuneCommand,
+    RecipeError,
+    argument_fields,
+    build_parser,
+    given_as_flag,
+    parse_args,
+    suggest,
+)
 from .seeds import SEED, pretraining_folder, seed_folder
 from .stages import run_finetune
 from .sweep_results import RUN_PREFIX, Seconds, SweepRun, is_sweep_folder, log_results, write_results

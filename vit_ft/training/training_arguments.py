@@ -4,19 +4,45 @@ Layer-wise learning-rate decay and the weight-decay exemptions (`vit_ft.training
 moving average of the weights (`vit_ft.training.ema`), early stopping (transformers' `EarlyStoppingCallback`)
 and imbalanced classes (`vit_ft.training.imbalance`). A subclass, as TRL's `SFTConfig` extends TrainingArguments,
 so that these are recipe keys and flags like `learning_rate`; each is off by default. `__post_init__` checks each
-value alone; the checks across fields (patience needs a metric to watch, ...) are in `argument_checks`.
+value alone, and mixed precision against the hardware (`check_precision`) before transformers' own, vaguer,
+device errors; the checks across fields (patience needs a metric to watch, ...) are in `argument_checks`.
+`merge_values` layers a recipe and flags over the defaults the recipes rely on (`TRAINING_DEFAULTS`), the values
+`recipes.parse_args` builds the three argument dataclasses from.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import TrainingArguments
 
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
+from ..utils.hardware import accelerator_type
+from .arguments import RecipeError
+
+# TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
+TRAINING_DEFAULTS: dict[str, Any] = {
+    # the image column must reach the collator although the model's forward() does not name it
+    "remove_unused_columns": False,
+    "eval_strategy": "epoch",
+    "save_strategy": "epoch",  # load_best_model_at_end needs it equal to eval_strategy
+    "load_best_model_at_end": True,
+    "metric_for_best_model": "accuracy",
+    "report_to": ["tensorboard"],
+    # a peft-wrapped model hides `labels` from the forward() signature that Trainer inspects to find them
+    "label_names": ["labels"],
+    # every parameter takes part in every step; the DDP default (True) costs an extra graph traversal
+    "ddp_find_unused_parameters": False,
+    # pinned host memory only speeds up copies to a GPU; without one, torch warns about it every epoch
+    "dataloader_pin_memory": torch.cuda.is_available(),
+}
+OUTPUT_ROOT = "outputs"
+
 
 
 def data_seed(args: TrainingArguments) -> int:
@@ -83,6 +109,33 @@ def _pairs(text: str) -> list[tuple[str, str]]:
     if any(not sep for _, sep, _ in pairs):
         raise ValueError(text)
     return [(label.strip(), weight.strip()) for label, _, weight in pairs]
+
+
+def check_precision(training_args: Any, device_type: str | None = None) -> None:
+    """Fail early on a mixed precision the hardware cannot run: fp16 without a GPU, bf16 on CPU without use_cpu.
+
+    `training_args` is a TrainingArguments or anything with its fp16/bf16/use_cpu attributes; `device_type`
+    ("cuda", "cpu", ...) defaults to the accelerator torch finds.
+    """
+    use_cpu = bool(getattr(training_args, "use_cpu", False))
+    device = "cpu" if use_cpu else (device_type or accelerator_type())
+    fp16 = bool(getattr(training_args, "fp16", False) or getattr(training_args, "fp16_full_eval", False))
+    bf16 = bool(getattr(training_args, "bf16", False) or getattr(training_args, "bf16_full_eval", False))
+    if fp16 and device == "cpu":
+        where = "use_cpu is set" if use_cpu else "no GPU was found"
+        raise RecipeError(
+            f"fp16 mixed precision needs a CUDA GPU, but {where}. Use bf16 instead (--fp16 false --bf16 true, "
+            "adding --use_cpu true on CPU) or drop fp16 (--fp16 false) to train in fp32."
+        )
+    if bf16 and device == "cpu" and not use_cpu:
+        raise RecipeError(
+            "bf16 is set but no GPU was found. Drop it (--bf16 false) to train in fp32 on CPU, or pass "
+            "--use_cpu true to train with CPU bf16 autocast."
+        )
+    if bf16 and device == "cuda" and device_type is None and not torch.cuda.is_bf16_supported():
+        raise RecipeError(
+            "bf16 needs an Ampere or newer GPU; this one has none. Use --bf16 false --fp16 true."
+        )
 
 
 @dataclass
@@ -173,6 +226,7 @@ class FineTuneTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self):
+        check_precision(self)  # before TrainingArguments' own device errors, which say less
         super().__post_init__()
         self.decision_threshold = parse_decision_threshold(self.decision_threshold)
         if self.pos_weight is not None and self.pos_weight != BALANCED:
@@ -196,11 +250,69 @@ class FineTuneTrainingArguments(TrainingArguments):
         self.class_weights = parse_class_weights(self.class_weights)
 
 
+_PAIRED = (("eval_strategy", "save_strategy"), ("eval_steps", "save_steps"))
+
+
+# A recipe's data source: one of these given on the command line replaces all of them from the recipe.
+_DATA_SOURCE_KEYS = (
+    "dataset_name",
+    "dataset_config",
+    "train_dir",
+    "validation_dir",
+    "test_dir",
+    "builtin_dataset",
+)
+
+
+def _without_recipe_data(recipe_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's values minus its data source when the flags name another (--train_dir or --dataset_name).
+
+    `--recipe digits --train_dir my/train` trains on my/train: the recipe's built-in dataset, its folders and
+    its test folder no longer apply (flags given beside the new source, e.g. --test_dir, still do).
+    """
+    if flags.get("train_dir") is None and flags.get("dataset_name") is None:
+        return recipe_values
+    return {key: value for key, value in recipe_values.items() if key not in _DATA_SOURCE_KEYS}
+
+
+def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """The values of the argument dataclasses: TRAINING_DEFAULTS, then the recipe's values (less its data source
+    when the flags name another), then the flags, keeping checkpoints on the eval schedule; the output folder
+    defaults to outputs/<recipe name>.
+
+    load_best_model_at_end needs saving and evaluation on the same schedule, so when a layer sets only one side
+    of a pair (eval_strategy/save_strategy, eval_steps/save_steps) and the other side was unset or equal, the other
+    side follows. "no" and "best" do not propagate; with either schedule off, load_best_model_at_end defaults to off.
+    """
+    values: dict[str, Any] = dict(TRAINING_DEFAULTS, output_dir=str(Path(OUTPUT_ROOT) / (name or "vit-ft")))
+    given: set[str] = set()
+    for layer in (_without_recipe_data(recipe, flags), flags):
+        updated = {**values, **layer}
+        for first, second in _PAIRED:
+            for source, target in ((first, second), (second, first)):
+                if source not in layer or target in layer or str(layer[source]) in ("no", "best"):
+                    continue
+                if target not in given or values.get(target) == values.get(source):
+                    updated[target] = layer[source]
+        values = updated
+        given |= set(layer)
+    if "load_best_model_at_end" not in given and "no" in (
+        str(values["eval_strategy"]),
+        str(values["save_strategy"]),
+    ):
+        values["load_best_model_at_end"] = False
+    return values
+
+
 __all__ = [
     "BALANCED",
+    "OUTPUT_ROOT",
+    "TRAINING_DEFAULTS",
     "TUNE",
     "TUNE_PER_CLASS",
     "FineTuneTrainingArguments",
+    "check_precision",
+    "merge_values",
     "parse_class_weights",
     "parse_decision_threshold",
 ]
