@@ -10,9 +10,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
+from vit_ft.arguments.fields import ModelArguments
 from vit_ft.kernels import kernelize
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
-from vit_ft.training.arguments import ModelArguments
 from vit_ft.training.lora import apply_lora, count_parameters
 
 from .common import DTYPES, TARGETS, BenchmarkSettings, Row, throughput_row

@@ -29,8 +29,8 @@ from PIL import Image
 from transformers import AutoImageProcessor, ViTImageProcessor, ViTModel
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.arguments.recipes import load_recipe, resolve_recipe
 from vit_ft.data.images import load_image
-from vit_ft.training.recipes import load_recipe, resolve_recipe
 
 from .conftest import REPO, WITHOUT_VIT_FT, randomize, tiny_hf_config
 from .fake_hub import FakeHub

@@ -3,8 +3,8 @@
 
 import pytest
 
+from vit_ft.arguments.recipes import RecipeError, given_as_flag
 from vit_ft.commands.finetune import parse_command
-from vit_ft.training.recipes import RecipeError, given_as_flag
 
 
 def test_the_on_off_switch_reads_its_three_spellings():

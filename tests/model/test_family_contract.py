@@ -108,7 +108,7 @@ def test_kernels_give_the_same_logits(monkeypatch, name, pixels):
 def test_lora_step_then_merged_equals_unmerged(name, pixels):
     """LoRA (the "attention+mlp" preset, `vit_ft.training.lora`) on each family: one optimizer step moves the
     adapters and the head only, and the merged model gives the adapter model's logits."""
-    from vit_ft.training.arguments import ModelArguments
+    from vit_ft.arguments.fields import ModelArguments
     from vit_ft.training.lora import apply_lora, merge_lora
 
     base = family_model(name)

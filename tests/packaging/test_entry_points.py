@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from vit_ft.arguments.recipes import list_recipes
 from vit_ft.commands import COMMANDS, main
-from vit_ft.training.recipes import list_recipes
 
 
 def test_every_command_has_a_main():

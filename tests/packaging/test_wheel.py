@@ -91,7 +91,7 @@ def test_the_wheel_holds_the_recipes_and_the_entry_point(wheel):
 def test_the_installed_wheel_lists_fine_tunes_and_predicts(venv, tmp_path):
     root, env = venv
     where = run(
-        [str(root / "bin" / "python"), "-c", "import vit_ft, vit_ft.training.recipes as r; "
+        [str(root / "bin" / "python"), "-c", "import vit_ft, vit_ft.arguments.recipes as r; "
          "print(vit_ft.__file__); print(r.recipes_dir())"], tmp_path, env,
     ).stdout.split()  # fmt: skip
     assert all(Path(path).is_relative_to(root) for path in where), where  # the wheel's, not the source tree's

@@ -341,9 +341,9 @@ def test_hub_processors_never_run_or_ask_for_remote_code(monkeypatch):
 
 
 def test_a_fine_tune_from_a_missing_path_says_so(tmp_path):
-    from vit_ft.training.argument_checks import check_model_path
-    from vit_ft.training.arguments import ModelArguments
-    from vit_ft.training.recipes import RecipeError
+    from vit_ft.arguments.checks import check_model_path
+    from vit_ft.arguments.fields import ModelArguments
+    from vit_ft.arguments.recipes import RecipeError
 
     with pytest.raises(RecipeError, match="/missing/path'?: no such folder"):
         check_model_path(ModelArguments(model_name_or_path=str(tmp_path / "missing" / "path")))

@@ -24,8 +24,8 @@ from transformers import (
 )
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.arguments.recipes import load_recipe, resolve_recipe
 from vit_ft.tools.trained import load_trained
-from vit_ft.training.recipes import load_recipe, resolve_recipe
 
 from ..conftest import REPO, randomize
 from ..fake_hub import FakeHub

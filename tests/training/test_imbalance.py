@@ -11,11 +11,11 @@ from sklearn.metrics import recall_score
 from transformers import ViTImageProcessorPil
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.arguments.fields import DataArguments
+from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 from vit_ft.tasks import SingleLabel
-from vit_ft.training.arguments import DataArguments
 from vit_ft.training.stages import attach_transforms, load_data
 from vit_ft.training.trainer import build_trainer
-from vit_ft.training.training_arguments import FineTuneTrainingArguments
 
 from ..conftest import tiny_ft_config
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from vit_ft import ViTFTForImageClassification, kernels
+from vit_ft.arguments.fields import ModelArguments
 from vit_ft.kernels import PackedBitsDropout
 from vit_ft.tools.trained import load_model
-from vit_ft.training.arguments import ModelArguments
 from vit_ft.training.lora import apply_lora, count_parameters, merge_lora
 
 from ..conftest import randomize, run_finetune_script, tiny_ft_config, write_tiny_recipe

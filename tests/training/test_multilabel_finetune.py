@@ -269,7 +269,7 @@ def test_single_label_data_refuses_multilabel_options(tmp_path, capsys, no_model
 
 def test_digits_multilabel_recipe_is_the_builtin_one():
     """The offline recipe reads the built-in canvases (written when missing) and the digits pre-training."""
-    from vit_ft.training.recipes import load_recipe, resolve_recipe
+    from vit_ft.arguments.recipes import load_recipe, resolve_recipe
 
     recipe = load_recipe(resolve_recipe("digits-multilabel"))
     assert recipe["builtin_dataset"] == "digits-multilabel" and recipe["pretrain_if_missing"] == "digits"

@@ -6,9 +6,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 from vit_ft.training.optimizer import layer_id, parameter_groups
 from vit_ft.training.trainer import FineTuneTrainer
-from vit_ft.training.training_arguments import FineTuneTrainingArguments
 
 from ..conftest import tiny_ft_config
 

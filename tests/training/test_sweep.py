@@ -14,11 +14,11 @@ import huggingface_hub
 import pytest
 import torch
 
+from vit_ft.arguments.recipes import RecipeError
 from vit_ft.commands import finetune
 from vit_ft.commands.finetune import parse_command
 from vit_ft.tools.trained import load_trained
 from vit_ft.training import sweep
-from vit_ft.training.recipes import RecipeError
 from vit_ft.training.sweep import parse_sweep, sweep_runs
 from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record
 

@@ -24,9 +24,9 @@ from PIL import Image
 from sklearn.metrics import average_precision_score
 from transformers import ViTImageProcessor, ViTModel
 
+from vit_ft.arguments.recipes import load_recipe, resolve_recipe
 from vit_ft.metrics.multilabel import MULTI_LABEL, sigmoid
 from vit_ft.tools.trained import load_trained
-from vit_ft.training.recipes import load_recipe, resolve_recipe
 
 from ..conftest import REPO, randomize, tiny_hf_config
 from ..fake_hub import FakeHub

@@ -17,7 +17,7 @@ The command's own switches are read here, by one argparse pass (`parse_command`)
 `--resume_from_checkpoint last`), `--overwrite_output_dir` (replace a finished run; transformers 5 dropped it from
 TrainingArguments), `--sweep ARG=V1,V2,...` (the sweep takes them from the `FinetuneCommand` it is handed),
 `--list-recipes` and `--help`. What remains, with `--recipe`, are the flags of the argument dataclasses, which
-`vit_ft.training.recipes.parse_args` merges with the recipe. `--debug` is `cli.run_tool`'s.
+`vit_ft.arguments.recipes.parse_args` merges with the recipe. `--debug` is `cli.run_tool`'s.
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ from typing import Any, TextIO
 
 from transformers import TrainingArguments
 
-from ..tools.hub import push_output_dir
-from ..training.checkpoints import interrupted_message
-from ..training.preemption import PREEMPTED_EXIT, Preempted
-from ..training.recipes import (
+from ..arguments.recipes import (
     PROCESS_PER_RUN_FLAG,
     RECIPES_ENV_VAR,
     SWEEP_FLAG,
@@ -50,6 +47,9 @@ from ..training.recipes import (
     recipes_dir,
     resolve_recipe,
 )
+from ..tools.hub import push_output_dir
+from ..training.checkpoints import interrupted_message
+from ..training.preemption import PREEMPTED_EXIT, Preempted
 from ..training.stages import run_finetune
 from ..training.sweep import run_sweep, sweep_interrupted_message
 from ..utils.cli import run_tool

@@ -53,7 +53,7 @@ def eval_arrays(eval_pred: Any) -> tuple[Any, Any]:
     if labels is None:
         raise ValueError(
             "compute_metrics got no labels: Trainer found no label column. Keep label_names=['labels'] in the "
-            "TrainingArguments (vit_ft.training.recipes sets it) and a 'labels' key in each batch."
+            "TrainingArguments (vit_ft.arguments.recipes sets it) and a 'labels' key in each batch."
         )
     return logits, labels
 

@@ -208,7 +208,7 @@ def recipe_eval_data(
     multi_label: bool | None = None,
 ) -> EvalData:
     """The evaluation split of a recipe's data, with the recipe's seed (TrainingArguments' 42 if it sets none)."""
-    from ..training.recipes import load_recipe, resolve_recipe
+    from ..arguments.recipes import load_recipe, resolve_recipe
 
     values = load_recipe(resolve_recipe(recipe))
     if seed is None:

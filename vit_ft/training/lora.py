@@ -10,10 +10,10 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 
+from ..arguments.fields import ModelArguments, parse_lora_target_modules
 from ..kernels import PackedBitsDropout
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..utils.run_record import ADAPTER_DIR
-from .arguments import ModelArguments, parse_lora_target_modules
 
 logger = logging.getLogger("vit_ft")
 

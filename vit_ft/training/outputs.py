@@ -11,9 +11,9 @@ from typing import Any
 
 from transformers import Trainer, TrainingArguments
 
+from ..arguments.fields import DataArguments, ModelArguments
 from ..reports.examples import write_examples
 from ..utils.run_record import LABELS_FILE, write_run_record
-from .arguments import DataArguments, ModelArguments
 
 logger = logging.getLogger("vit_ft")
 

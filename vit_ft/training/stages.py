@@ -15,6 +15,8 @@ import datasets
 from transformers import TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
+from ..arguments.fields import DataArguments, ModelArguments
+from ..arguments.training_arguments import data_seed
 from ..data.bad_images import drop_bad_images
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
@@ -27,13 +29,11 @@ from ..tasks import Task, task_for
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import mark_unfinished
-from .arguments import DataArguments, ModelArguments
 from .checkpoints import CheckpointRecordCallback, check_output_dir, resolve_resume, run_inputs
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
 from .trainer import build_trainer, evaluate_final_model
-from .training_arguments import data_seed
 
 logger = logging.getLogger("vit_ft")
 

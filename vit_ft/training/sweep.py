@@ -36,12 +36,7 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-from ..utils.distributed import broadcast_object
-from ..utils.lock import output_lock_in_process_zero
-from ..utils.output_dir import check_output_dir as check_folder
-from ..utils.run_record import is_finished, mark_unfinished
-from .checkpoints import check_output_dir, newest_complete_checkpoint, run_inputs
-from .recipes import (
+from ..arguments.recipes import (
     PROCESS_PER_RUN_FLAG,
     SWEEP_FLAG,
     FinetuneCommand,
@@ -52,6 +47,11 @@ from .recipes import (
     parse_args,
     suggest,
 )
+from ..utils.distributed import broadcast_object
+from ..utils.lock import output_lock_in_process_zero
+from ..utils.output_dir import check_output_dir as check_folder
+from ..utils.run_record import is_finished, mark_unfinished
+from .checkpoints import check_output_dir, newest_complete_checkpoint, run_inputs
 from .seeds import SEED, pretraining_folder, seed_folder
 from .stages import run_finetune
 from .sweep_results import RUN_PREFIX, Seconds, SweepRun, is_sweep_folder, log_results, write_results

@@ -18,12 +18,12 @@ import datasets
 import torch
 from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
+from ..arguments.training_arguments import data_seed
 from ..data.transforms import collate_fn
 from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
-from .training_arguments import data_seed
 
 
 class FineTuneTrainer(Trainer):

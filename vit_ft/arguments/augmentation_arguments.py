@@ -1,7 +1,7 @@
 """The augmentation keys of a recipe: per-image ops (RandAugment, TrivialAugment, colour jitter, random erasing)
 and batch-level mixup / cutmix, all off by default.
 
-`AugmentationArguments` is the base of `vit_ft.training.arguments.DataArguments`, so that these fields are recipe
+`AugmentationArguments` is the base of `vit_ft.arguments.fields.DataArguments`, so that these fields are recipe
 keys and flags like the others. The per-image fields map one to one onto `vit_ft.data.augmentation.AugmentationSpec`
 (timm's `--aa rand-m9-n2`, `--color-jitter`, `--reprob`, `--remode`), the mixup fields onto timm's `Mixup`
 (`--mixup`, `--cutmix`, `--mixup-prob`, `--mixup-switch-prob`).

@@ -1,4 +1,4 @@
-"""The checks of the built arguments, run once by `vit_ft.training.recipes.parse_args` (`validate`): everything
+"""The checks of the built arguments, run once by `vit_ft.arguments.recipes.parse_args` (`validate`): everything
 across the dataclasses and against the launch that needs no network, no model and no data.
 
 A model path that does not exist, a schedule that trains nothing, a launch Trainer does not join, a push while
@@ -13,10 +13,10 @@ from typing import Any
 
 from transformers import TrainingArguments
 
+from vit_ft.arguments.fields import DataArguments, ModelArguments, RecipeError, suggest
 from vit_ft.metrics import METRIC_NAMES
 from vit_ft.metrics.multilabel import MULTILABEL_METRIC_NAMES
 from vit_ft.model.checks import check_model_path as check_path
-from vit_ft.training.arguments import DataArguments, ModelArguments, RecipeError, suggest
 
 
 def check_model_path(model_args: ModelArguments) -> None:

@@ -1,4 +1,4 @@
-"""Tests for the fields of vit_ft.training.recipes: one field per dataclass field, a YAML value converts as the same flag does,
+"""Tests for the fields of vit_ft.arguments.recipes: one field per dataclass field, a YAML value converts as the same flag does,
 the parser returns only the flags given, and its errors are RecipeErrors. Recipe files are tested in
 test_recipes.py."""
 
@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from transformers import TrainingArguments
 
-from vit_ft.training.arguments import DataArguments, ModelArguments
-from vit_ft.training.recipes import (
+from vit_ft.arguments.fields import DataArguments, ModelArguments
+from vit_ft.arguments.recipes import (
     ARGUMENT_DATACLASSES,
     RecipeError,
     argument_fields,
@@ -17,7 +17,7 @@ from vit_ft.training.recipes import (
     only_explicit_flags,
     suggest,
 )
-from vit_ft.training.training_arguments import FineTuneTrainingArguments
+from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 
 
 def _explicit_parser():

@@ -1,16 +1,16 @@
-"""Tests for vit_ft.training.arguments: each bad value is a ValueError that names the field and the fix."""
+"""Tests for vit_ft.arguments.fields: each bad value is a ValueError that names the field and the fix."""
 
 import dataclasses
 
 import pytest
 
-from vit_ft.model import configuration_vit_ft
-from vit_ft.training.arguments import (
+from vit_ft.arguments.fields import (
     POOLING_CHOICES,
     DataArguments,
     ModelArguments,
     parse_lora_target_modules,
 )
+from vit_ft.model import configuration_vit_ft
 
 DATA = {"train_dir": "data/train"}  # the least DataArguments needs
 NO_DIR = {"train_dir": None}

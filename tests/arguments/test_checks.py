@@ -1,4 +1,4 @@
-"""Tests for vit_ft.training.argument_checks (the checks across the built arguments, run once by parse_args) and
+"""Tests for vit_ft.arguments.checks (the checks across the built arguments, run once by parse_args) and
 for the checks the dataclasses make of their own fields against the world when they are built: the image size
 against a locally readable checkpoint config (the model layer's check, tested itself in tests/model/test_checks.py)
 and mixed precision against the hardware. The checks as run by parse_args are tested in test_recipes.py."""
@@ -8,10 +8,10 @@ import types
 
 import pytest
 
+from vit_ft.arguments.checks import check_push, check_schedule, check_world_size
+from vit_ft.arguments.fields import ModelArguments, RecipeError
+from vit_ft.arguments.training_arguments import check_precision
 from vit_ft.model.checks import MAX_IMAGE_TOKENS_ENV_VAR
-from vit_ft.training.argument_checks import check_push, check_schedule, check_world_size
-from vit_ft.training.arguments import ModelArguments, RecipeError
-from vit_ft.training.training_arguments import check_precision
 
 
 def test_image_size_is_checked_against_a_checkpoint_in_the_hf_cache(tmp_path):
@@ -130,7 +130,7 @@ TOOLKIT_MISTAKES = [
 
 @pytest.mark.parametrize(("flags", "pattern"), TOOLKIT_MISTAKES)
 def test_toolkit_mistakes_are_one_error_before_any_data(flags, pattern):
-    from vit_ft.training.recipes import parse_args
+    from vit_ft.arguments.recipes import parse_args
 
     with pytest.raises(RecipeError, match=pattern) as error:
         parse_args(["--recipe", "digits", *flags])
@@ -138,7 +138,7 @@ def test_toolkit_mistakes_are_one_error_before_any_data(flags, pattern):
 
 
 def test_toolkit_keys_parse_from_flags_and_yaml(tmp_path):
-    from vit_ft.training.recipes import parse_args
+    from vit_ft.arguments.recipes import parse_args
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("builtin_dataset: digits\ntrain_dir: d/train\nclass_weights: {0: 2, 7: 0.5}\n")

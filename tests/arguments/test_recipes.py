@@ -1,4 +1,4 @@
-"""Tests for vit_ft.training.recipes and vit_ft.training.arguments: every recipe parses and validates, flags win over YAML, and
+"""Tests for vit_ft.arguments.recipes and vit_ft.arguments.fields: every recipe parses and validates, flags win over YAML, and
 every error names what to fix (the checks run by parse_args included). Offline and fast: no model, no data,
 no network."""
 
@@ -10,11 +10,10 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
 
-from vit_ft.commands.finetune import parse_command, print_recipes, recipe_info
-from vit_ft.training import recipes
-from vit_ft.training.argument_checks import validate
-from vit_ft.training.arguments import DataArguments, ModelArguments
-from vit_ft.training.recipes import (
+from vit_ft.arguments import recipes
+from vit_ft.arguments.checks import validate
+from vit_ft.arguments.fields import DataArguments, ModelArguments
+from vit_ft.arguments.recipes import (
     TRAINING_DEFAULTS,
     RecipeError,
     list_recipes,
@@ -22,6 +21,7 @@ from vit_ft.training.recipes import (
     parse_args,
     resolve_recipe,
 )
+from vit_ft.commands.finetune import parse_command, print_recipes, recipe_info
 from vit_ft.utils.hardware import accelerator_type
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"

@@ -1,11 +1,11 @@
 """Argument dataclasses for `transformers.HfArgumentParser`, used next to `transformers.TrainingArguments`.
 
 Recipes (`recipes/*.yaml`) are flat mappings whose keys are exactly the field names below or those of
-`TrainingArguments` (`FineTuneTrainingArguments`); `vit_ft.training.recipes.parse_args` merges a recipe with
+`TrainingArguments` (`FineTuneTrainingArguments`); `vit_ft.arguments.recipes.parse_args` merges a recipe with
 command-line flags and builds the three (HfArgumentParser.parse_dict). Each `__post_init__` checks
 what its own fields can tell, `ModelArguments` the image size against its checkpoint too (the model layer's one
 check, `vit_ft.model.checks.check_image_size`); the checks across dataclasses and against the launch are in
-`vit_ft.training.argument_checks`. Every mistake is a `RecipeError`.
+`vit_ft.arguments.checks`. Every mistake is a `RecipeError`.
 """
 
 import difflib

@@ -23,7 +23,7 @@ from transformers import TrainingArguments
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
 from ..utils.hardware import accelerator_type
-from .arguments import RecipeError
+from .fields import RecipeError
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
 TRAINING_DEFAULTS: dict[str, Any] = {

@@ -29,9 +29,9 @@ from typing import Any
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
-from vit_ft.training.argument_checks import validate
-from vit_ft.training.arguments import DataArguments, ModelArguments, RecipeError, suggest
-from vit_ft.training.training_arguments import (
+from vit_ft.arguments.checks import validate
+from vit_ft.arguments.fields import DataArguments, ModelArguments, RecipeError, suggest
+from vit_ft.arguments.training_arguments import (
     TRAINING_DEFAULTS,
     FineTuneTrainingArguments,
     merge_values,
