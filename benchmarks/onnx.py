@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
-from vit_ft.tools.onnx_export import OnnxClassifier, export_model, quantize_int8
+from vit_ft.tools.export.onnx import OnnxClassifier, export_model, quantize_int8
 
 from .common import BenchmarkSettings, Row, interleave, throughput_row
 from .compiled import OURS

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from vit_ft.tools.eval_data import resolve_eval_data
-from vit_ft.tools.evaluation import predict_dataset
+from vit_ft.tools.evaluate.data import resolve_eval_data
+from vit_ft.tools.evaluate.run import predict_dataset
 from vit_ft.tools.trained import load_trained
 
 from .common import TARGETS, BenchmarkSettings, Row, interleave, throughput_row

@@ -39,7 +39,7 @@ from vit_ft.data.images import (  # noqa: E402
     to_normalized_tensor,
 )
 from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: E402
-from vit_ft.tools.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from vit_ft.tools.inspect.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
 from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402

@@ -16,7 +16,7 @@ def documented_modules() -> dict[str, set[str]]:
         cells = [cell.strip() for cell in line.split("|")[1:-1]]
         if len(cells) < 3:
             continue
-        named = re.fullmatch(r"`vit_ft/(\w+)/`", cells[0])
+        named = re.fullmatch(r"`vit_ft/([\w/]+)/`", cells[0])
         if named:
             package = named.group(1)
         elif cells[0]:
@@ -28,16 +28,20 @@ def documented_modules() -> dict[str, set[str]]:
 
 
 def package_modules() -> dict[str, set[str]]:
-    """{package: its modules (`x.py`, `__init__.py` only when it holds more than imports) and sub-packages}."""
+    """{package (e.g. "tools", "tools/evaluate"): its modules (`x.py`) and sub-packages (`name/`)}, for every
+    package below vit_ft/ (metrics/classification/ is the local `evaluate` module's folder, not a package)."""
     found: dict[str, set[str]] = {}
-    for package in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()):
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        package = init.parent
+        if package == PACKAGE:
+            continue
         names = {
             f"{p.name}/"
             for p in package.iterdir()
             if (p / "__init__.py").is_file() or p.name == "classification"
         }
         names |= {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
-        found[package.name] = names
+        found[package.relative_to(PACKAGE).as_posix()] = names
     return found
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from vit_ft.data.datasets import load_image_datasets
 from vit_ft.data.image_folders import check_class_folders, check_image_folder, is_hidden
-from vit_ft.tools.eval_data import folder_eval_data
+from vit_ft.tools.evaluate.data import folder_eval_data
 
 from ..sample_images import photo
 

@@ -363,7 +363,7 @@ def test_the_tools_normalise_a_timm_checkpoint_as_its_pretrained_cfg_says(refere
     """predict / evaluate / the demo load a timm folder with its mean and std (no preprocessor_config.json)."""
     from PIL import Image
 
-    from vit_ft.tools.prediction import predict_files
+    from vit_ft.tools.predict.run import predict_files
     from vit_ft.tools.trained import load_trained
 
     classifier = load_trained(timm_dir, device="cpu")

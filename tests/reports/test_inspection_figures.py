@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vit_ft.reports.inspection_figures import count_mosaic_panels, plot_position_similarity, similarity_mosaic
-from vit_ft.tools.inspection import position_similarity
+from vit_ft.tools.inspect.run import position_similarity
 
 
 def test_position_similarity_has_one_panel_per_position(tmp_path):

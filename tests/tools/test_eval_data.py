@@ -1,4 +1,4 @@
-"""Tests for vit_ft.tools.eval_data: an image folder's classes map to the model's label ids, and seeded subsets."""
+"""Tests for vit_ft.tools.evaluate.data: an image folder's classes map to the model's label ids, and seeded subsets."""
 
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_ft.tools.eval_data import data_from_fields, folder_eval_data
+from vit_ft.tools.evaluate.data import data_from_fields, folder_eval_data
 
 CLASSES = {"ant": 3, "bee": 5, "wasp": 4}  # class folder -> number of images
 

@@ -1,4 +1,4 @@
-"""scripts/evaluate_model.py and vit_ft.tools.evaluation: metrics, per-class table, confusion matrix, mistakes."""
+"""scripts/evaluate_model.py and vit_ft.tools.evaluate.run: metrics, per-class table, confusion matrix, mistakes."""
 
 import csv
 import importlib.util
@@ -15,7 +15,7 @@ from PIL import Image
 from sklearn.metrics import precision_recall_fscore_support
 
 from vit_ft.tasks.single_label import confusion_counts, per_class_table
-from vit_ft.tools.evaluation import run_evaluation
+from vit_ft.tools.evaluate.run import run_evaluation
 
 from ..conftest import REPO
 

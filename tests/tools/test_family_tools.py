@@ -11,9 +11,9 @@ from PIL import Image
 
 from vit_ft.model.modeling_vit_ft import ViTFTConfig, ViTFTForImageClassification
 from vit_ft.tools.fewshot.features import pre_logits
-from vit_ft.tools.inspection import attention_distances, run_inspection
-from vit_ft.tools.prediction import run_prediction
-from vit_ft.tools.rollout import attention_rollout, rollout_maps
+from vit_ft.tools.inspect.rollout import attention_rollout, rollout_maps
+from vit_ft.tools.inspect.run import attention_distances, run_inspection
+from vit_ft.tools.predict.run import run_prediction
 from vit_ft.tools.trained import load_trained
 
 from ..model.conftest import FAMILY_CONFIGS

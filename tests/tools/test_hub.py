@@ -18,8 +18,8 @@ from PIL import Image
 from transformers import ViTForImageClassification, ViTImageProcessorPil
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.tools.hub import push_output_dir, stage_for_hub
-from vit_ft.tools.prediction import predict_files
+from vit_ft.tools.export.hub import push_output_dir, stage_for_hub
+from vit_ft.tools.predict.run import predict_files
 from vit_ft.tools.trained import load_trained
 
 from ..conftest import REPO, WITHOUT_VIT_FT

@@ -9,8 +9,8 @@ import torch
 from transformers import ViTForImageClassification, ViTImageProcessorPil
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.tools.hub import stage_for_hub
-from vit_ft.tools.hub_format import (
+from vit_ft.tools.export.hub import stage_for_hub
+from vit_ft.tools.export.hub_format import (
     check_same_logits,
     choose_format,
     remote_code_reasons,

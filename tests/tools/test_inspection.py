@@ -1,4 +1,4 @@
-"""scripts/inspect_model.py and vit_ft.tools.inspection: the ViT paper's Figure 7 of our model, rollout overlays."""
+"""scripts/inspect_model.py and vit_ft.tools.inspect.run: the ViT paper's Figure 7 of our model, rollout overlays."""
 
 import json
 import math
@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from sklearn.decomposition import PCA
 
-from vit_ft.tools.inspection import (
+from vit_ft.tools.inspect.run import (
     max_patch_distance,
     mean_attention_distance,
     patch_distances,
@@ -127,7 +127,7 @@ def test_inspection_numbers_have_the_models_shapes(inspected):
     assert summary["attention_distance"]["images"] == 12
     assert summary["attention_distance"]["max_distance"] == pytest.approx(math.hypot(28, 28))
     assert (distances > 0).all() and (distances <= summary["attention_distance"]["max_distance"]).all()
-    from vit_ft.tools.inspection import uniform_attention_distance
+    from vit_ft.tools.inspect.run import uniform_attention_distance
 
     assert summary["attention_distance"]["uniform_distance"] == pytest.approx(
         uniform_attention_distance((8, 8), (4, 4))
@@ -138,7 +138,7 @@ def test_inspection_numbers_have_the_models_shapes(inspected):
 
 
 def test_uniform_attention_distance_is_the_reference_every_uniform_head_sits_on():
-    from vit_ft.tools.inspection import uniform_attention_distance
+    from vit_ft.tools.inspect.run import uniform_attention_distance
 
     grid, patch = (3, 4), (5, 5)
     uniform = torch.full((1, 2, 13, 13), 1 / 13)  # every token attends to all 13 equally
@@ -151,7 +151,7 @@ def test_uniform_attention_distance_is_the_reference_every_uniform_head_sits_on(
 
 def test_rollout_figure_is_bounded_and_ends_with_the_mean_map(tmp_path, monkeypatch):
     from vit_ft.reports import figures
-    from vit_ft.tools.inspection import MAX_ROLLOUT_PANELS, plot_rollout
+    from vit_ft.tools.inspect.run import MAX_ROLLOUT_PANELS, plot_rollout
 
     from .test_inference import tiny_classifier
 

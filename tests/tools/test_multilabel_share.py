@@ -21,8 +21,8 @@ from vit_ft import ViTFTConfig, ViTFTForImageClassification
 from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE
 from vit_ft.model.export import export_to_transformers
 from vit_ft.tasks.card import model_card
-from vit_ft.tools.hub import stage_for_hub
-from vit_ft.tools.hub_format import check_same_head
+from vit_ft.tools.export.hub import stage_for_hub
+from vit_ft.tools.export.hub_format import check_same_head
 
 from ..conftest import randomize
 from ..test_demo import load_app

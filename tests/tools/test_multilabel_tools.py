@@ -19,9 +19,9 @@ from sklearn.metrics import precision_recall_curve as sklearn_pr_curve
 from vit_ft import ViTFTForImageClassification
 from vit_ft.metrics.multilabel import MULTI_LABEL, sigmoid
 from vit_ft.reports.charts import precision_recall_curve
-from vit_ft.tools.eval_data import data_from_fields, folder_eval_data
-from vit_ft.tools.evaluation import run_evaluation
-from vit_ft.tools.prediction import MULTI_LABEL_COLUMNS, read_predictions, run_prediction
+from vit_ft.tools.evaluate.data import data_from_fields, folder_eval_data
+from vit_ft.tools.evaluate.run import run_evaluation
+from vit_ft.tools.predict.run import MULTI_LABEL_COLUMNS, read_predictions, run_prediction
 from vit_ft.tools.trained import load_trained
 
 from ..cli_runner import run_script

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from vit_ft.commands.export import export, main
-from vit_ft.tools.onnx_export import INT8_FILE, ONNX_FILE, OnnxClassifier
+from vit_ft.tools.export.onnx import INT8_FILE, ONNX_FILE, OnnxClassifier
 from vit_ft.tools.trained import load_trained
 
 

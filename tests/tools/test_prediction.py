@@ -1,4 +1,4 @@
-"""scripts/predict.py and vit_ft.tools.prediction: one row per file, errors in their own rows, same answer as the model."""
+"""scripts/predict.py and vit_ft.tools.predict.run: one row per file, errors in their own rows, same answer as the model."""
 
 import io
 import json
@@ -12,7 +12,7 @@ from PIL import Image
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.data.transforms import build_transforms
-from vit_ft.tools.prediction import (
+from vit_ft.tools.predict.run import (
     PREDICTION_COLUMNS,
     PredictionWriter,
     collect_image_files,

@@ -1,4 +1,4 @@
-"""vit_ft.tools.prediction_output: predict replaces only its own files (or any with --overwrite), says a full
+"""vit_ft.tools.predict.output: predict replaces only its own files (or any with --overwrite), says a full
 disk in one line, and leaves no hidden `.part` file whatever fails. The full disk is met twice: injected at the
 write (everywhere), and for real on a small tmpfs through scripts/predict.py (where this machine may mount one)."""
 
@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_ft.tools.prediction import run_prediction
-from vit_ft.tools.prediction_output import (
+from vit_ft.tools.predict.output import (
     PREDICTION_COLUMNS,
     Prediction,
     PredictionWriter,
@@ -26,6 +25,7 @@ from vit_ft.tools.prediction_output import (
     read_predictions,
     written_by_predict,
 )
+from vit_ft.tools.predict.run import run_prediction
 
 from ..conftest import REPO
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_ft.tools.prediction import PredictionWriter
+from vit_ft.tools.predict.run import PredictionWriter
 
 from ..cli_runner import run_script
 from ..conftest import REPO
@@ -316,7 +316,7 @@ def test_debug_shows_the_traceback(tmp_path, capfd):
 
 def test_a_failed_figure_keeps_the_old_figure(tmp_path, hf_classifier_dir, monkeypatch):
     """The figure is drawn to a temporary file and renamed when complete, like the rows."""
-    import vit_ft.tools.prediction as prediction
+    import vit_ft.tools.predict.run as prediction
 
     (tmp_path / "photos").mkdir()
     Image.new("RGB", (20, 20), (200, 10, 10)).save(tmp_path / "photos" / "red.png")

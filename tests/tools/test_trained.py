@@ -11,10 +11,10 @@ import pytest
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.tools import trained
-from vit_ft.tools.evaluation import run_evaluation
-from vit_ft.tools.hub import stage_for_hub
-from vit_ft.tools.inspection import run_inspection
-from vit_ft.tools.prediction import run_prediction
+from vit_ft.tools.evaluate.run import run_evaluation
+from vit_ft.tools.export.hub import stage_for_hub
+from vit_ft.tools.inspect.run import run_inspection
+from vit_ft.tools.predict.run import run_prediction
 
 from ..conftest import REPO, randomize, tiny_ft_config
 

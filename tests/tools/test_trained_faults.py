@@ -250,7 +250,7 @@ IN_PROCESS = {
 
 @pytest.mark.parametrize("name", list(IN_PROCESS))
 def test_a_damaged_folder_is_refused_naming_the_file(folders, tmp_path, name):
-    from vit_ft.tools.hub import stage_for_hub
+    from vit_ft.tools.export.hub import stage_for_hub
 
     call, words = IN_PROCESS[name]
     model = folders[name] / "adapter" if name.startswith("adapter") else folders[name]
@@ -311,7 +311,7 @@ def test_save_pretrained_writes_the_installed_code(tmp_path, folders):
 
 def test_push_stages_the_installed_code(tmp_path, folders):
     import vit_ft.model as ours
-    from vit_ft.tools.hub import stage_for_hub
+    from vit_ft.tools.export.hub import stage_for_hub
 
     staged = stage_for_hub(folders["good"], tmp_path / "staged", "me/x", format="vit_ft")
     for name in ("modeling_vit_ft.py", "configuration_vit_ft.py", "sizes.py", "pos_embed.py"):

@@ -45,10 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def evaluate(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parse the flags and run `vit_ft.tools.evaluation.run_evaluation`; returns metrics.json's contents."""
+    """Parse the flags and run `vit_ft.tools.evaluate.run.run_evaluation`; returns metrics.json's contents."""
     args = parse_args(argv)
     setup_logging()
-    from ..tools.evaluation import run_evaluation
+    from ..tools.evaluate.run import run_evaluation
 
     return run_evaluation(**vars(args))  # the flags are its parameters
 

@@ -37,10 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def export(argv: list[str] | None = None) -> str:
-    """Parse the flags and run `vit_ft.tools.onnx_export.export_onnx`; returns its summary line."""
+    """Parse the flags and run `vit_ft.tools.export.onnx.export_onnx`; returns its summary line."""
     args = parse_args(argv)
     setup_logging(timestamps=False)
-    from ..tools.onnx_export import (
+    from ..tools.export.onnx import (
         check_evaluation,
         check_export_dir,
         compare_accuracy,

@@ -47,7 +47,7 @@ from ..arguments.recipes import (
     recipes_dir,
     resolve_recipe,
 )
-from ..tools.hub import push_output_dir
+from ..tools.export.hub import push_output_dir
 from ..training.checkpoints import interrupted_message
 from ..training.preemption import PREEMPTED_EXIT, Preempted
 from ..training.stages import run_finetune

@@ -40,10 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def inspect(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parse the flags and run `vit_ft.tools.inspection.run_inspection`; returns inspection.json's contents."""
+    """Parse the flags and run `vit_ft.tools.inspect.run.run_inspection`; returns inspection.json's contents."""
     args = parse_args(argv)
     setup_logging()
-    from ..tools.inspection import run_inspection
+    from ..tools.inspect.run import run_inspection
 
     return run_inspection(**vars(args))  # the flags are its parameters
 

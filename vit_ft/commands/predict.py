@@ -53,10 +53,10 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def predict(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parse the flags and run `vit_ft.tools.prediction.run_prediction`; returns its summary."""
+    """Parse the flags and run `vit_ft.tools.predict.run.run_prediction`; returns its summary."""
     args = parse_args(argv)
     setup_logging()
-    from ..tools.prediction import run_prediction
+    from ..tools.predict.run import run_prediction
 
     return run_prediction(
         args.model,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..tools.hub import AUTO, FORMAT_CHOICES, push_output_dir, stage_for_hub
+from ..tools.export.hub import AUTO, FORMAT_CHOICES, push_output_dir, stage_for_hub
 from ..utils.cli import ToolArgumentParser, run_tool
 from ..utils.logs import setup_logging
 

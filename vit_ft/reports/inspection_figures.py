@@ -1,4 +1,4 @@
-"""The figures of `vit_ft.tools.inspection` (the ViT paper's Figure 7): the patch-embedding filters' principal
+"""The figures of `vit_ft.tools.inspect.run` (the ViT paper's Figure 7): the patch-embedding filters' principal
 components, the position embeddings' similarity maps, and each head's mean attention distance against depth.
 They draw the numbers inspection computes; nothing here runs a model."""
 

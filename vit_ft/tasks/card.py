@@ -30,7 +30,7 @@ def model_card(
     (the Hub repository id, or the output folder's name); `folder` is where the card goes (it links
     training_curves.png and the run record when they are there); `format` is the one it is shared in:
     "vit_ft" (our code beside the weights, loaded with trust_remote_code) or "transformers" (a plain ViT), and
-    `format_reason` why (`tools.hub_format.ShareFormat.reason`; the card states it). `repo_id` is the Hub
+    `format_reason` why (`tools.export.hub_format.ShareFormat.reason`; the card states it). `repo_id` is the Hub
     repository the card is pushed with: the usage snippet loads it by that id; without one the snippet loads
     "path/to/<name>" and says to put the folder's path there (a bare folder name only works from the folder's
     parent).

@@ -196,7 +196,7 @@ class MultiLabel:
     )
 
     def prediction_row(self, prediction: Any) -> dict[str, Any]:
-        """predict's row of a `tools.prediction_output.Prediction` (the keys of `prediction_columns`)."""
+        """predict's row of a `tools.predict.output.Prediction` (the keys of `prediction_columns`)."""
         count = None if prediction.error is not None else len(prediction.labels)
         return {"path": prediction.path, "labels": prediction.labels, "scores": prediction.scores,
                 "num_labels": count, "threshold": self._row_threshold, "error": prediction.error}  # fmt: skip

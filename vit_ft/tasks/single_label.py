@@ -173,7 +173,7 @@ class SingleLabel:
     )
 
     def prediction_row(self, prediction: Any) -> dict[str, Any]:
-        """predict's row of a `tools.prediction_output.Prediction` (the keys of `prediction_columns`)."""
+        """predict's row of a `tools.predict.output.Prediction` (the keys of `prediction_columns`)."""
         return {"path": prediction.path, "label": prediction.label, "score": prediction.score,
                 "top_k_labels": prediction.labels, "top_k_scores": prediction.scores, "error": prediction.error}  # fmt: skip
 

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
-from ..reports.reporting import copy_training_curves, write_report_lines
-from ..utils.output_dir import check_output_dir
-from .eval_data import EvalData, folders_read, resolve_eval_data
-from .eval_outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
-from .trained import Trained, load_trained
+from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
+from ...reports.reporting import copy_training_curves, write_report_lines
+from ...utils.output_dir import check_output_dir
+from ..trained import Trained, load_trained
+from .data import EvalData, folders_read, resolve_eval_data
+from .outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
 
 logger = logging.getLogger("vit_ft")
 

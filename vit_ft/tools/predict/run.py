@@ -15,12 +15,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data.images import DEFAULT_MAX_PIXELS, image_extensions
-from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
-from ..reports.figures import display_image, plot_image_grid, short
-from ..utils.files import staged_file
-from .inference import describe_error, iter_batches
-from .prediction_output import (
+from ...data.images import DEFAULT_MAX_PIXELS, image_extensions
+from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
+from ...reports.figures import display_image, plot_image_grid, short
+from ...utils.files import staged_file
+from ..inference import describe_error, iter_batches
+from ..trained import Trained, load_trained
+from .output import (
     MULTI_LABEL_COLUMNS,
     PREDICTION_COLUMNS,
     Prediction,
@@ -31,7 +32,6 @@ from .prediction_output import (
     read_predictions,
     refuse_replacing_others,
 )
-from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 

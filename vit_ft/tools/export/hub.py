@@ -23,12 +23,13 @@ from typing import Any
 
 from huggingface_hub import HfApi
 
-from ..data.images import image_extensions
-from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
-from ..tasks.card import model_card
-from ..utils.hub_ids import check_hub_id
-from ..utils.output_dir import check_output_dir
-from ..utils.run_record import ADAPTER_DIR, EXAMPLES_DIR, PROCESSOR_FILE, RUN_RECORD_FILE
+from ...data.images import image_extensions
+from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
+from ...tasks.card import model_card
+from ...utils.hub_ids import check_hub_id
+from ...utils.output_dir import check_output_dir
+from ...utils.run_record import ADAPTER_DIR, EXAMPLES_DIR, PROCESSOR_FILE, RUN_RECORD_FILE
+from ..trained import Origin, load_trained, locate
 from .hub_format import (
     AUTO,
     FORMAT_CHOICES,
@@ -38,7 +39,6 @@ from .hub_format import (
     check_same_logits,
     choose_format,
 )
-from .trained import Origin, load_trained, locate
 
 logger = logging.getLogger("vit_ft")
 
@@ -96,7 +96,7 @@ def stage_for_hub(
 
 def _config(origin: Origin):
     """The config of the model the folder holds (its adapter's for a LoRA run), read without its weights."""
-    from ..model.configuration_vit_ft import ViTFTConfig
+    from ...model.configuration_vit_ft import ViTFTConfig
 
     return ViTFTConfig.from_pretrained(origin.adapter if origin.loads_adapter else origin.path)
 
@@ -106,7 +106,7 @@ def _stage_model(origin: Origin, staging: Path, format: str):
     the exported model for the transformers format (the reference of `verify_staged`), else None."""
     folder = origin.path
     if format == "transformers":
-        from ..model.export import export_to_transformers
+        from ...model.export import export_to_transformers
 
         model = _load_merged(origin)
         export_to_transformers(model, staging, image_processor=_processor(origin))
@@ -144,7 +144,7 @@ def verify_staged(
     if format == "transformers":  # the class config.json names (ViT, or a family's own)
         from transformers import AutoModelForImageClassification as model_class
     else:
-        from ..model.modeling_vit_ft import ViTFTForImageClassification as model_class
+        from ...model.modeling_vit_ft import ViTFTForImageClassification as model_class
 
     files = sorted(staging.glob("*.safetensors"))
     if not files:
@@ -307,7 +307,7 @@ def _our_code_files() -> dict[str, Path]:
     the model and config files with their relative imports."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
-    from ..model import configuration_vit_ft, modeling_vit_ft
+    from ...model import configuration_vit_ft, modeling_vit_ft
 
     files = [Path(configuration_vit_ft.__file__), Path(modeling_vit_ft.__file__)]
     files += [Path(p) for f in list(files) for p in get_relative_import_files(str(f))]
@@ -353,7 +353,7 @@ def _processor(origin: Origin):
 
 def _write_processor(origin: Origin, staging: Path) -> None:
     """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
-    from ..model.configuration_vit_ft import ViTFTConfig
+    from ...model.configuration_vit_ft import ViTFTConfig
 
     write_image_processor(origin, staging, ViTFTConfig.from_pretrained(staging).image_hw)
 

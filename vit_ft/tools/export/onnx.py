@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
-from ..tasks import task_for
-from ..utils.files import staged_folder
-from ..utils.output_dir import check_output_dir
+from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
+from ...tasks import task_for
+from ...utils.files import staged_folder
+from ...utils.output_dir import check_output_dir
+from ..trained import Trained, load_trained
 from .hub import write_image_processor
-from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 
@@ -302,8 +302,8 @@ def compare_accuracy(
     loaded) and of each graph exported to `folder` (onnxruntime) on the same images: `split` of the data the
     fine-tune recorded, each through the model's own eval transform; with how often each graph's top-1 equals
     PyTorch's. A multi-label model is a ValueError (`check_evaluation`)."""
-    from .eval_data import resolve_eval_data
-    from .evaluation import predict_dataset
+    from ..evaluate.data import resolve_eval_data
+    from ..evaluate.run import predict_dataset
 
     trained = _loaded(model)
     check_evaluation(trained)

@@ -23,18 +23,18 @@ from typing import Any
 import torch
 from PIL import Image
 
-from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
-from ..reports.figures import display_image, plot_image_grid, short
-from ..reports.inspection_figures import (
+from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
+from ...reports.figures import display_image, plot_image_grid, short
+from ...reports.inspection_figures import (
     plot_attention_distance,
     plot_patch_embedding_components,
     plot_position_similarity,
 )
-from ..utils.output_dir import check_output_dir
-from .eval_data import folders_read, resolve_eval_data
-from .inference import describe_error, iter_batches
+from ...utils.output_dir import check_output_dir
+from ..evaluate.data import folders_read, resolve_eval_data
+from ..inference import describe_error, iter_batches
+from ..trained import Trained, load_trained
 from .rollout import heatmap_image, overlay_heatmap, rollout_maps
-from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
 
@@ -227,7 +227,7 @@ def _sample_sources(
     seed: int | None,
 ) -> tuple[list[Any], str, list[str]]:
     """Images for the attention distances: a random sample of the evaluation data (see
-    `vit_ft.tools.eval_data.resolve_eval_data`), or the given images when there is no data to sample; their
+    `vit_ft.tools.evaluate.data.resolve_eval_data`), or the given images when there is no data to sample; their
     description, and the folders read (`folders_read`)."""
     if recipe is None and data_dir is None and trained.run_record is None:
         if not images:

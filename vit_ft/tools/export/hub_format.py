@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from transformers import PretrainedConfig
 
-from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
+from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 
 AUTO = "auto"
 FORMATS = ("vit_ft", "transformers")
@@ -36,7 +36,7 @@ class ShareFormat:
 def remote_code_reasons(config: PretrainedConfig) -> list[str]:
     """Why no transformers class expresses the model `config` describes ([] when one does): the model layer's
     one decision (`model.family_export`), which `model.export.export_to_transformers` follows too."""
-    from ..model.family_export import transformers_export_reason
+    from ...model.family_export import transformers_export_reason
 
     reason = transformers_export_reason(config)
     return [reason] if reason else []
@@ -45,7 +45,7 @@ def remote_code_reasons(config: PretrainedConfig) -> list[str]:
 def transformers_export_class(config: PretrainedConfig) -> str | None:
     """The transformers class the model `config` describes is exactly (weights renamed, same logits), e.g.
     "ViTForImageClassification" for a plain ViT; None where the model needs vit_ft's code."""
-    from ..model.family_export import transformers_class_for
+    from ...model.family_export import transformers_class_for
 
     return transformers_class_for(config)
 
@@ -78,7 +78,7 @@ def check_same_head(reference: Any, staged: Any, staging: Path) -> None:
     """`staged` (loaded from `staging`) keeps `reference`'s `problem_type` and multi-label decision threshold
     (`family_export.head_fields`); else a ValueError: without them transformers' pipeline would give a
     multi-label model softmax scores, and every tool would keep labels at 0.5 instead of the tuned threshold."""
-    from ..model.family_export import head_fields
+    from ...model.family_export import head_fields
 
     def normalised(name: str, value: Any) -> Any:  # a threshold tuple, JSON list or numpy value compare equal
         numbers = name == THRESHOLD_ATTRIBUTE and value is not None

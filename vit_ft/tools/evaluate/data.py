@@ -17,14 +17,14 @@ from typing import Any
 import datasets
 import numpy as np
 
-from ..data.builtin import BUILTIN_DATASETS, write_builtin_dataset
-from ..data.datasets import is_multi_label_dataset, load_image_datasets
-from ..data.image_folders import check_class_folders, check_image_folder
-from ..data.label_files import labels_file, read_labelled_folder
-from ..data.multilabel import multi_hot_matrix
-from ..metrics.multilabel import MULTI_LABEL
-from ..utils.run_record import RUN_RECORD_FILE, recorded_seed
-from .trained import Origin
+from ...data.builtin import BUILTIN_DATASETS, write_builtin_dataset
+from ...data.datasets import is_multi_label_dataset, load_image_datasets
+from ...data.image_folders import check_class_folders, check_image_folder
+from ...data.label_files import labels_file, read_labelled_folder
+from ...data.multilabel import multi_hot_matrix
+from ...metrics.multilabel import MULTI_LABEL
+from ...utils.run_record import RUN_RECORD_FILE, recorded_seed
+from ..trained import Origin
 
 DATA_FIELDS = (
     "dataset_name", "dataset_config", "train_dir", "validation_dir", "test_dir", "train_split",
@@ -208,7 +208,7 @@ def recipe_eval_data(
     multi_label: bool | None = None,
 ) -> EvalData:
     """The evaluation split of a recipe's data, with the recipe's seed (TrainingArguments' 42 if it sets none)."""
-    from ..arguments.recipes import load_recipe, resolve_recipe
+    from ...arguments.recipes import load_recipe, resolve_recipe
 
     values = load_recipe(resolve_recipe(recipe))
     if seed is None:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..tasks import TASKS, MultiLabel, SingleLabel, Task, task_for
-from ..utils.files import disk_full_error as files_disk_full_error
-from ..utils.files import is_disk_full, move_into_place, temporary_sibling
+from ...tasks import TASKS, MultiLabel, SingleLabel, Task, task_for
+from ...utils.files import disk_full_error as files_disk_full_error
+from ...utils.files import is_disk_full, move_into_place, temporary_sibling
 
 PREDICTION_COLUMNS = SingleLabel.prediction_columns
 MULTI_LABEL_COLUMNS = MultiLabel.prediction_columns

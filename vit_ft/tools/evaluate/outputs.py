@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..data.images import describe_source
-from ..tasks import Task, task_for
-from .eval_data import EvalData
-from .inference import describe_error, iter_batches
-from .trained import Trained
+from ...data.images import describe_source
+from ...tasks import Task, task_for
+from ..inference import describe_error, iter_batches
+from ..trained import Trained
+from .data import EvalData
 
 logger = logging.getLogger("vit_ft")
 
