@@ -24,7 +24,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 from ..utils.distributed import broadcast_object
 from ..utils.files import write_text_atomically
-from ..utils.output_dir import check_output_dir as check_folder
+from ..utils.output_dir import check_output_dir
 
 logger = logging.getLogger("vit_ft")
 
@@ -159,7 +159,7 @@ def run_inputs(model_args: Any, data_args: Any) -> list[str]:
     return [str(folder) for folder in folders if folder and Path(folder).expanduser().is_dir()]
 
 
-def check_output_dir(
+def check_run_output_dir(
     training_args: TrainingArguments, overwrite_output_dir: bool = False, inputs: list[str] | None = None
 ) -> None:
     """Refuse an output_dir that is a file, that is or lies inside one of `inputs` (`run_inputs`), or that holds
@@ -169,7 +169,7 @@ def check_output_dir(
         "run, whose model this run would replace; pass --overwrite_output_dir to replace it, --resume to "
         "continue it, or another --output_dir."
     )
-    check_folder(
+    check_output_dir(
         training_args.output_dir,
         inputs=inputs or (),
         finished=None if overwrite_output_dir or resume else refusal,
@@ -212,7 +212,7 @@ def resolve_resume(training_args: TrainingArguments) -> str | None:
 __all__ = [
     "CHECKPOINT_RECORD",
     "CheckpointRecordCallback",
-    "check_output_dir",
+    "check_run_output_dir",
     "checkpoint_is_complete",
     "checkpoint_problem",
     "interrupted_message",

@@ -29,7 +29,7 @@ from ..tasks import Task, task_for
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import mark_unfinished
-from .checkpoints import CheckpointRecordCallback, check_output_dir, resolve_resume, run_inputs
+from .checkpoints import CheckpointRecordCallback, check_run_output_dir, resolve_resume, run_inputs
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
@@ -257,10 +257,10 @@ def run_finetune(
     naming the last complete checkpoint; a preemption signal saves a checkpoint and raises Preempted.
     """
     inputs = run_inputs(model_args, data_args)
-    check_output_dir(training_args, overwrite_output_dir, inputs)
+    check_run_output_dir(training_args, overwrite_output_dir, inputs)
     index, world_size = training_args.process_index, training_args.world_size
     with output_lock_in_process_zero(training_args.output_dir, "vit-ft finetune", index, world_size):
-        check_output_dir(training_args, overwrite_output_dir, inputs)  # again: no other run can change it now
+        check_run_output_dir(training_args, overwrite_output_dir, inputs)  # again: no other run can change it now
         try:
             return _finetune(model_args, data_args, training_args, recipe)
         except Exception as error:

@@ -49,9 +49,9 @@ from ..arguments.recipes import (
 )
 from ..utils.distributed import broadcast_object
 from ..utils.lock import output_lock_in_process_zero
-from ..utils.output_dir import check_output_dir as check_folder
+from ..utils.output_dir import check_output_dir
 from ..utils.run_record import is_finished, mark_unfinished
-from .checkpoints import check_output_dir, newest_complete_checkpoint, run_inputs
+from .checkpoints import check_run_output_dir, newest_complete_checkpoint, run_inputs
 from .seeds import SEED, pretraining_folder, seed_folder
 from .stages import run_finetune
 from .sweep_results import RUN_PREFIX, Seconds, SweepRun, is_sweep_folder, log_results, write_results
@@ -176,7 +176,7 @@ def check_sweep_output_dir(
             )
         return None
 
-    check_folder(
+    check_output_dir(
         training_args.output_dir,
         inputs=inputs or (),
         finished=None if overwrite_output_dir or not copies_winner else refusal,
@@ -224,7 +224,7 @@ def _agreed_plan(
         plan = broadcast_object(plan)  # every process must take the same decisions
     for run, action in zip(runs, plan, strict=True):
         if action == "start":  # a finished run without --resume is refused here, before any run starts
-            check_output_dir(_with_resume(run.args, None)[2], overwrite_output_dir)
+            check_run_output_dir(_with_resume(run.args, None)[2], overwrite_output_dir)
     return plan
 
 
