@@ -121,6 +121,16 @@ def shown_image(source: Any, image_size: tuple[int, int]) -> Image.Image | None:
         return None
 
 
+def _empty_figure(text: str, path: str | os.PathLike) -> Path:
+    """A small figure that only says `text` (a grid with nothing to show), saved to `path`."""
+    fig, ax = plt.subplots(figsize=(4, 2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=14)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
 @dataclass
 class Mistake:
     """One wrong prediction of an evaluation, as mistakes.csv and mistakes.png show it."""
@@ -141,12 +151,7 @@ def plot_mistakes(
     class names are whole, wrapped to the panel's width. `images` holds each mistake's image (a path, bytes,
     {"bytes", "path"} or PIL image), shown as the model saw it at `image_size`."""
     if not mistakes:
-        fig, ax = plt.subplots(figsize=(4, 2))
-        ax.axis("off")
-        ax.text(0.5, 0.5, "No mistakes", ha="center", va="center", fontsize=14)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return Path(path)
+        return _empty_figure("No mistakes", path)
     shown = [shown_image(image, image_size) for image in images]
     width = title_line_chars(MISTAKE_TITLE_FONTSIZE)
     titles = [
@@ -198,12 +203,7 @@ def plot_label_mistakes(
     (p < threshold)", then the predicted labels), most confident first, each image as the model saw it."""
     kind = mistakes[0].kind if mistakes else "mistake"
     if not mistakes:
-        fig, ax = plt.subplots(figsize=(4, 2))
-        ax.axis("off")
-        ax.text(0.5, 0.5, "None", ha="center", va="center", fontsize=14)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return Path(path)
+        return _empty_figure("None", path)
     width = title_line_chars(MISTAKE_TITLE_FONTSIZE)
     described = (
         "predicted label (probability ≥ threshold), true labels"
