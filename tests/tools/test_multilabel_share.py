@@ -207,7 +207,7 @@ def test_onnx_side_files_keep_the_head_and_evaluate_is_refused(tmp_path, monkeyp
     logits, and --evaluate (top-1 accuracy) is refused before anything loads. The graph itself is stubbed: its
     export and its logits against PyTorch are test_onnx_export's (seconds each)."""
     pytest.importorskip("onnxruntime")
-    from vit_ft.tools import onnx_export
+    from vit_ft.tools.export import onnx as onnx_export
 
     def stub_graph(model, path):
         path.write_bytes(b"graph")

@@ -159,12 +159,12 @@ class MultiLabel:
         return sigmoid(torch.as_tensor(logits).float().numpy())
 
     def predicted_labels(
-        self, probabilities: np.ndarray, id2label: dict[int, str], top_k: int
+        self, probabilities: np.ndarray | torch.Tensor, id2label: dict[int, str], top_k: int
     ) -> list[tuple[list[str], list[float]]]:
         """Per image, the labels whose probability is >= their threshold and those probabilities, highest first
         (ties in label order); empty lists when none is. `top_k` is not used."""
         rows = []
-        for scores in probabilities:
+        for scores in np.asarray(probabilities):
             above = np.flatnonzero(scores >= self.threshold)
             above = above[np.argsort(-scores[above], kind="stable")]
             rows.append(([id2label[int(j)] for j in above], [float(scores[j]) for j in above]))

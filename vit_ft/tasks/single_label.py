@@ -149,10 +149,11 @@ class SingleLabel:
         return softmax_with_temperature(logits, self.temperature).numpy()
 
     def predicted_labels(
-        self, probabilities: np.ndarray, id2label: dict[int, str], top_k: int
+        self, probabilities: np.ndarray | torch.Tensor, id2label: dict[int, str], top_k: int
     ) -> list[tuple[list[str], list[float]]]:
         """Per image, the `top_k` most probable labels and their probabilities, highest first."""
-        scores, indices = torch.from_numpy(probabilities).topk(min(top_k, probabilities.shape[-1]), dim=-1)
+        probabilities = torch.as_tensor(probabilities)
+        scores, indices = probabilities.topk(min(top_k, probabilities.shape[-1]), dim=-1)
         return [
             ([id2label[int(j)] for j in row_indices], [float(s) for s in row_scores])
             for row_scores, row_indices in zip(scores, indices, strict=True)

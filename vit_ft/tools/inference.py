@@ -17,7 +17,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -81,10 +80,10 @@ class Batch:
     task: Task = field(default_factory=task_for)  # the model's (`trained.Trained.task`): its probabilities
 
     @property
-    def probabilities(self) -> np.ndarray | None:
+    def probabilities(self) -> torch.Tensor | None:
         """The task's probabilities `(decoded images, num_labels)` from logit outputs (calibrated softmax, or a
         sigmoid per label); None when no image decoded."""
-        return None if self.outputs is None else self.task.probabilities(self.outputs)
+        return None if self.outputs is None else torch.from_numpy(self.task.probabilities(self.outputs))
 
 
 def iter_batches(
