@@ -355,19 +355,12 @@ def class_table(
     threshold), ap (None without positives), precision, recall, f1 (0 where undefined) and its threshold."""
     values = per_class_metrics(labels, probabilities, threshold)
     return [
-        {
-            "id": j,
-            "class": id2label[j],
-            "support": int(values["support"][j]),
-            "predicted": int(values["predicted"][j]),
-            "ap": _number(values["ap"][j]),
-            "precision": float(values["precision"][j]),
-            "recall": float(values["recall"][j]),
-            "f1": float(values["f1"][j]),
-            "threshold": float(values["threshold"][j]),
-        }
+        {"id": j, "class": id2label[j], "support": int(values["support"][j]),
+         "predicted": int(values["predicted"][j]), "ap": _number(values["ap"][j]),
+         "precision": float(values["precision"][j]), "recall": float(values["recall"][j]),
+         "f1": float(values["f1"][j]), "threshold": float(values["threshold"][j])}
         for j in range(len(id2label))
-    ]
+    ]  # fmt: skip
 
 
 def confident_mistakes(
