@@ -136,8 +136,11 @@ def run_finetune_script(
 @pytest.fixture(scope="session")
 def tiny_finetuned_dir(tmp_path_factory) -> Path:
     """The output folder of a tiny real fine-tune (digits images, 2 epochs): model, processor, metrics, card."""
+    from .cli_runner import run_script  # it imports this module
+
     tmp = tmp_path_factory.mktemp("tiny_finetune")
-    result = run_finetune_script("--recipe", str(write_tiny_recipe(tmp)), cwd=tmp)
+    # in this process (the script as `python scripts/finetune.py` runs it, without a fresh interpreter's imports)
+    result = run_script("scripts/finetune.py", ["--recipe", write_tiny_recipe(tmp)], None, cwd=tmp)
     assert result.returncode == 0, result.stderr[-4000:]
     (tmp / "finetune.log").write_text(result.stdout + result.stderr)  # what the user saw, for tests of it
     return tmp / "out"
