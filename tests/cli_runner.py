@@ -7,6 +7,10 @@ of the call, and returns what a subprocess would: the exit code, stdout and stde
 writes to the file descriptors are caught too). An exception that escapes the command is what the interpreter
 would make of it: its traceback on stderr and exit code 1, so that a "no traceback" check fails on it.
 
+As in a fresh process, the root logger has no handler while the command runs (pytest's are put back after), so
+the command's own logging set-up sends its log lines to stdout / stderr, where a user sees them. A module- or
+session-scoped fixture, which cannot ask for `capfd`, passes None and the output is caught by `fd_capture`.
+
 What a fresh process would not inherit is put back afterwards: environment variables, the working folder,
 sys.argv and sys.path, signal handlers, logger levels and handlers, warning filters, torch's thread count, grad
 mode, transformers' progress bars (each named in `Ran.restored` when the command changed it), and torch's, numpy's
