@@ -7,6 +7,10 @@ of the call, and returns what a subprocess would: the exit code, stdout and stde
 writes to the file descriptors are caught too). An exception that escapes the command is what the interpreter
 would make of it: its traceback on stderr and exit code 1, so that a "no traceback" check fails on it.
 
+As in a fresh process, the root logger has no handler while the command runs (pytest's are put back after), so
+the command's own logging set-up sends its log lines to stdout / stderr, where a user sees them. A module- or
+session-scoped fixture, which cannot ask for `capfd`, passes None and the output is caught by `fd_capture`.
+
 What a fresh process would not inherit is put back afterwards: environment variables, the working folder,
 sys.argv and sys.path, signal handlers, logger levels and handlers, warning filters, torch's thread count, grad
 mode, transformers' progress bars (each named in `Ran.restored` when the command changed it), and torch's, numpy's
@@ -35,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _pytest.capture import FDCapture, MultiCapture  # what capfd is made of, for wider-scoped fixtures
 
 from .conftest import REPO
 
@@ -148,15 +153,32 @@ def _exit_code(script: Path) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def fd_capture() -> Iterator[MultiCapture[str]]:
+    """`capfd` for a fixture wider than one test (module or session scope), which cannot ask for `capfd`: the
+    file descriptors 1 and 2 (and sys.stdout / sys.stderr) go to temporary files while the block runs, as
+    pytest's own `capfd` sends them; `readouterr()` returns what was written."""
+    capture = MultiCapture(in_=None, out=FDCapture(1), err=FDCapture(2))
+    capture.start_capturing()
+    try:
+        yield capture
+    finally:
+        capture.stop_capturing()
+
+
 def run_script(
     script: str | Path,
     args: list[str],
-    capfd: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str] | MultiCapture[str] | None,
     cwd: str | Path,
     env: Mapping[str, str] | None = None,
 ) -> Ran:
     """`python SCRIPT ARGS` in `cwd` with `env` added to this process's environment, run in this process.
-    `script` is a path relative to the repository (scripts/predict.py, demo/app.py) or absolute."""
+    `script` is a path relative to the repository (scripts/predict.py, demo/app.py) or absolute. `capfd`: the
+    test's; None in a module- or session-scoped fixture (the output is then caught by `fd_capture`)."""
+    if capfd is None:
+        with fd_capture() as capture:
+            return run_script(script, args, capture, cwd, env)
     script = REPO / script
     capfd.readouterr()  # what came before is not the command's
     restored: list[str] = []
@@ -164,6 +186,9 @@ def run_script(
         os.environ.update(env or {})
         os.chdir(cwd)
         sys.argv = [str(script), *map(str, args)]
+        # a fresh process's root logger has no handler, so the command's logging.basicConfig takes effect (its
+        # log lines reach stdout / stderr as they do for a user) instead of pytest's log capture
+        logging.getLogger().handlers.clear()
         with kept_process_state(restored), _hub_offline_as_imported():  # what the command changes
             code = _exit_code(script)
             sys.stdout.flush()
@@ -172,4 +197,4 @@ def run_script(
     return Ran(code, out, err, tuple(restored))
 
 
-__all__ = ["Ran", "kept_process_state", "run_script"]
+__all__ = ["Ran", "fd_capture", "kept_process_state", "run_script"]

@@ -12,6 +12,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread per test process (and per command a test starts, which inherits it): the suite runs one
+# process per core (`-n auto`), and two OpenMP threads per process on those cores wait on each other's barrier
+# (a tiny ViT's training step: about 7 ms with one thread, up to a second with two on a busy machine). Export
+# OMP_NUM_THREADS to choose another count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -19,6 +25,8 @@ from transformers import ViTConfig, ViTForImageClassification, ViTModel  # noqa:
 
 from vit_ft import ViTFTConfig  # noqa: E402
 from vit_ft.data.digits import write_digits_imagefolder  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # if torch was imported before the variable was set
 
 TINY = {
     "hidden_size": 32,
@@ -136,8 +144,11 @@ def run_finetune_script(
 @pytest.fixture(scope="session")
 def tiny_finetuned_dir(tmp_path_factory) -> Path:
     """The output folder of a tiny real fine-tune (digits images, 2 epochs): model, processor, metrics, card."""
+    from .cli_runner import run_script  # it imports this module
+
     tmp = tmp_path_factory.mktemp("tiny_finetune")
-    result = run_finetune_script("--recipe", str(write_tiny_recipe(tmp)), cwd=tmp)
+    # in this process (the script as `python scripts/finetune.py` runs it, without a fresh interpreter's imports)
+    result = run_script("scripts/finetune.py", ["--recipe", write_tiny_recipe(tmp)], None, cwd=tmp)
     assert result.returncode == 0, result.stderr[-4000:]
     (tmp / "finetune.log").write_text(result.stdout + result.stderr)  # what the user saw, for tests of it
     return tmp / "out"

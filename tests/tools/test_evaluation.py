@@ -5,7 +5,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from sklearn.metrics import precision_recall_fscore_support
 from vit_ft.tasks.single_label import confusion_counts, per_class_table
 from vit_ft.tools.evaluate.run import run_evaluation
 
+from ..cli_runner import run_script
 from ..conftest import REPO
 
 
@@ -29,23 +29,9 @@ def read_csv(path):
 def report(tiny_finetuned_dir, tmp_path_factory):
     """The report of `python scripts/evaluate_model.py` on the fine-tune's recorded (test) data."""
     out = tmp_path_factory.mktemp("report") / "report"
-    result = subprocess.run(
-        # float32, as the fine-tune evaluated: the numbers must match to the last digit
-        [
-            sys.executable,
-            "scripts/evaluate_model.py",
-            "--model",
-            tiny_finetuned_dir,
-            "--output_dir",
-            out,
-            "--bf16",
-            "false",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # float32, as the fine-tune evaluated: the numbers must match to the last digit (run in this process)
+    args = ["--model", tiny_finetuned_dir, "--output_dir", out, "--bf16", "false"]
+    result = run_script("scripts/evaluate_model.py", args, None, cwd=REPO)
     assert result.returncode == 0, result.stderr[-4000:]
     return out, json.loads((out / "metrics.json").read_text())
 
@@ -199,7 +185,9 @@ def test_recorded_temperature_calibrates_the_reported_probabilities_and_ece(
 
     out, metrics = report
     fitted = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["calibration"]["temperature"]
-    assert metrics["temperature"] == pytest.approx(fitted) and fitted != 1.0  # the fine-tune's, fitted on validation
+    assert (
+        metrics["temperature"] == pytest.approx(fitted) and fitted != 1.0
+    )  # the fine-tune's, fitted on validation
     model = tmp_path / "calibrated"
     shutil.copytree(tiny_finetuned_dir, model, ignore=shutil.ignore_patterns("checkpoint-*"))
     record = json.loads((model / "vit_ft_run.json").read_text())

@@ -2,8 +2,6 @@
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ from vit_ft.tools.inspect.run import (
     patch_embedding_components,
 )
 
+from ..cli_runner import run_script
 from ..conftest import REPO
 
 
@@ -87,25 +86,9 @@ def inspected(tiny_finetuned_dir, tmp_path_factory):
     test_dir = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["data"]["test_dir"]
     images = sorted(Path(test_dir).glob("*/*.png"))[:2]
     (tmp / "broken.png").write_text("no image")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "scripts/inspect_model.py",
-            "--model",
-            str(tiny_finetuned_dir),
-            "--output_dir",
-            str(tmp / "figs"),
-            "--num_images",
-            "12",
-            "--images",
-            *map(str, images),
-            str(tmp / "broken.png"),
-        ],  # fmt: skip
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = ["--model", tiny_finetuned_dir, "--output_dir", tmp / "figs", "--num_images", "12",
+            "--images", *images, tmp / "broken.png"]  # fmt: skip
+    result = run_script("scripts/inspect_model.py", args, None, cwd=REPO)  # in this process
     assert result.returncode == 0, result.stderr[-4000:]
     return tmp / "figs", json.loads((tmp / "figs" / "inspection.json").read_text())
 

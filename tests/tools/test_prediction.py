@@ -2,8 +2,6 @@
 
 import io
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ from vit_ft.tools.predict.run import (
 )
 from vit_ft.tools.trained import load_trained
 
+from ..cli_runner import run_script
 from ..conftest import REPO, randomize, tiny_ft_config
 
 LABELS = ["ant", "bee", "wasp"]
@@ -74,30 +73,11 @@ def test_folders_are_searched_recursively_for_images_only(photos):
     assert files[:-1] == sorted(files[:-1])
 
 
-def test_cli_writes_one_row_per_file_with_errors_in_their_own_rows(classifier_dir, photos, tmp_path):
+def test_cli_writes_one_row_per_file_with_errors_in_their_own_rows(classifier_dir, photos, tmp_path, capfd):
     output = tmp_path / "preds.csv"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "scripts/predict.py",
-            "--model",
-            str(classifier_dir),
-            str(photos),
-            str(photos / "missing.png"),
-            "--output",
-            str(output),
-            "--top_k",
-            "2",
-            "--batch_size",
-            "3",
-            "--max_pixels",
-            "10000",
-        ],  # fmt: skip
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = ["--model", classifier_dir, photos, photos / "missing.png", "--output", output, "--top_k", "2",
+            "--batch_size", "3", "--max_pixels", "10000"]  # fmt: skip
+    result = run_script("scripts/predict.py", args, capfd, cwd=REPO)  # in this process
     assert result.returncode == 0, result.stderr[-4000:]
     assert output.read_text().splitlines()[0] == ",".join(PREDICTION_COLUMNS)
     rows = read_predictions(output)

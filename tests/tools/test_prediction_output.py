@@ -27,6 +27,7 @@ from vit_ft.tools.predict.output import (
 )
 from vit_ft.tools.predict.run import run_prediction
 
+from ..cli_runner import run_script
 from ..conftest import REPO
 
 HEADER = ",".join(PREDICTION_COLUMNS) + "\n"
@@ -222,17 +223,17 @@ FULL_DISK = {
 
 
 @pytest.mark.parametrize("case", list(FULL_DISK))
-def test_predict_on_a_full_disk_is_one_line_and_keeps_every_file(small_disk, hf_classifier_dir, photos, case):
+def test_predict_on_a_full_disk_is_one_line_and_keeps_every_file(
+    small_disk, hf_classifier_dir, photos, case, capfd
+):
     free_pages, names, flag = FULL_DISK[case]
     (small_disk / "preds.csv").write_text(HEADER)  # an earlier run's output and figure
     (small_disk / "preds.png").write_bytes(mark_figure(png_bytes(5)))
     fill(small_disk, free_pages)
     before = {p.name: p.read_bytes() for p in small_disk.iterdir()}
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts/predict.py"), "--model", hf_classifier_dir, str(photos),
-         "--output", str(small_disk / "preds.csv")],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    args = ["--model", hf_classifier_dir, photos, "--output", small_disk / "preds.csv"]
+    # in this process (the SIGTERM test above needs a process of its own, this one does not)
+    result = run_script("scripts/predict.py", args, capfd, cwd=REPO, env={"HF_HUB_OFFLINE": "1"})
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert last.startswith(f"error: no space left on the disk holding {small_disk}/{names}"), last

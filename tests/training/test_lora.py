@@ -11,7 +11,8 @@ from vit_ft.kernels import PackedBitsDropout
 from vit_ft.tools.trained import load_model
 from vit_ft.training.lora import apply_lora, count_parameters, merge_lora
 
-from ..conftest import randomize, run_finetune_script, tiny_ft_config, write_tiny_recipe
+from ..cli_runner import run_script
+from ..conftest import randomize, tiny_ft_config, write_tiny_recipe
 
 
 def lora_model(targets: str = "attention") -> torch.nn.Module:
@@ -88,9 +89,9 @@ def test_merged_equals_unmerged_and_survives_save_and_reload(tmp_path):
         assert (reloaded(pixels).logits - unmerged_logits).abs().max().item() <= 1e-5
 
 
-def test_lora_recipe_writes_adapter_and_merged_model(tmp_path):
+def test_lora_recipe_writes_adapter_and_merged_model(tmp_path, capfd):
     recipe = write_tiny_recipe(tmp_path, use_lora=True, learning_rate=0.01)
-    result = run_finetune_script("--recipe", str(recipe), cwd=tmp_path)
+    result = run_script("scripts/finetune.py", ["--recipe", recipe], capfd, cwd=tmp_path)  # in this process
     assert result.returncode == 0, result.stderr[-4000:]
     assert "trainable of" in result.stdout + result.stderr  # the log states trainable vs total parameters
     out = tmp_path / "out"

@@ -1,7 +1,8 @@
 """Multi-label fine-tunes end to end on real digits canvases (labels.csv folders): two CPU processes and an exact
 resume, the decision threshold chosen on validation (recomputed here from the saved model), the metrics against
 scikit-learn, LoRA with per-label thresholds and BCE positive weights, and the mistakes that must stop a run
-before any model loads."""
+before any model loads. The one-process fine-tunes run scripts/finetune.py in this process
+(`tests.cli_runner.run_script`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from vit_ft.metrics.multilabel import MULTI_LABEL, sigmoid, tune_class_threshold
 from vit_ft.tasks.losses import MultiLabelLoss
 from vit_ft.tools.trained import load_trained
 
-from ..conftest import REPO, run_finetune_script, tiny_ft_config, write_tiny_recipe
+from ..cli_runner import run_script
+from ..conftest import REPO, tiny_ft_config, write_tiny_recipe
 from .test_distributed import final_metrics, launch_two_processes
 
 # 120 training canvases (108 after the 10% hold-out: with batch 16 per process and 2 processes, 4 steps an epoch)
@@ -148,12 +150,12 @@ def test_two_process_multilabel_run_resumes_exactly(two_process_run):
     )
 
 
-def test_lora_with_per_label_thresholds_and_positive_weights(tmp_path):
+def test_lora_with_per_label_thresholds_and_positive_weights(tmp_path, capfd):
     recipe = multilabel_recipe(
         tmp_path, use_lora=True, lora_r=4, decision_threshold="tune_per_class", pos_weight="balanced",
         num_train_epochs=1, eval_strategy="epoch", save_strategy="epoch", metric_for_best_model="mAP",
     )  # fmt: skip
-    result = run_finetune_script("--recipe", str(recipe), cwd=tmp_path)
+    result = run_script("scripts/finetune.py", ["--recipe", recipe], capfd, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "BCE positive weights:" in result.stdout + result.stderr
     out = tmp_path / "out"
@@ -278,14 +280,14 @@ def test_digits_multilabel_recipe_is_the_builtin_one():
     assert subprocess.run([sys.executable, "-c", "import vit_ft"], check=False).returncode == 0
 
 
-def test_ema_and_early_stopping_watch_map(tmp_path):
+def test_ema_and_early_stopping_watch_map(tmp_path, capfd):
     """The toolkit's label-agnostic knobs on multi-label data: the EMA is evaluated as eval_ema_mAP and early
     stopping watches the switched metric (mAP), the best checkpoint chosen on it."""
     recipe = multilabel_recipe(
         tmp_path, ema_decay=0.9, early_stopping_patience=1, early_stopping_threshold=1.0,
         load_best_model_at_end=True, num_train_epochs=3,
     )  # fmt: skip
-    result = run_finetune_script("--recipe", str(recipe), cwd=tmp_path)
+    result = run_script("scripts/finetune.py", ["--recipe", recipe], capfd, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
     evals = [entry for entry in state["log_history"] if "eval_mAP" in entry]

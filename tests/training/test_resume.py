@@ -1,5 +1,10 @@
 """Interruption: a run killed at a checkpoint in the middle of an epoch resumes with --resume and ends bit for bit
-where an uninterrupted run ends: the same metrics, losses and final weights."""
+where an uninterrupted run ends: the same metrics, losses and final weights.
+
+The interrupted runs are real processes (a signal is sent to them); each signal's interruption runs once per
+module and every test works on its own copy of the folder. The uninterrupted runs and the resumes run
+scripts/finetune.py in this process (`tests.cli_runner.run_script`: the same script, arguments and working
+folder, without a fresh interpreter's imports)."""
 
 import json
 import os
@@ -15,7 +20,8 @@ import pytest
 
 from vit_ft.training.checkpoints import checkpoint_is_complete, last_complete_checkpoint
 
-from ..conftest import REPO, run_finetune_script, write_tiny_recipe
+from ..cli_runner import run_script
+from ..conftest import REPO, write_tiny_recipe
 
 # 6 steps per epoch, a checkpoint every 4: checkpoints 4, 8, 16 and 20 fall in the middle of an epoch.
 # Random crops and dropout: both must replay; the final model is the last one, not the best checkpoint.
@@ -81,19 +87,46 @@ def signal_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> tuple[in
     return process.returncode, (cwd / "stderr.txt").read_text()
 
 
-def kill_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> Path:
-    signal_after_first_checkpoint(recipe, cwd, sig)
-    out = cwd / "out"
-    assert not (out / "all_results.json").exists(), "the run was not interrupted"
-    return out
+def finetune(cwd: Path, recipe: Path, *args: str, capfd=None) -> Path:
+    """`python scripts/finetune.py --recipe RECIPE ARGS` in `cwd`, run in this process; must succeed."""
+    result = run_script("scripts/finetune.py", ["--recipe", str(recipe), *args], capfd, cwd=cwd)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return cwd
+
+
+class Interrupted:
+    """A run interrupted by each signal once per module (a real process): `copy(sig, folder)` puts that run's
+    recipe and output folder in `folder` (the recipe's output_dir pointing at the copy) and returns (exit
+    status, stderr, recipe) for the test to resume or break."""
+
+    def __init__(self, root: Path):
+        self.root, self.runs = root, {}
+
+    def copy(self, sig: int, folder: Path) -> tuple[int, str, Path]:
+        if sig not in self.runs:
+            tmp = self.root / signal.Signals(sig).name
+            tmp.mkdir()
+            status, stderr = signal_after_first_checkpoint(write_tiny_recipe(tmp, **SETTINGS), tmp, sig)
+            assert not (tmp / "out" / "all_results.json").exists(), "the run was not interrupted"
+            self.runs[sig] = (status, stderr, tmp / "out")
+        status, stderr, out = self.runs[sig]
+        folder.mkdir(exist_ok=True)
+        shutil.copytree(out, folder / "out", symlinks=True)
+        for name in ("backbone", "digits"):  # read, never written: shared
+            if not (folder / name).exists():
+                (folder / name).symlink_to(out.parent / name)
+        return status, stderr, write_tiny_recipe(folder, **SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> Interrupted:
+    return Interrupted(tmp_path_factory.mktemp("interrupted"))
 
 
 @pytest.fixture(scope="module")
 def uninterrupted_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("uninterrupted")
-    result = run_finetune_script("--recipe", str(write_tiny_recipe(tmp, **SETTINGS)), cwd=tmp)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return tmp / "out"
+    return finetune(tmp, write_tiny_recipe(tmp, **SETTINGS)) / "out"
 
 
 @pytest.fixture(scope="module")
@@ -101,14 +134,23 @@ def uninterrupted(uninterrupted_dir) -> dict:
     return final_run(uninterrupted_dir)
 
 
+@pytest.fixture(scope="module")
+def resumed_after_sigterm(interrupted, tmp_path_factory) -> Path:
+    """The SIGTERM run resumed (the same resume for the kill and the preemption tests below)."""
+    tmp = tmp_path_factory.mktemp("resumed_after_sigterm")
+    recipe = interrupted.copy(signal.SIGTERM, tmp)[2]
+    return finetune(tmp, recipe, "--resume") / "out"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_killed_run_resumes_to_the_same_result(tmp_path, uninterrupted, sig):
-    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
-    out = kill_after_first_checkpoint(recipe, tmp_path, sig)
-    last = last_complete_checkpoint(out)
+def test_killed_run_resumes_to_the_same_result(tmp_path, interrupted, uninterrupted, sig, request):
+    interrupted.copy(sig, tmp_path)
+    last = last_complete_checkpoint(tmp_path / "out")
     assert last is not None and int(Path(last).name.split("-")[1]) < 24
-    result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    if sig == signal.SIGTERM:
+        out = request.getfixturevalue("resumed_after_sigterm")
+    else:
+        out = finetune(tmp_path, tmp_path / "tiny.yaml", "--resume") / "out"
     assert_same_run(final_run(out), uninterrupted)
 
 
@@ -121,14 +163,13 @@ def test_resume_from_the_middle_of_an_earlier_epoch_is_exact(tmp_path, uninterru
     out.mkdir()
     shutil.copytree(uninterrupted_dir / f"checkpoint-{step}", out / f"checkpoint-{step}")
     recipe = write_tiny_recipe(tmp_path, **SETTINGS)
-    result = run_finetune_script("--recipe", str(recipe), "--output_dir", str(out), "--resume", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    finetune(tmp_path, recipe, "--output_dir", str(out), "--resume")
     assert_same_run(final_run(out), uninterrupted)
 
 
-def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
-    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
-    out = kill_after_first_checkpoint(recipe, tmp_path, signal.SIGKILL)
+def test_half_written_checkpoint_is_never_resumed_from(tmp_path, interrupted, uninterrupted):
+    recipe = interrupted.copy(signal.SIGKILL, tmp_path)[2]
+    out = tmp_path / "out"
     good = Path(last_complete_checkpoint(out))
     # what a death while saving leaves: a newer folder with weights cut short and no trainer_state.json
     broken = out / f"checkpoint-{int(good.name.split('-')[1]) + SETTINGS['save_steps']}"
@@ -141,24 +182,19 @@ def test_half_written_checkpoint_is_never_resumed_from(tmp_path, uninterrupted):
         not broken.exists() and (out / f"incomplete-{broken.name}").is_dir()
     )  # moved aside, good one intact
     assert checkpoint_is_complete(good)
-    result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    finetune(tmp_path, recipe, "--resume")
     assert_same_run(final_run(out), uninterrupted)
 
 
-def preempt_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> tuple[int, str]:
-    """Send `sig` once checkpoint-4 is complete; the exit status and the last stderr line."""
-    status, stderr = signal_after_first_checkpoint(recipe, cwd, sig)
-    assert "Traceback" not in stderr, stderr[-3000:]
-    return status, stderr.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
-def test_a_preempted_run_saves_at_the_next_step_and_resumes_to_the_same_result(tmp_path, uninterrupted, sig):
+def test_a_preempted_run_saves_at_the_next_step_and_resumes_to_the_same_result(
+    tmp_path, interrupted, uninterrupted, sig, request
+):
     """SIGTERM (Slurm, Kubernetes, spot instances) or SIGUSR1 (Slurm's --signal) mid-epoch: a checkpoint at the
     next step, one line naming it, exit 75; --resume then ends bit for bit like the uninterrupted run."""
-    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
-    status, last = preempt_after_first_checkpoint(recipe, tmp_path, sig)
+    status, stderr, _ = interrupted.copy(sig, tmp_path)
+    assert "Traceback" not in stderr, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
     named = re.fullmatch(
         rf"error: stopped by {sig.name}; the run is saved in (\S+/checkpoint-(\d+))\. Run the same command "
         r"with --resume to continue\.",
@@ -172,9 +208,7 @@ def test_a_preempted_run_saves_at_the_next_step_and_resumes_to_the_same_result(t
     assert not (out / "all_results.json").exists() and not (out / "vit_ft_run.json").exists()
     if sig == signal.SIGUSR1:
         return  # the same save as SIGTERM's; one resume is enough to show it is exact
-    result = run_finetune_script("--recipe", str(recipe), "--resume", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert_same_run(final_run(out), uninterrupted)
+    assert_same_run(final_run(request.getfixturevalue("resumed_after_sigterm")), uninterrupted)
 
 
 # Every random draw of the fine-tuning toolkit on at once (issue 23): RandAugment, random erasing, mixup/cutmix
@@ -202,8 +236,7 @@ def test_resume_with_every_augmentation_drop_path_and_ema_is_exact(tmp_path):
     first = tmp_path / "first"
     first.mkdir()
     recipe = write_tiny_recipe(first, **TOOLKIT)
-    result = run_finetune_script("--recipe", str(recipe), cwd=first)
-    assert result.returncode == 0, result.stderr[-4000:]
+    finetune(first, recipe)
     uninterrupted = final_run(first / "out")
     history = json.loads((first / "out" / "trainer_state.json").read_text())["log_history"]
     assert any("eval_ema_accuracy" in entry and "eval_accuracy" in entry for entry in history)
@@ -211,6 +244,5 @@ def test_resume_with_every_augmentation_drop_path_and_ema_is_exact(tmp_path):
     out.mkdir()
     shutil.copytree(first / "out" / "checkpoint-8", out / "checkpoint-8")
     assert (out / "checkpoint-8" / "ema.safetensors").is_file()
-    result = run_finetune_script("--recipe", str(recipe), "--output_dir", str(out), "--resume", cwd=first)
-    assert result.returncode == 0, result.stderr[-4000:]
+    finetune(first, recipe, "--output_dir", str(out), "--resume")
     assert_same_run(final_run(out), uninterrupted)

@@ -1,6 +1,10 @@
 """What a fine-tune must never do to a user's files, as scripts/finetune.py meets it: two runs into one folder
 (the lock), an output folder that is an input, pickled code and cut-short files in checkpoints, a full disk.
-Each refusal is one `error:` line, exit 1, no traceback, and the files involved stay byte for byte."""
+Each refusal is one `error:` line, exit 1, no traceback, and the files involved stay byte for byte.
+
+Two runs started together are two processes; every other case runs scripts/finetune.py in this process
+(`tests.cli_runner.run_script`: the same script, arguments and working folder, without a fresh interpreter's
+imports)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,8 +26,14 @@ from vit_ft.training.checkpoints import (
 )
 from vit_ft.utils.run_record import is_finished
 
+from ..cli_runner import Ran, run_script
 from ..conftest import REPO, write_tiny_recipe
-from .test_finetune_errors import assert_one_line_error, run
+from .test_finetune_errors import assert_one_line_error
+
+
+def run(args: list[str], cwd: Path, capfd: pytest.CaptureFixture[str] | None = None) -> Ran:
+    """`python scripts/finetune.py ARGS` in `cwd`, run in this process (capfd: the test's; None in a fixture)."""
+    return run_script("scripts/finetune.py", args, capfd, cwd=cwd)
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -125,8 +134,8 @@ REFUSALS = {
 
 
 @pytest.fixture(scope="module")
-def refusals(tmp_path_factory, shared) -> dict[str, tuple[subprocess.CompletedProcess, Path, dict, dict]]:
-    """Every refusal case run once, three at a time: {id: (result, case folder, digests before, after)}."""
+def refusals(tmp_path_factory, shared) -> dict[str, tuple[Ran, Path, dict, dict]]:
+    """Every refusal case run once: {id: (result, case folder, digests before, after)}."""
     root = tmp_path_factory.mktemp("refusals")
     jobs = {}
     for i, (case, (args, kept, damage, _)) in enumerate(REFUSALS.items()):
@@ -138,12 +147,10 @@ def refusals(tmp_path_factory, shared) -> dict[str, tuple[subprocess.CompletedPr
         recipe = case_recipe(tmp, shared, model_name_or_path=str(tmp / "base"))
         args = ["--recipe", str(recipe), *[arg.replace("{tmp}", str(tmp)) for arg in args]]
         jobs[case] = (args, tmp, digests(tmp / kept))
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {case: pool.submit(run, args, tmp) for case, (args, tmp, _) in jobs.items()}
-        return {
-            case: (futures[case].result(), tmp, before, digests(tmp / REFUSALS[case][1]))
-            for case, (_, tmp, before) in jobs.items()
-        }
+    return {
+        case: (run(args, tmp), tmp, before, digests(tmp / REFUSALS[case][1]))
+        for case, (args, tmp, before) in jobs.items()
+    }
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))
@@ -174,11 +181,13 @@ def copy_run(finished_run: Path, tmp_path: Path, shared: Path) -> tuple[Path, Pa
 
 
 @pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt"])
-def test_resume_falls_back_from_cut_short_optimizer_or_scheduler_state(finished_run, tmp_path, shared, name):
+def test_resume_falls_back_from_cut_short_optimizer_or_scheduler_state(
+    finished_run, tmp_path, shared, name, capfd
+):
     out, recipe, checkpoints = copy_run(finished_run, tmp_path, shared)
     newest, good = checkpoints[-1], checkpoints[-2]
     (newest / name).write_bytes((newest / name).read_bytes()[:-100])
-    result = run(["--recipe", str(recipe), "--resume"], cwd=tmp_path)
+    result = run(["--recipe", str(recipe), "--resume"], tmp_path, capfd)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     assert f"{newest.name} cannot be resumed from: its {name} is not the file run" in log
@@ -187,7 +196,7 @@ def test_resume_falls_back_from_cut_short_optimizer_or_scheduler_state(finished_
 
 
 @pytest.mark.parametrize("name", ["optimizer.pt", "rng_state.pth"])
-def test_pickled_code_in_a_checkpoint_is_refused_and_named(finished_run, tmp_path, shared, name):
+def test_pickled_code_in_a_checkpoint_is_refused_and_named(finished_run, tmp_path, shared, name, capfd):
     """Even with the checkpoint's record rewritten to match (a deliberate tamper), nothing is unpickled."""
     out, recipe, checkpoints = copy_run(finished_run, tmp_path, shared)
     newest = checkpoints[-1]
@@ -195,7 +204,7 @@ def test_pickled_code_in_a_checkpoint_is_refused_and_named(finished_run, tmp_pat
     torch.save({"state": Payload(marker)}, newest / name)
     write_checkpoint_record(newest, "tampered", int(newest.name.split("-")[1]))
     before = digests(out)
-    result = run(["--recipe", str(recipe), "--resume"], cwd=tmp_path)
+    result = run(["--recipe", str(recipe), "--resume"], tmp_path, capfd)
     assert_one_line_error(result, f"{newest / name} holds pickled objects that are not tensors")
     assert "posix.system" in result.stderr and not marker.exists()
     assert digests(out) == before
@@ -209,7 +218,7 @@ def _mount_tmpfs(folder: Path, size: str) -> bool:
     return mounted.returncode == 0
 
 
-def test_a_full_disk_while_checkpointing_is_one_line_and_resume_finishes(tmp_path, shared):
+def test_a_full_disk_while_checkpointing_is_one_line_and_resume_finishes(tmp_path, shared, capfd):
     """On a small tmpfs: room for one checkpoint, not two. Skipped where tmpfs cannot be mounted (not root)."""
     disk = tmp_path / "disk"
     if not _mount_tmpfs(disk, "560k"):
@@ -217,7 +226,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_finishes(tmp_pat
     try:
         settings = {"num_train_epochs": 2, "save_strategy": "steps", "save_steps": 2, "max_train_samples": 32}
         recipe = case_recipe(tmp_path, shared, output_dir=str(disk / "out"), **settings)
-        result = run(["--recipe", str(recipe)], cwd=tmp_path)
+        result = run(["--recipe", str(recipe)], tmp_path, capfd)
         assert_one_line_error(result, "no space left on the disk holding")
         last = result.stderr.strip().splitlines()[-1]
         assert f"the last complete checkpoint {disk / 'out' / 'checkpoint-2'} is intact" in last, last
@@ -226,6 +235,8 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_finishes(tmp_pat
         shutil.copytree(disk / "out", tmp_path / "out")
     finally:
         subprocess.run(["umount", str(disk)], check=False)
-    result = run(["--recipe", str(recipe), "--output_dir", str(tmp_path / "out"), "--resume"], cwd=tmp_path)
+    result = run(
+        ["--recipe", str(recipe), "--output_dir", str(tmp_path / "out"), "--resume"], tmp_path, capfd
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert is_finished(tmp_path / "out") and last_complete_checkpoint(tmp_path / "out")
