@@ -57,12 +57,13 @@ def _minority_recall(root: Path, tmp: Path, **knobs) -> float:
     splits["validation"] = splits["test"]
     task = SingleLabel()
     weights = task.loss_weights(args, splits["train"], names)
+    train_labels = task.train_labels(splits["train"])  # before the transforms, as the fine-tune reads them
     torch.manual_seed(0)  # the same initial weights for every run, whatever ran before in this process
     model = ViTFTForImageClassification(tiny_ft_config(image_size=8, num_labels=2))
     processor = ViTImageProcessorPil(size={"height": 8, "width": 8})
     transform = attach_transforms(splits, processor, data_args, seed=0)
     trainer, _ = build_trainer(
-        model, processor, splits, args, data_args, task, [transform], weights, None
+        model, processor, splits, args, data_args, task, [transform], weights, None, balanced_labels=train_labels
     )
     trainer.train()
     prediction = trainer.predict(splits["test"])

@@ -183,6 +183,6 @@ def test_a_hub_dataset_with_a_sequence_of_classlabel_column(voc_run):
     assert run["rc"] == 0, run["log"][-4000:]
     assert TAGS_ID in voc_run["hub"].downloaded("dataset")
     trained = load_trained(run["out"], device="cpu")
-    assert trained.multi_label and list(trained.id2label.values()) == TAGS  # the ClassLabel's names
+    assert trained.task.problem_type == MULTI_LABEL and list(trained.id2label.values()) == TAGS  # the ClassLabel's names
     record = json.loads((run["out"] / "vit_ft_run.json").read_text())
     assert record["decision_threshold"]["split"] == "validation" and "test_mAP" in record["metrics"]

@@ -260,7 +260,9 @@ def run_finetune(
     check_run_output_dir(training_args, overwrite_output_dir, inputs)
     index, world_size = training_args.process_index, training_args.world_size
     with output_lock_in_process_zero(training_args.output_dir, "vit-ft finetune", index, world_size):
-        check_run_output_dir(training_args, overwrite_output_dir, inputs)  # again: no other run can change it now
+        check_run_output_dir(
+            training_args, overwrite_output_dir, inputs
+        )  # again: no other run can change it now
         try:
             return _finetune(model_args, data_args, training_args, recipe)
         except Exception as error:
@@ -288,6 +290,8 @@ def _finetune(
     task.check_options(data_args, training_args)  # before the pre-training and the model
     prepare_builtin_checkpoint(model_args, data_args, training_args)
     loss_weights = task.loss_weights(training_args, splits["train"], names)  # class weights / BCE pos_weight
+    # the class ids the balanced sampler draws by, read before the transforms replace the columns
+    balanced = task.train_labels(splits["train"]) if training_args.balanced_sampler else None
     model, processor = build_model(model_args, names, task)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
@@ -298,6 +302,7 @@ def _finetune(
         loss_weights=loss_weights,
         train_collator=mixup.collate if mixup else None,
         resume=resume,
+        balanced_labels=balanced,
     )  # fmt: skip
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)

@@ -93,13 +93,14 @@ def build_trainer(
     loss_weights: torch.Tensor | None = None,
     train_collator: Any = None,
     resume: str | None = None,
+    balanced_labels: list[int] | None = None,
 ) -> tuple[FineTuneTrainer, EvaluationTime]:
     """The Trainer over the train and validation splits, and the callback that times its evaluations.
 
     The `task` (`vit_ft.tasks`) gives the loss (with `loss_weights`: class weights, or BCE positive weights),
-    the metrics and the labels the balanced sampler draws by, when the recipe asks for it; `epoch_targets` (the
-    seeded train transform, the mixup collator) get each epoch's number at its start; `resume` is the checkpoint
-    the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
+    and the metrics; `balanced_labels` (the task's `train_labels`, read before the transforms) feed the balanced
+    sampler when the recipe asks for it; `epoch_targets` (the seeded train transform, the mixup collator) get each
+    epoch's number at its start; `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
     command.
     """
     trainer_args = copy.copy(training_args)
@@ -123,7 +124,7 @@ def build_trainer(
                 training_args.early_stopping_patience, training_args.early_stopping_threshold
             )
         )
-    balanced = task.train_labels(splits["train"]) if getattr(training_args, "balanced_sampler", False) else None
+    balanced = balanced_labels if getattr(training_args, "balanced_sampler", False) else None
     trainer = FineTuneTrainer(
         model=model,
         args=trainer_args,
