@@ -90,3 +90,36 @@ def test_pooling_choices_come_from_the_config():
     assert POOLING_CHOICES is configuration_vit_ft.POOLING_CHOICES
     (pooling,) = [f for f in dataclasses.fields(ModelArguments) if f.name == "pooling"]
     assert ", ".join(POOLING_CHOICES) in pooling.metadata["help"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"mixup_alpha": float("nan")}, "mixup_alpha=nan must be a finite number >= 0"),
+        ({"cutmix_alpha": float("inf")}, "cutmix_alpha=inf must be a finite number >= 0"),
+    ],
+)
+def test_a_mixing_alpha_that_would_turn_mixing_off_silently_is_refused(kwargs, said):
+    with pytest.raises(ValueError, match=said):
+        DataArguments(**{**DATA, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"weight_decay": float("nan")}, "weight_decay=nan must be a finite number >= 0"),
+        ({"weight_decay": -0.1}, "weight_decay=-0.1 must be a finite number >= 0"),
+        ({"label_smoothing_factor": 1.5}, r"label_smoothing_factor=1.5 must be in \[0, 1\)"),
+        ({"label_smoothing_factor": float("nan")}, r"label_smoothing_factor=nan must be in \[0, 1\)"),
+        ({"class_weights": "cat=inf"}, r"class_weights\['cat'\]='inf' must be a positive finite number"),
+        ({"class_weights": "cat=nan"}, r"class_weights\['cat'\]='nan' must be a positive finite number"),
+    ],
+)
+def test_values_that_would_poison_a_run_are_refused(kwargs, said, tmp_path):
+    from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
+
+    with pytest.raises(ValueError, match=said):
+        FineTuneTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
+    ok = FineTuneTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", weight_decay=0.05,
+                                   label_smoothing_factor=0.1, class_weights="cat=2")  # fmt: skip
+    assert ok.class_weights == {"cat": 2.0}

@@ -101,8 +101,8 @@ def test_push_to_hub_offline_is_refused_before_training(monkeypatch):
 # ----------------------------------------------------------------------------------------------------------------
 
 TOOLKIT_MISTAKES = [
-    (["--mixup_alpha", "-0.1"], r"mixup_alpha=-0\.1 must be >= 0"),
-    (["--cutmix_alpha", "-1"], r"cutmix_alpha=-1\.0 must be >= 0"),
+    (["--mixup_alpha", "-0.1"], r"mixup_alpha=-0\.1 must be a finite number >= 0"),
+    (["--cutmix_alpha", "-1"], r"cutmix_alpha=-1\.0 must be a finite number >= 0"),
     (["--mixup_prob", "1.5"], r"mixup_prob=1\.5 must be in \[0, 1\]"),
     (["--auto_augment", "autoaugment"], r"auto_augment='autoaugment' is not supported; use one of randaugment"),
     (["--auto_augment", "randaugment", "--rand_augment_magnitude", "11"], r"rand_augment_magnitude=11 must be in"),
@@ -123,7 +123,7 @@ TOOLKIT_MISTAKES = [
     (["--early_stopping_patience", "3"], r"needs --load_best_model_at_end true"),
     (["--early_stopping_threshold", "0.01"], r"early_stopping_patience is not"),
     (["--class_weights", "cat:2"], r"class_weights='cat:2' is neither 'balanced' nor a label->weight mapping"),
-    (["--class_weights", "3=-1"], r"class_weights\['3'\]='-1' must be positive"),
+    (["--class_weights", "3=-1"], r"class_weights\['3'\]='-1' must be a positive finite number"),
     (["--class_weights", "balanced", "--balanced_sampler", "true"], r"keep one of them"),
 ]  # fmt: skip
 

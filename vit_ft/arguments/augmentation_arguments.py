@@ -9,6 +9,7 @@ keys and flags like the others. The per-image fields map one to one onto `vit_ft
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,9 +100,9 @@ class AugmentationArguments:
                 f"{', '.join(ERASING_MODE_CHOICES)}."
             )
         for name in ("mixup_alpha", "cutmix_alpha"):
-            if getattr(self, name) < 0:
+            if not 0 <= getattr(self, name) < math.inf:  # NaN would turn mixing off without a word
                 raise ValueError(
-                    f"{name}={getattr(self, name)!r} must be >= 0 (the Beta distribution's alpha, e.g. 0.8 for "
+                    f"{name}={getattr(self, name)!r} must be a finite number >= 0 (the Beta distribution's alpha, e.g. 0.8 for "
                     "mixup, 1.0 for cutmix); 0 turns it off."
                 )
         for name in ("mixup_prob", "mixup_switch_prob", "random_erasing_prob", "color_jitter"):

@@ -13,6 +13,7 @@ device errors; the checks across fields (patience needs a metric to watch, ...) 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,10 +80,10 @@ def parse_class_weights(value: Any) -> str | dict[str, float] | None:
             weights[str(label)] = float(weight)
         except (TypeError, ValueError):
             raise ValueError(f"class_weights[{label!r}]={weight!r} is not a number.") from None
-        if not weights[str(label)] > 0:
+        if not 0 < weights[str(label)] < math.inf:  # NaN and inf too: either makes the loss NaN
             raise ValueError(
-                f"class_weights[{label!r}]={weight!r} must be positive (1 is the usual weight; leave a class out "
-                "to give it 1)."
+                f"class_weights[{label!r}]={weight!r} must be a positive finite number (1 is the usual weight; "
+                "leave a class out to give it 1)."
             )
     return weights
 
@@ -248,6 +249,12 @@ class FineTuneTrainingArguments(TrainingArguments):
         if self.early_stopping_threshold < 0:
             raise ValueError(f"early_stopping_threshold={self.early_stopping_threshold!r} must be >= 0.")
         self.class_weights = parse_class_weights(self.class_weights)
+        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:  # NaN would train NaN weights
+            raise ValueError(f"weight_decay={self.weight_decay!r} must be a finite number >= 0 (e.g. 0.0 or 0.05).")
+        if not 0.0 <= self.label_smoothing_factor < 1.0:  # also catches NaN; 1 leaves no signal
+            raise ValueError(
+                f"label_smoothing_factor={self.label_smoothing_factor!r} must be in [0, 1) (e.g. 0.1), or 0 for none."
+            )
 
 
 _PAIRED = (("eval_strategy", "save_strategy"), ("eval_steps", "save_steps"))
