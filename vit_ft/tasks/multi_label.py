@@ -207,8 +207,8 @@ class MultiLabel:
         return ", ".join(found) if found else "none ≥ threshold"  # no line break inside a pair
 
     def figure_title(self, count: int) -> str:
-        values = self.threshold
-        said = f"{values[0]:.2f}" if values is not None and np.all(values == values[0]) else "per label"
+        value = None if self.threshold is None else self.threshold_summary()
+        said = f"{value:.2f}" if isinstance(value, float) else "per label"
         return f"Labels at or above the decision threshold ({said}), {count} images shown"
 
     # ---- evaluation -------------------------------------------------------------------------------------
@@ -236,10 +236,7 @@ class MultiLabel:
             source = f"the model's ({tuned.get('kind', 'tuned')}, chosen on the fine-tune's {tuned['split']} split)"
         else:
             source = "the model's (config decision_threshold)"
-        values = self.threshold
-        same = bool(np.all(values == values[0]))
-        value = float(values[0]) if same else {trained.id2label[j]: float(t) for j, t in enumerate(values)}
-        return {"threshold": value, "threshold_source": source}
+        return {"threshold": self.threshold_summary(trained.id2label), "threshold_source": source}
 
     def write_evaluation(
         self, output_dir: Path, outputs: Any, metrics: dict[str, Any], images: Any, trained: Any, split: str,
