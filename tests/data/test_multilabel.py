@@ -190,6 +190,22 @@ def test_folder_source_mistakes(tmp_path):
         read_labelled_folder(validation, argument="validation_dir", names=["cat", "dog"])
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        ("labels.csv", "file,labels\na.png,dog\nb.png,horse\n", 3),  # the header is line 1
+        ("labels.csv", 'file,labels\n"a.png","dog;cat"\n\nb.png,horse\n', 4),  # a blank line counts
+        ("labels.jsonl", '{"file": "a.png", "labels": ["dog"]}\n\n{"file": "b.png", "labels": ["horse"]}\n', 3),
+    ],
+)
+def test_a_label_outside_the_training_labels_names_the_file_and_its_line(tmp_path, name, text, line):
+    """Counted as an editor counts the file's lines (not from 0, not the row's index), the file named."""
+    folder = _folder(tmp_path / "v", text, name, images=("a.png", "b.png"))
+    with pytest.raises(ValueError) as raised:
+        read_labelled_folder(folder, argument="validation_dir", names=["cat", "dog"])
+    assert str(raised.value).startswith(f"{folder / name} line {line} has label(s) ['horse']")
+
+
 def _sparse_labels(seed: int, n: int = 120) -> np.ndarray:
     rng = np.random.default_rng(seed)
     labels = rng.random((n, 6)) < np.array([0.4, 0.25, 0.1, 0.05, 0.0, 0.0])

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +145,18 @@ def test_balanced_accuracy_sees_through_a_majority_class_predictor(metric):
     assert result["accuracy"] == pytest.approx(0.9)
     assert result["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(labels, predictions))
     assert result["balanced_accuracy"] == pytest.approx(1 / 3)
+
+
+def test_one_true_class_gives_balanced_accuracy_without_a_warning(metric):
+    """Evaluating a folder of one class: predictions of other classes are what it measures, not a reason for
+    scikit-learn's "y_pred contains classes not in y_true" warning on the user's console."""
+    labels, predictions = np.array([1, 1, 1, 1]), np.array([1, 0, 2, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = metric.compute(predictions=np.eye(3)[predictions], references=labels)
+    with pytest.warns(UserWarning, match="y_pred contains classes not in y_true"):
+        expected = balanced_accuracy_score(labels, predictions)
+    assert result["balanced_accuracy"] == pytest.approx(expected) == 0.5
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -64,3 +64,23 @@ def test_recorded_fields_give_the_test_split_and_its_seeded_subset(folder):
         ValueError, match=r"the record has no 'validation' split; its splits are \['test', 'train'\]"
     ):
         data_from_fields(fields, id2label, "validation", 7, "the record")
+
+
+def test_one_class_is_enough_to_evaluate(folder, tmp_path):
+    """Evaluation needs only the model's classes: a folder of one class is evaluated, not refused as if it
+    were training data (a classifier to train needs two)."""
+    one = tmp_path / "one"
+    (one / "bee").mkdir(parents=True)
+    for image in (folder / "bee").iterdir():
+        (one / "bee" / image.name).write_bytes(image.read_bytes())
+    data = folder_eval_data(one, {0: "ant", 1: "bee"})
+    assert data.labels.tolist() == [1] * CLASSES["bee"]
+    (one / "bee").rename(one / ".bee")  # hidden: no class folder is left
+    with pytest.raises(FileNotFoundError, match="holds no image files"):
+        folder_eval_data(one, {0: "ant", 1: "bee"})
+
+
+def test_images_only_match_no_label(folder):
+    """`id2label=None` (inspect): the images of a folder whose classes the model does not know, no labels."""
+    data = folder_eval_data(folder, None)
+    assert data.labels is None and not data.multi_label and len(data) == sum(CLASSES.values())

@@ -160,3 +160,25 @@ def test_rollout_figure_is_bounded_and_ends_with_the_mean_map(tmp_path, monkeypa
         assert (
             image.size[0] <= 1000 and image.size[1] <= 1100
         )  # any number of images (37 made 920x5550 before)
+
+
+def test_labels_and_folders_of_images_need_no_class_of_the_model(tiny_finetuned_dir, tmp_path):
+    """inspect never uses labels: a --data_dir whose classes the model does not know is sampled, and an
+    --images folder gives its image files (as predict's inputs do) instead of "does not decode"."""
+    test_dir = json.loads((tiny_finetuned_dir / "vit_ft_run.json").read_text())["data"]["test_dir"]
+    images = sorted(Path(test_dir).glob("*/*.png"))[:3]
+    for i, image in enumerate(images):
+        (tmp_path / "data" / "unknown class").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / "unknown class" / f"{i}.png").write_bytes(image.read_bytes())
+    args = ["--model", tiny_finetuned_dir, "--output_dir", tmp_path / "figs", "--num_images", "3",
+            "--data_dir", tmp_path / "data", "--images", tmp_path / "data"]  # fmt: skip
+    result = run_script("scripts/inspect_model.py", args, None, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "figs" / "inspection.json").read_text())
+    assert len(summary["rollout"]) == 3, summary["rollout"]
+    assert all(row["error"] is None for row in summary["rollout"])
+    (tmp_path / "empty").mkdir()
+    args = ["--model", tiny_finetuned_dir, "--output_dir", tmp_path / "figs2", "--images", tmp_path / "empty"]
+    result = run_script("scripts/inspect_model.py", args, None, cwd=REPO)
+    assert result.returncode != 0 and result.stderr.strip().splitlines()[-1].endswith("no image files there.")
+    assert not (tmp_path / "figs2").exists()

@@ -9,11 +9,11 @@ import torch
 from PIL import Image
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.data.images import collect_image_files
 from vit_ft.data.transforms import build_transforms
 from vit_ft.tools.predict.run import (
     PREDICTION_COLUMNS,
     PredictionWriter,
-    collect_image_files,
     predict_files,
     read_predictions,
     run_prediction,

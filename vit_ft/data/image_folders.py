@@ -20,7 +20,14 @@ from .images import image_extensions
 
 logger = logging.getLogger("vit_ft")
 
-__all__ = ["check_class_folders", "check_image_folder", "folder_splits", "is_hidden", "named_argument"]
+__all__ = [
+    "check_class_folders",
+    "check_image_folder",
+    "folder_splits",
+    "is_hidden",
+    "load_class_folder",
+    "named_argument",
+]
 
 
 def is_hidden(name: str) -> bool:
@@ -96,7 +103,8 @@ def _say_skipped(root: Path, folder: str | os.PathLike) -> list[str]:
 
 
 def check_class_folders(root: Path, folder: str | os.PathLike, argument: str = "train_dir") -> list[str]:
-    """The class names of the checked folder `root`; fails unless there are at least two."""
+    """The class names of the checked folder `root`; fails unless there are at least two (a classifier to
+    train needs two classes; an evaluation needs only the model's, see `load_class_folder`)."""
     classes, _ = _class_folders(root)
     if len(classes) < 2:
         raise ValueError(
@@ -104,6 +112,15 @@ def check_class_folders(root: Path, folder: str | os.PathLike, argument: str = "
             "at least two. Add a sub-folder of images for each other class."
         )
     return classes
+
+
+def load_class_folder(folder: str | os.PathLike, argument: str) -> tuple[datasets.Dataset, list[str]]:
+    """One image folder <folder>/<class name>/<image file> with any number of classes, as a Dataset (image,
+    label: ClassLabel of the sub-folder names) and those names: for evaluating a trained model, where each
+    class need only be one of the model's, and one class is enough."""
+    root = check_image_folder(folder, argument)  # images, each in a class folder: one class at least
+    classes = _say_skipped(root, folder)
+    return _load_image_folder(root, classes, None), classes
 
 
 def _load_image_folder(root: Path, classes: list[str], cache_dir: str | None) -> datasets.Dataset:

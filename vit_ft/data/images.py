@@ -5,16 +5,21 @@ Pure PIL / numpy / torch, no torchvision. `vit_ft.data.datasets` builds the data
 
 from __future__ import annotations
 
+import glob
 import io
+import logging
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import torch
 from PIL import Image, ImageOps
+
+logger = logging.getLogger("vit_ft")
 
 __all__ = [
     "CROP_RATIO",
@@ -25,6 +30,7 @@ __all__ = [
     "VIT_STD",
     "ImageSource",
     "center_crop_box",
+    "collect_image_files",
     "describe_source",
     "image_extensions",
     "load_image",
@@ -394,3 +400,38 @@ def to_normalized_tensor(
     mean_t = torch.as_tensor(mean, dtype=torch.float32).view(-1, 1, 1)
     std_t = torch.as_tensor(std, dtype=torch.float32).view(-1, 1, 1)
     return pixels.mul_(rescale_factor).sub_(mean_t).div_(std_t)
+
+
+def collect_image_files(inputs: Iterable[str | os.PathLike]) -> list[Path]:
+    """Files as given (whatever their suffix: an unreadable one gets an error row), folders searched
+    recursively for image suffixes in sorted order, skipping hidden entries. A pattern such as `photos/*.png`
+    that the shell did not expand is expanded here. A path that does not exist is kept, so that it too gets an
+    error row."""
+    extensions = image_extensions()
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item).expanduser()
+        if not path.exists() and glob.has_magic(str(path)):
+            matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
+            if not matches:
+                logger.warning("%s matches no file.", path)
+            files.extend(collect_image_files(matches) if matches else [])
+            continue
+        if not path.is_dir():
+            if not path.exists():
+                logger.warning("%s does not exist; it gets an error row.", path)
+            files.append(path)
+            continue
+        found = sorted(
+            p
+            for p in path.rglob("*")
+            if p.suffix.lower() in extensions
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            and p.is_file()
+        )
+        if not found:
+            logger.warning(
+                "Folder %s holds no image files (%s, ...).", path, ", ".join(sorted(extensions)[:6])
+            )
+        files.extend(found)
+    return files

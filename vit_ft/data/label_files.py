@@ -165,7 +165,8 @@ def read_labelled_folder(
             )
         names = found
     names = list(names)
-    matrix = rows_to_matrix([labels for _, _, labels in rows], datasets.Value("string"), names, str(path))
+    lines = [line for line, _, _ in rows]
+    matrix = rows_to_matrix([labels for _, _, labels in rows], datasets.Value("string"), names, str(path), lines)
     features = datasets.Features({"image": datasets.Image(), "label": multi_hot_feature(len(names))})
     data = {"image": [str(root / file) for file in files], "label": list(matrix)}
     return datasets.Dataset.from_dict(data, features=features), names

@@ -112,19 +112,31 @@ def multi_label_names(
     return [str(i) for i in range(width)]
 
 
-def rows_to_matrix(rows: Sequence[Sequence[Any]], item: Any, names: list[str], where: str) -> np.ndarray:
-    """(num_images, num_labels) float32 multi-hot matrix from a label column's values."""
+def rows_to_matrix(
+    rows: Sequence[Sequence[Any]],
+    item: Any,
+    names: list[str],
+    where: str,
+    lines: Sequence[int] | None = None,
+) -> np.ndarray:
+    """(num_images, num_labels) float32 multi-hot matrix from a label column's values. A bad row is named by
+    its index in the dataset ("row 0" is the first, as datasets counts), or by `lines`, the line of each row in
+    the labels file `where` ("line 2" is a CSV's first row after its header, as an editor counts)."""
+
+    def row_name(r: int) -> str:
+        return f"{where} line {lines[r]}" if lines is not None else f"{where} row {r}"
+
     matrix = np.zeros((len(rows), len(names)), dtype=np.float32)
     if isinstance(item, datasets.ClassLabel) or _is_value(item, ("string",)):
         to_name = item.int2str if isinstance(item, datasets.ClassLabel) else str
         index = {name: i for i, name in enumerate(names)}
         for r, row in enumerate(rows):
             if isinstance(item, datasets.ClassLabel) and any(value < 0 for value in row):
-                raise ValueError(f"{where} row {r} holds the class id -1 (unlabelled); remove such rows.")
+                raise ValueError(f"{row_name(r)} holds the class id -1 (unlabelled); remove such rows.")
             unknown = sorted({to_name(value) for value in row} - index.keys())
             if unknown:
                 raise ValueError(
-                    f"{where} row {r} has label(s) {unknown} that are not among the training labels {names}; "
+                    f"{row_name(r)} has label(s) {unknown} that are not among the training labels {names}; "
                     "add training images for them or remove them."
                 )
             matrix[r, [index[to_name(value)] for value in row]] = 1.0
@@ -133,7 +145,7 @@ def rows_to_matrix(rows: Sequence[Sequence[Any]], item: Any, names: list[str], w
         values = np.asarray(row, dtype=np.float64)
         if values.shape != (len(names),) or not np.isin(values, (0, 1)).all():
             raise ValueError(
-                f"{where} row {r} holds {list(row)[:8]}, not a multi-hot 0/1 vector of length {len(names)} "
+                f"{row_name(r)} holds {list(row)[:8]}, not a multi-hot 0/1 vector of length {len(names)} "
                 f"(one per label); if these are class ids, cast the column to Sequence(ClassLabel(names=...))."
             )
         matrix[r] = values

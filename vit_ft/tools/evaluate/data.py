@@ -19,7 +19,7 @@ import numpy as np
 
 from ...data.builtin import BUILTIN_DATASETS, write_builtin_dataset
 from ...data.datasets import is_multi_label_dataset, load_image_datasets
-from ...data.image_folders import check_class_folders, check_image_folder
+from ...data.image_folders import load_class_folder
 from ...data.label_files import labels_file, read_labelled_folder
 from ...data.multilabel import multi_hot_matrix
 from ...metrics.multilabel import MULTI_LABEL
@@ -39,23 +39,24 @@ class EvalData:
 
     dataset: datasets.Dataset  # column "image" holds datasets.Image(decode=False) values {"bytes", "path"}
     # (num_images,) int64 model label ids, or for multi-label data (num_images, num_labels) float32 multi-hot
-    # rows over the model's labels (a model label absent from the data: a column of zeros)
-    labels: np.ndarray
+    # rows over the model's labels (a model label absent from the data: a column of zeros); None when the
+    # caller uses the images only (inspect: `id2label=None`), so that no class need be the model's
+    labels: np.ndarray | None
     description: str
     notes: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)  # the local folders the images were read from
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.dataset)
 
     @property
     def multi_label(self) -> bool:
         """Several labels (or none) per image: `labels` holds multi-hot rows."""
-        return self.labels.ndim == 2
+        return self.labels is not None and self.labels.ndim == 2
 
 
 def _model_label_ids(
-    names: Sequence[str], id2label: dict[int, str], where: str, multi_label: bool = False
+    names: Sequence[str], id2label: dict[int, str] | None, where: str, multi_label: bool = False
 ) -> list[int]:
     """The model's label id of each dataset class name; a class the model does not know is an error."""
     label2id = {name: i for i, name in id2label.items()}
@@ -93,7 +94,7 @@ def check_task(data_multi_label: bool, multi_label: bool | None, where: str) -> 
 
 
 def _model_labels(
-    dataset: datasets.Dataset, names: Sequence[str], id2label: dict[int, str], where: str
+    dataset: datasets.Dataset, names: Sequence[str], id2label: dict[int, str] | None, where: str
 ) -> np.ndarray:
     """The dataset's labels as the model's: label ids (num_images,), or multi-hot rows (num_images,
     num_labels) with the dataset's columns moved to the model's label order."""
@@ -109,7 +110,7 @@ def _model_labels(
 def _as_eval_data(
     dataset: datasets.Dataset,
     names: Sequence[str],
-    id2label: dict[int, str],
+    id2label: dict[int, str] | None,
     description: str,
     max_samples: int | None,
     seed: int,
@@ -124,14 +125,14 @@ def _as_eval_data(
     if max_samples is not None and max_samples < len(dataset):
         dataset = dataset.shuffle(seed=seed).select(range(max_samples))
         description += sampled.format(n=max_samples, seed=seed)
-    labels = _model_labels(dataset, names, id2label, description)
+    labels = None if id2label is None else _model_labels(dataset, names, id2label, description)
     dataset = dataset.select_columns(["image"]).cast_column("image", datasets.Image(decode=False))
     return EvalData(dataset, labels, description)
 
 
 def data_from_fields(
     fields: dict[str, Any],
-    id2label: dict[int, str],
+    id2label: dict[int, str] | None,
     split: str | None,
     seed: int,
     where: str,
@@ -171,7 +172,7 @@ def data_from_fields(
 
 def recorded_eval_data(
     origin: Origin,
-    id2label: dict[int, str],
+    id2label: dict[int, str] | None,
     split: str | None = None,
     seed: int | None = None,
     max_samples: int | None = None,
@@ -201,7 +202,7 @@ def recorded_eval_data(
 
 def recipe_eval_data(
     recipe: str,
-    id2label: dict[int, str],
+    id2label: dict[int, str] | None,
     split: str | None = None,
     seed: int | None = None,
     max_samples: int | None = None,
@@ -218,19 +219,21 @@ def recipe_eval_data(
 
 
 def _labelled_folder(
-    folder: str | os.PathLike, id2label: dict[int, str], separator: str
+    folder: str | os.PathLike, id2label: dict[int, str] | None, separator: str
 ) -> tuple[datasets.Dataset, list[str]]:
     """A --data_dir with labels.csv / labels.jsonl read as multi-label data over its own label names (so that a
     label the model lacks is named by `_model_label_ids`), or over the model's when it names fewer than two."""
     try:
         return read_labelled_folder(folder, "--data_dir", None, separator)
     except ValueError:  # one label or none: read over the model's labels, which names an unknown one too
+        if id2label is None:  # the images only: any labels will do
+            raise
         return read_labelled_folder(folder, "--data_dir", list(id2label.values()), separator)
 
 
 def folder_eval_data(
     folder: str | os.PathLike,
-    id2label: dict[int, str],
+    id2label: dict[int, str] | None,
     max_samples: int | None = None,
     seed: int = 0,
     multi_label: bool | None = None,
@@ -257,9 +260,7 @@ def folder_eval_data(
     if has_labels_file:
         dataset, names = _labelled_folder(folder, id2label, separator)
     else:
-        check_class_folders(check_image_folder(folder, "--data_dir"), folder, "--data_dir")
-        splits, names = load_image_datasets(train_dir=folder, validation_split_percentage=0, seed=seed)
-        dataset = splits["train"]
+        dataset, names = load_class_folder(folder, "--data_dir")
     sampled = " ({n} random images, seed {seed})"
     data = _as_eval_data(dataset, names, id2label, description, max_samples, seed, sampled)
     data.folders = [os.fspath(folder)]
@@ -275,7 +276,7 @@ def folders_read(origin: Origin, data: EvalData | None = None) -> list[str]:
 
 def resolve_eval_data(
     origin: Origin,
-    id2label: dict[int, str],
+    id2label: dict[int, str] | None,
     recipe: str | None = None,
     data_dir: str | os.PathLike | None = None,
     split: str | None = None,
@@ -285,7 +286,8 @@ def resolve_eval_data(
     label_separator: str = ";",
 ) -> EvalData:
     """`data_dir` if given (labels.csv separated by `label_separator`), else `recipe`'s split, else the data
-    recorded with the model at `origin`. With `problem_type` (the model's task), the data must be of its kind."""
+    recorded with the model at `origin`. With `problem_type` (the model's task), the data must be of its kind.
+    `id2label` None: the images only, their labels unmatched (`EvalData.labels` None)."""
     multi_label = None if problem_type is None else problem_type == MULTI_LABEL
     if recipe is not None and data_dir is not None:
         raise ValueError("Pass either --recipe or --data_dir, not both.")

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from PIL import Image
 
+from ...data.images import collect_image_files
 from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.figures import display_image, plot_image_grid, short
 from ...reports.inspection_figures import (
@@ -237,8 +238,8 @@ def _sample_sources(
             )
         given = [str(image) for image in images][:num_images]
         return given, f"the {len(given)} given images", folders_read(trained.origin)
-    data = resolve_eval_data(
-        trained.origin, trained.id2label, recipe, data_dir, seed=seed, max_samples=num_images
+    data = resolve_eval_data(  # the images only (id2label None): their labels need not be the model's
+        trained.origin, None, recipe, data_dir, seed=seed, max_samples=num_images
     )
     return list(data.dataset["image"]), data.description, folders_read(trained.origin, data)
 
@@ -310,6 +311,10 @@ def run_inspection(
     check_output_dir(output_dir, inputs=given, holds="the figures")  # before the model loads
     output_dir = Path(output_dir)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
+    if images:  # a folder gives its image files, as predict's inputs do
+        given, images = images, collect_image_files(images)
+        if not images:
+            raise FileNotFoundError(f"--images {' '.join(map(str, given))}: no image files there.")
     sources, sample, read = _sample_sources(trained, images, recipe, data_dir, num_images, seed)
     check_output_dir(output_dir, inputs=read)  # the recorded data's folders too
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -2,20 +2,19 @@
 multi-label model, every label whose probability (sigmoid) is at or above its decision threshold.
 
 classifier = load_trained("outputs/digits")
-files = collect_image_files(["photos/", "extra.jpg"])
+files = collect_image_files(["photos/", "extra.jpg"])  # vit_ft.data.images
 n_rows, n_errors = write_predictions(predict_files(classifier, files, top_k=5), "preds.csv")
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...data.images import DEFAULT_MAX_PIXELS, image_extensions
+from ...data.images import DEFAULT_MAX_PIXELS, collect_image_files
 from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.figures import display_image, plot_image_grid, short
 from ...utils.files import staged_file
@@ -38,41 +37,6 @@ logger = logging.getLogger("vit_ft")
 # ---------------------------------------------------------------------------------------------------------
 # Prediction on files
 # ---------------------------------------------------------------------------------------------------------
-
-
-def collect_image_files(inputs: Iterable[str | os.PathLike]) -> list[Path]:
-    """Files as given (whatever their suffix: an unreadable one gets an error row), folders searched
-    recursively for image suffixes in sorted order, skipping hidden entries. A pattern such as `photos/*.png`
-    that the shell did not expand is expanded here. A path that does not exist is kept, so that it too gets an
-    error row."""
-    extensions = image_extensions()
-    files: list[Path] = []
-    for item in inputs:
-        path = Path(item).expanduser()
-        if not path.exists() and glob.has_magic(str(path)):
-            matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
-            if not matches:
-                logger.warning("%s matches no file.", path)
-            files.extend(collect_image_files(matches) if matches else [])
-            continue
-        if not path.is_dir():
-            if not path.exists():
-                logger.warning("%s does not exist; it gets an error row.", path)
-            files.append(path)
-            continue
-        found = sorted(
-            p
-            for p in path.rglob("*")
-            if p.suffix.lower() in extensions
-            and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            and p.is_file()
-        )
-        if not found:
-            logger.warning(
-                "Folder %s holds no image files (%s, ...).", path, ", ".join(sorted(extensions)[:6])
-            )
-        files.extend(found)
-    return files
 
 
 def predict_files(
@@ -228,7 +192,6 @@ __all__ = [  # the rows' format lives in prediction_output; its names are import
     "Prediction",
     "PredictionWriter",
     "check_output_path",
-    "collect_image_files",
     "default_figure_path",
     "predict_files",
     "read_predictions",
