@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -287,6 +288,24 @@ def test_unshareable_folders_fail_before_any_request(tmp_path):
     # no server listens on this endpoint: a push that got as far as the network would fail differently
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         push_output_dir(tmp_path / "missing", "me/x")
+
+
+def test_a_config_naming_fewer_labels_than_the_head_fails_in_our_words(tiny_finetuned_dir, tmp_path):
+    """Before staging anything: the config and the weights disagree, said as one line naming both files."""
+    folder = tmp_path / "run"
+    shutil.copytree(tiny_finetuned_dir, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"] = {k: v for k, v in config["id2label"].items() if k != "9"}
+    config["label2id"] = {v: int(k) for k, v in config["id2label"].items()}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError) as raised:
+        stage_for_hub(folder, tmp_path / "staged", "me/x")
+    assert str(raised.value) == (
+        f"{folder}/config.json: num_labels (entries in id2label) is 9, but {folder}/model.safetensors holds 10 "
+        "(classifier.weight [10, 32]): the config does not describe these weights; restore the config.json the "
+        "model was saved with, or save the model again."
+    )
+    assert not (tmp_path / "staged").exists()
 
 
 def test_fake_hub_answers_downloads_as_the_hub_does():
