@@ -49,6 +49,18 @@ CASES = {
     "predict: output is an input": (
         "predict", ["--model", "{hf}", "{w}/keep.csv", "--output", "{w}/keep.csv"], {}, "is one of the input files",
     ),
+    "predict: --max_pixels 0": (
+        "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/keep.csv", "--max_pixels", "0"], {},
+        "max_pixels=0 must be positive",
+    ),
+    "predict: a device torch does not know": (
+        "predict", ["--model", "{hf}", "{w}/photos", "--output", "{w}/keep.csv", "--device", "gpu"], {},
+        "--device 'gpu' is not a device name; pass cpu, cuda",
+    ),
+    "evaluate: --max_samples 0": (
+        "evaluate", ["--model", "{hf}", "--output_dir", "{w}/report", "--data_dir", "{w}/photos", "--max_samples", "0"],
+        {}, "max_samples=0 must be positive",
+    ),
     "predict: glob matches nothing": (
         "predict", ["--model", "{hf}", "{w}/photos/*.jpg", "--output", "{w}/out.csv"], {}, "no image file in",
     ),

@@ -33,7 +33,7 @@ from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..model.timm_format import read_safetensors_shapes
 from ..tasks import Task, task_for
-from ..utils.hardware import default_device
+from ..utils.hardware import inference_device
 from ..utils.hub_ids import looks_like_path
 from ..utils.run_record import (
     ADAPTER_DIR,
@@ -321,7 +321,7 @@ def load_trained(
     see `inference.use_bf16`) runs the model under bf16 autocast; the default keeps float32, the command-line
     tools' `--bf16 auto` turns it on where the hardware has native bf16.
     """
-    device = torch.device(device) if device is not None else default_device()
+    device = inference_device(device)
     bf16 = use_bf16(bf16, device)  # a bad setting fails before the model loads
     origin = model if isinstance(model, Origin) else locate(model)
     loaded = load_model(origin, merge_lora=merge_lora)

@@ -47,6 +47,32 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def inference_device(device: str | torch.device | None) -> torch.device:
+    """The tools' `--device` as a torch.device that exists here (None: `default_device`); a name torch does not
+    know, or an accelerator this machine or this torch build lacks, is a one-line ValueError naming the fix."""
+    if device is None:
+        return default_device()
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"--device {device!r} is not a device name; pass cpu, cuda, cuda:1, mps, ... (default: cuda when "
+            "there is a GPU)."
+        ) from None
+    if chosen.type == "cpu" or chosen.type == "meta":
+        return chosen
+    module = getattr(torch, chosen.type, None)
+    count = module.device_count() if module is not None and hasattr(module, "device_count") else 0
+    available = module is not None and getattr(module, "is_available", lambda: False)()
+    if not available or (chosen.index is not None and chosen.index >= count):
+        found = f"{count} {chosen.type} device(s)" if available else f"no {chosen.type} device"
+        raise ValueError(
+            f"--device {device}: this machine (torch {torch.__version__}) has {found}; pass --device cpu, or "
+            "leave --device out to use a GPU when there is one."
+        )
+    return chosen
+
+
 def onednn_bf16_supported() -> bool:
     """This CPU has native bf16 products that oneDNN uses (AVX512_BF16 or AMX)."""
     supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
@@ -71,6 +97,7 @@ __all__ = [
     "cpu_vendor",
     "cpuinfo",
     "default_device",
+    "inference_device",
     "is_amd_cpu",
     "onednn_bf16_supported",
 ]

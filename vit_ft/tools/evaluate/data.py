@@ -158,7 +158,7 @@ def data_from_fields(
         split = "test" if "test" in splits else "validation"
     if split not in splits:
         raise ValueError(
-            f"{where} has no {split!r} split; its splits are {sorted(splits)}. Pass --split with one of them."
+            f"{where} has no {split!r} split; its splits are {sorted(splits)}; pass one of them."
         )
     source = fields.get("dataset_name") or fields.get(f"{split}_dir") or fields.get("train_dir")
     description = f"split {split!r} of {source} ({where}, seed {seed})"
@@ -289,6 +289,8 @@ def resolve_eval_data(
     recorded with the model at `origin`. With `problem_type` (the model's task), the data must be of its kind.
     `id2label` None: the images only, their labels unmatched (`EvalData.labels` None)."""
     multi_label = None if problem_type is None else problem_type == MULTI_LABEL
+    if max_samples is not None and max_samples < 1:
+        raise ValueError(f"max_samples={max_samples} must be positive (None: every image).")
     if recipe is not None and data_dir is not None:
         raise ValueError("Pass either --recipe or --data_dir, not both.")
     if data_dir is not None:

@@ -153,6 +153,8 @@ def run_prediction(
     has native bf16). Returns a summary: rows, errors, output and figure paths.
     """
     output = check_output_path(output)  # before the model loads
+    if max_pixels is not None and max_pixels < 1:
+        raise ValueError(f"max_pixels={max_pixels} must be positive (None, 'none' on the command line: no bound).")
     files = collect_image_files(inputs)
     if not any(f.is_file() for f in files):
         raise FileNotFoundError(
