@@ -12,7 +12,7 @@ import typing
 import pytest
 import torch
 
-from vit_ft.arguments.checks import EXEMPT, RANGES, RecipeError
+from vit_ft.arguments.checks import EXEMPT, RANGES, VALUE_RANGES, RecipeError
 from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.recipes import ARGUMENT_DATACLASSES, parse_args
 from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
@@ -93,6 +93,31 @@ def test_every_numeric_field_has_a_range_or_a_stated_exemption():
     assert not stale, f"ranges of fields no dataclass has: {stale}"
     for name, bounds in RANGES.items():  # integers where the field is an int, and never for a float field
         assert bounds.integer == (FIELDS[name][1] is int), name
+
+
+def test_the_numbers_inside_other_fields_have_their_range_in_the_same_module():
+    names = {field.name for owner in ARGUMENT_DATACLASSES for field in dataclasses.fields(owner)}
+    assert set(VALUE_RANGES) <= names - set(FIELDS)  # fields, and not plain numbers (those are in RANGES)
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"class_weights": f"cat={text}"}, f"class_weights['cat']='{text}' must be a positive finite number")
+        for text in ("nan", "inf", "-inf", "0")
+    ]
+    + [
+        ({"decision_threshold": text}, f"decision_threshold='{text}' must be 'tune', 'tune_per_class' or a probability")
+        for text in ("nan", "inf", "0", "1", str(math.nextafter(1.0, 2.0)))
+    ],
+)
+def test_a_number_inside_a_field_outside_its_range_is_one_line_naming_the_field(values, said, tmp_path):
+    name, text = next(iter(values.items()))
+    number = float(text.split("=")[-1])
+    assert not VALUE_RANGES[name].allows(number)
+    with pytest.raises(ValueError) as error:
+        FineTuneTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **values)
+    assert str(error.value).startswith(said) and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("name", sorted(RANGES))

@@ -145,6 +145,12 @@ RANGES: dict[str, Range] = {
 }
 # numeric fields with no range, each with the reason (none today: every number a recipe can set has one)
 EXEMPT: dict[str, str] = {}
+# the numbers inside fields whose value is more than a number, checked where the value is parsed
+# (training_arguments.parse_class_weights, parse_decision_threshold): each class weight, a numeric threshold
+VALUE_RANGES: dict[str, Range] = {
+    "class_weights": Range("(0, inf)", "1 is the usual weight; leave a class out to give it 1"),
+    "decision_threshold": Range("(0, 1)", "a probability, e.g. 0.5"),
+}
 
 
 def range_error(name: str, value: Any) -> RecipeError:
@@ -361,6 +367,7 @@ __all__ = [
     "CLASS_TOKEN_POOLINGS",
     "EXEMPT",
     "RANGES",
+    "VALUE_RANGES",
     "Range",
     "RecipeError",
     "check_early_stopping",

@@ -14,7 +14,6 @@ checks across fields (patience needs a metric to watch, ...) are in `checks`.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from transformers import TrainingArguments
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
 from ..utils.hardware import accelerator_type
-from .checks import RecipeError, check_ranges
+from .checks import VALUE_RANGES, RecipeError, check_ranges
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
 TRAINING_DEFAULTS: dict[str, Any] = {
@@ -80,7 +79,7 @@ def parse_class_weights(value: Any) -> str | dict[str, float] | None:
             weights[str(label)] = float(weight)
         except (TypeError, ValueError):
             raise ValueError(f"class_weights[{label!r}]={weight!r} is not a number.") from None
-        if not 0 < weights[str(label)] < math.inf:  # NaN and inf too: either makes the loss NaN
+        if not VALUE_RANGES["class_weights"].allows(weights[str(label)]):  # NaN or inf would make the loss NaN
             raise ValueError(
                 f"class_weights[{label!r}]={weight!r} must be a positive finite number (1 is the usual weight; "
                 "leave a class out to give it 1)."
@@ -97,7 +96,7 @@ def parse_decision_threshold(value: Any) -> str | float:
         number = float(text)
     except ValueError:
         number = float("nan")
-    if not 0.0 < number < 1.0:  # NaN fails too
+    if not VALUE_RANGES["decision_threshold"].allows(number):  # NaN fails too
         raise ValueError(
             f"decision_threshold={value!r} must be '{TUNE}', '{TUNE_PER_CLASS}' or a probability strictly between "
             "0 and 1, e.g. 0.5."
