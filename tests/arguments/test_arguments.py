@@ -20,13 +20,13 @@ NO_DIR = {"train_dir": None}
     ("kwargs", "field", "fix"),
     [
         ({"model_name_or_path": ""}, "model_name_or_path is empty", "set it to a Hub id"),
-        ({"image_size": 0}, "image_size=0", "e.g. 224 or 384"),
+        ({"image_size": 0}, "image_size=0 must be a positive integer", "e.g. 224 or 384"),
         ({"image_size": -32}, "image_size=-32", "unset to keep the checkpoint's resolution"),
         ({"pooling": "max"}, "pooling='max'", "use one of: cls, mean"),
-        ({"hidden_dropout_prob": 1.0}, "hidden_dropout_prob=1.0", "set --hidden_dropout_prob to e.g. 0.1"),
-        ({"attention_probs_dropout_prob": -0.1}, "attention_probs_dropout_prob=-0.1", "(or 0 to disable)"),
-        ({"lora_dropout": 1.5}, "lora_dropout=1.5", "set --lora_dropout to e.g. 0.1"),
-        ({"lora_r": 0}, "lora_r=0", "positive rank (e.g. 8 or 16)"),
+        ({"hidden_dropout_prob": 1.0}, "hidden_dropout_prob=1.0 must be in [0, 1)", "e.g. 0.1"),
+        ({"attention_probs_dropout_prob": -0.1}, "attention_probs_dropout_prob=-0.1", "or 0 to disable"),
+        ({"lora_dropout": 1.5}, "lora_dropout=1.5", "e.g. 0.1"),
+        ({"lora_r": 0}, "lora_r=0 must be a positive integer", "the LoRA rank, e.g. 8 or 16"),
         ({"lora_alpha": 0}, "lora_alpha=0", "e.g. equal to lora_r"),
         ({"lora_target_modules": "query, val ue"}, "lora_target_modules='query, val ue'", "'query,value'"),
         ({"lora_target_modules": "query;value"}, "invalid module name(s) ['query;value']", "attention+mlp"),
@@ -54,12 +54,12 @@ def test_model_arguments_name_the_field_and_the_fix(kwargs, field, fix):
         ({"train_split": ""}, "train_split is empty", "usually 'train'"),
         ({"image_column": ""}, "image_column and label_column", "e.g. 'image' and 'label'"),
         ({"label_column": ""}, "image_column and label_column", "e.g. 'image' and 'label'"),
-        ({"validation_split_percentage": 10}, "validation_split_percentage=10", "use 0.1 to hold out 10%"),
-        ({"validation_split_percentage": -0.1}, "validation_split_percentage=-0.1", "0 to hold out nothing"),
+        ({"validation_split_percentage": 10}, "validation_split_percentage=10", "0.1 holds out 10% of train"),
+        ({"validation_split_percentage": -0.1}, "validation_split_percentage=-0.1", "0 nothing"),
         ({"max_train_samples": 0}, "max_train_samples=0", "or unset for all of them"),
         ({"max_eval_samples": -1}, "max_eval_samples=-1", "or unset for all of them"),
-        ({"crop_scale_min": 0.0}, "crop_scale_min=0.0", "1.0 for no zoom"),
-        ({"crop_scale_min": 1.5}, "crop_scale_min=1.5", "0.08 for Inception-style crops"),
+        ({"crop_scale_min": 0.0}, "crop_scale_min=0.0 must be in (0, 1]", "1.0 for no zoom"),
+        ({"crop_scale_min": 1.5}, "crop_scale_min=1.5", "0.08 Inception-style"),
     ],
 )
 def test_data_arguments_name_the_field_and_the_fix(kwargs, field, fix):
@@ -95,8 +95,8 @@ def test_pooling_choices_come_from_the_config():
 @pytest.mark.parametrize(
     ("kwargs", "said"),
     [
-        ({"mixup_alpha": float("nan")}, "mixup_alpha=nan must be a finite number >= 0"),
-        ({"cutmix_alpha": float("inf")}, "cutmix_alpha=inf must be a finite number >= 0"),
+        ({"mixup_alpha": float("nan")}, "mixup_alpha=nan must be a finite number >= 0: the Beta distribution's"),
+        ({"cutmix_alpha": float("inf")}, "cutmix_alpha=inf must be a finite number >= 0: the Beta distribution's"),
     ],
 )
 def test_a_mixing_alpha_that_would_turn_mixing_off_silently_is_refused(kwargs, said):
@@ -107,7 +107,7 @@ def test_a_mixing_alpha_that_would_turn_mixing_off_silently_is_refused(kwargs, s
 @pytest.mark.parametrize(
     ("kwargs", "said"),
     [
-        ({"weight_decay": float("nan")}, "weight_decay=nan must be a finite number >= 0"),
+        ({"weight_decay": float("nan")}, "weight_decay=nan must be a finite number >= 0: e.g. 0.05"),
         ({"weight_decay": -0.1}, "weight_decay=-0.1 must be a finite number >= 0"),
         ({"label_smoothing_factor": 1.5}, r"label_smoothing_factor=1.5 must be in \[0, 1\)"),
         ({"label_smoothing_factor": float("nan")}, r"label_smoothing_factor=nan must be in \[0, 1\)"),

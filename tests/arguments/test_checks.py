@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from vit_ft.arguments.checks import check_push, check_schedule, check_world_size
-from vit_ft.arguments.fields import ModelArguments, RecipeError
+from vit_ft.arguments.checks import RecipeError, check_push, check_schedule, check_world_size
+from vit_ft.arguments.fields import ModelArguments
 from vit_ft.arguments.training_arguments import check_precision
 from vit_ft.model.checks import MAX_IMAGE_TOKENS_ENV_VAR
 
@@ -57,8 +57,6 @@ def _training(**overrides):
     [
         ({"num_train_epochs": 0.0}, "train nothing"),
         ({"max_steps": 0}, "train nothing"),
-        ({"learning_rate": 0.0}, "must be positive"),
-        ({"learning_rate": -1e-3}, "must be positive"),
     ],
 )
 def test_runs_that_train_nothing_are_refused(overrides, pattern):
@@ -105,10 +103,10 @@ TOOLKIT_MISTAKES = [
     (["--cutmix_alpha", "-1"], r"cutmix_alpha=-1\.0 must be a finite number >= 0"),
     (["--mixup_prob", "1.5"], r"mixup_prob=1\.5 must be in \[0, 1\]"),
     (["--auto_augment", "autoaugment"], r"auto_augment='autoaugment' is not supported; use one of randaugment"),
-    (["--auto_augment", "randaugment", "--rand_augment_magnitude", "11"], r"rand_augment_magnitude=11 must be in"),
+    (["--auto_augment", "randaugment", "--rand_augment_magnitude", "11"], r"rand_augment_magnitude=11 must be an integer in \[0, 10\]"),
     (["--random_erasing_mode", "noise"], r"random_erasing_mode='noise' is not supported"),
     (["--random_erasing_prob", "2"], r"random_erasing_prob=2\.0 must be in \[0, 1\]"),
-    (["--drop_path_rate", "1.0"], r"drop_path_rate=1\.0 is not a probability"),
+    (["--drop_path_rate", "1.0"], r"drop_path_rate=1\.0 must be in \[0, 1\)"),
     (["--layer_decay", "0"], r"layer_decay=0\.0 must be in \(0, 1\]"),
     (["--layer_decay", "1.2"], r"layer_decay=1\.2 must be in \(0, 1\]"),
     (["--ema_decay", "1.0"], r"ema_decay=1\.0 must be in \(0, 1\)"),
@@ -118,7 +116,7 @@ TOOLKIT_MISTAKES = [
      r"set --metric_for_best_model ema_accuracy"),
     (["--ema_decay", "0.99", "--metric_for_best_model", "ema_accuracy", "--load_best_model_at_end", "true"],
      r"set --ema_as_final_model true"),
-    (["--early_stopping_patience", "0"], r"early_stopping_patience=0 must be at least 1"),
+    (["--early_stopping_patience", "0"], r"early_stopping_patience=0 must be a positive integer"),
     (["--early_stopping_patience", "3", "--eval_strategy", "no"], r"has no validation metric to watch"),
     (["--early_stopping_patience", "3"], r"needs --load_best_model_at_end true"),
     (["--early_stopping_threshold", "0.01"], r"early_stopping_patience is not"),

@@ -343,8 +343,8 @@ def test_evaluation_needs_data_and_a_computed_metric():
     ("kwargs", "pattern"),
     [
         ({"pooling": "max"}, r"pooling='max' is not supported; use one of: cls, mean"),
-        ({"image_size": 0}, "positive number of pixels"),
-        ({"hidden_dropout_prob": 1.5}, r"hidden_dropout_prob=1.5 is not a probability"),
+        ({"image_size": 0}, "image_size=0 must be a positive integer: pixels"),
+        ({"hidden_dropout_prob": 1.5}, r"hidden_dropout_prob=1.5 must be in \[0, 1\)"),
         ({"lora_dropout": -0.1}, "lora_dropout"),
         ({"lora_r": 0}, "lora_r=0"),
         ({"lora_target_modules": "query, val ue"}, "invalid module name"),
@@ -366,7 +366,7 @@ def test_lora_target_modules_forms():
     [
         ({}, "No training data"),
         ({"dataset_name": "a/b", "train_dir": "x"}, "choose one data source"),
-        ({"train_dir": "x", "validation_split_percentage": 10}, r"fraction in \[0, 1\)"),
+        ({"train_dir": "x", "validation_split_percentage": 10}, r"validation_split_percentage=10 must be in \[0, 1\): a fraction"),
         ({"train_dir": "x", "crop_scale_min": 0}, r"crop_scale_min=0 must be in \(0, 1\]"),
         ({"train_dir": "x", "max_train_samples": 0}, "max_train_samples=0"),
         ({"builtin_dataset": "digits"}, "set train_dir"),
@@ -450,7 +450,7 @@ def test_a_data_source_on_the_command_line_replaces_the_recipes_builtin_data():
     [
         (["--num_train_epochs", "0"], "train nothing"),
         (["--learning_rate", "-0.1"], "must be positive"),
-        (["--image_size", "0"], "positive number of pixels"),
+        (["--image_size", "0"], "image_size=0 must be a positive integer: pixels"),
     ],
 )
 def test_meaningless_runs_fail_in_parse_args(flags, pattern):

@@ -9,9 +9,10 @@ keys and flags like the others. The per-image fields map one to one onto `vit_ft
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from .checks import check_ranges
 
 AUTO_AUGMENT_CHOICES = ("randaugment", "trivialaugment")
 ERASING_MODE_CHOICES = ("const", "rand", "pixel")
@@ -87,6 +88,7 @@ class AugmentationArguments:
     )
 
     def __post_init__(self) -> None:
+        check_ranges(self)  # every number of the dataclass (DataArguments' too), before anything else
         if isinstance(self.auto_augment, str) and self.auto_augment.lower() in ("", "none"):
             self.auto_augment = None
         if self.auto_augment is not None and self.auto_augment not in AUTO_AUGMENT_CHOICES:
@@ -99,18 +101,7 @@ class AugmentationArguments:
                 f"random_erasing_mode={self.random_erasing_mode!r} is not supported; use one of "
                 f"{', '.join(ERASING_MODE_CHOICES)}."
             )
-        for name in ("mixup_alpha", "cutmix_alpha"):
-            if not 0 <= getattr(self, name) < math.inf:  # NaN would turn mixing off without a word
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} must be a finite number >= 0 (the Beta distribution's alpha, e.g. 0.8 for "
-                    "mixup, 1.0 for cutmix); 0 turns it off."
-                )
-        for name in ("mixup_prob", "mixup_switch_prob", "random_erasing_prob", "color_jitter"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} must be in [0, 1]; see --help for its usual value."
-                )
-        self.augmentation_spec()  # the spec's own range checks (num ops, magnitude), before any data loads
+        self.augmentation_spec()  # built once before any data loads (its own checks agree with RANGES)
 
     @property
     def mixes_batches(self) -> bool:

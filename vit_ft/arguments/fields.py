@@ -2,15 +2,14 @@
 
 Recipes (`recipes/*.yaml`) are flat mappings whose keys are exactly the field names below or those of
 `TrainingArguments` (`FineTuneTrainingArguments`); `vit_ft.arguments.recipes.parse_args` merges a recipe with
-command-line flags and builds the three (HfArgumentParser.parse_dict). Each `__post_init__` checks
-what its own fields can tell, `ModelArguments` the image size against its checkpoint too (the model layer's one
-check, `vit_ft.model.checks.check_image_size`); the checks across dataclasses and against the launch are in
-`vit_ft.arguments.checks`. Every mistake is a `RecipeError`.
+command-line flags and builds the three (HfArgumentParser.parse_dict). Each `__post_init__` first checks its
+numbers against their ranges (`vit_ft.arguments.checks.RANGES`, the one table of them), then what else its own
+fields can tell, `ModelArguments` the image size against its checkpoint too (the model layer's one check,
+`vit_ft.model.checks.check_image_size`); the checks across dataclasses and against the launch are in
+`vit_ft.arguments.checks`. Every mistake is a ValueError (`checks.RecipeError` from the range table).
 """
 
-import difflib
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..data.builtin import BUILTIN_DATASETS
@@ -24,29 +23,13 @@ from ..model.checks import (
 )
 from ..model.configuration_vit_ft import POOLING_CHOICES
 from .augmentation_arguments import AugmentationArguments
+from .checks import check_ranges
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 BUILTIN_PRETRAININGS = ("digits",)
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
-
-
-class RecipeError(ValueError):
-    """A recipe or command line that cannot become valid arguments; the message says what to change."""
-
-
-def suggest(name: str, candidates: Iterable[str]) -> str:
-    """'; did you mean <closest candidate>?' for an error message, or '' when none is close."""
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def _check_probability(name: str, value: float) -> None:
-    if not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"{name}={value!r} is not a probability in [0, 1); set --{name} to e.g. 0.1 (or 0 to disable)."
-        )
 
 
 def _check_choice(name: str, value: str | None, choices: tuple[str, ...], allow_none: bool = False) -> None:
@@ -139,23 +122,10 @@ class ModelArguments:
     )
 
     def __post_init__(self):
+        check_ranges(self)  # image size, dropouts, LoRA rank and alpha
         if not self.model_name_or_path:
             raise ValueError("model_name_or_path is empty; set it to a Hub id or a local checkpoint folder.")
-        if self.image_size is not None and self.image_size <= 0:
-            raise ValueError(
-                f"image_size={self.image_size} must be a positive number of pixels (e.g. 224 or 384), "
-                "or unset to keep the checkpoint's resolution."
-            )
         _check_choice("pooling", self.pooling, POOLING_CHOICES, allow_none=True)
-        _check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
-        _check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
-        if self.drop_path_rate is not None:
-            _check_probability("drop_path_rate", self.drop_path_rate)
-        _check_probability("lora_dropout", self.lora_dropout)
-        if self.lora_r < 1:
-            raise ValueError(f"lora_r={self.lora_r} must be a positive rank (e.g. 8 or 16).")
-        if self.lora_alpha <= 0:
-            raise ValueError(f"lora_alpha={self.lora_alpha} must be positive (e.g. equal to lora_r).")
         self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
         _check_choice("pretrain_if_missing", self.pretrain_if_missing, BUILTIN_PRETRAININGS, allow_none=True)
         if self.image_size is not None:  # against the checkpoint's patch (read only when local) and the bound
@@ -289,7 +259,7 @@ class DataArguments(AugmentationArguments):
     )
 
     def __post_init__(self):
-        super().__post_init__()
+        super().__post_init__()  # every number's range first (check_ranges), then the augmentation's choices
         if self.dataset_name and self.train_dir:
             raise ValueError(
                 f"Both dataset_name={self.dataset_name!r} and train_dir={self.train_dir!r} are set; choose one data "
@@ -327,20 +297,4 @@ class DataArguments(AugmentationArguments):
         if not self.image_column or not self.label_column:
             raise ValueError(
                 "image_column and label_column must name dataset columns (e.g. 'image' and 'label')."
-            )
-        if not 0.0 <= self.validation_split_percentage < 1.0:
-            raise ValueError(
-                f"validation_split_percentage={self.validation_split_percentage!r} is a fraction in [0, 1): "
-                "use 0.1 to hold out 10% of train, or 0 to hold out nothing."
-            )
-        for name in ("max_train_samples", "max_eval_samples"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(
-                    f"{name}={value} must be a positive number of examples, or unset for all of them."
-                )
-        if not 0.0 < self.crop_scale_min <= 1.0:
-            raise ValueError(
-                f"crop_scale_min={self.crop_scale_min!r} must be in (0, 1]: the smallest crop area as a fraction of "
-                "the image (0.08 for Inception-style crops, 1.0 for no zoom)."
             )

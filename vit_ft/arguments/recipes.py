@@ -29,8 +29,8 @@ from typing import Any
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
-from vit_ft.arguments.checks import validate
-from vit_ft.arguments.fields import DataArguments, ModelArguments, RecipeError, suggest
+from vit_ft.arguments.checks import RecipeError, suggest, validate
+from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.training_arguments import (
     TRAINING_DEFAULTS,
     FineTuneTrainingArguments,

@@ -3,9 +3,10 @@
 Layer-wise learning-rate decay and the weight-decay exemptions (`vit_ft.training.optimizer`), an exponential
 moving average of the weights (`vit_ft.training.ema`), early stopping (transformers' `EarlyStoppingCallback`)
 and imbalanced classes (`vit_ft.training.imbalance`). A subclass, as TRL's `SFTConfig` extends TrainingArguments,
-so that these are recipe keys and flags like `learning_rate`; each is off by default. `__post_init__` checks each
-value alone, and mixed precision against the hardware (`check_precision`) before transformers' own, vaguer,
-device errors; the checks across fields (patience needs a metric to watch, ...) are in `argument_checks`.
+so that these are recipe keys and flags like `learning_rate`; each is off by default. `__post_init__` checks every
+number against its range (`checks.RANGES`, transformers' fields too) and mixed precision against the hardware
+(`check_precision`) before transformers' own, vaguer, checks and device errors, then each other value alone; the
+checks across fields (patience needs a metric to watch, ...) are in `checks`.
 `merge_values` layers a recipe and flags over the defaults the recipes rely on (`TRAINING_DEFAULTS`), the values
 `recipes.parse_args` builds the three argument dataclasses from.
 """
@@ -13,7 +14,6 @@ device errors; the checks across fields (patience needs a metric to watch, ...) 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from transformers import TrainingArguments
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
 from ..utils.hardware import accelerator_type
-from .fields import RecipeError
+from .checks import VALUE_RANGES, RecipeError, check_ranges
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
 TRAINING_DEFAULTS: dict[str, Any] = {
@@ -43,7 +43,6 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "dataloader_pin_memory": torch.cuda.is_available(),
 }
 OUTPUT_ROOT = "outputs"
-
 
 
 def data_seed(args: TrainingArguments) -> int:
@@ -80,7 +79,7 @@ def parse_class_weights(value: Any) -> str | dict[str, float] | None:
             weights[str(label)] = float(weight)
         except (TypeError, ValueError):
             raise ValueError(f"class_weights[{label!r}]={weight!r} is not a number.") from None
-        if not 0 < weights[str(label)] < math.inf:  # NaN and inf too: either makes the loss NaN
+        if not VALUE_RANGES["class_weights"].allows(weights[str(label)]):  # NaN or inf would make the loss NaN
             raise ValueError(
                 f"class_weights[{label!r}]={weight!r} must be a positive finite number (1 is the usual weight; "
                 "leave a class out to give it 1)."
@@ -97,7 +96,7 @@ def parse_decision_threshold(value: Any) -> str | float:
         number = float(text)
     except ValueError:
         number = float("nan")
-    if not 0.0 < number < 1.0:  # NaN fails too
+    if not VALUE_RANGES["decision_threshold"].allows(number):  # NaN fails too
         raise ValueError(
             f"decision_threshold={value!r} must be '{TUNE}', '{TUNE_PER_CLASS}' or a probability strictly between "
             "0 and 1, e.g. 0.5."
@@ -227,6 +226,7 @@ class FineTuneTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self):
+        check_ranges(self)  # before TrainingArguments' own checks, which an inf or a NaN can pass or crash
         check_precision(self)  # before TrainingArguments' own device errors, which say less
         super().__post_init__()
         self.decision_threshold = parse_decision_threshold(self.decision_threshold)
@@ -234,27 +234,7 @@ class FineTuneTrainingArguments(TrainingArguments):
             raise ValueError(
                 f"pos_weight={self.pos_weight!r} is not supported; use 'balanced', or leave it unset."
             )
-        if self.layer_decay is not None and not 0.0 < self.layer_decay <= 1.0:
-            raise ValueError(
-                f"layer_decay={self.layer_decay!r} must be in (0, 1] (0.65-0.75 for ViT-B, 1 for no decay), or unset."
-            )
-        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
-            raise ValueError(
-                f"ema_decay={self.ema_decay!r} must be in (0, 1) (e.g. 0.999), or unset to keep no EMA."
-            )
-        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
-            raise ValueError(
-                f"early_stopping_patience={self.early_stopping_patience} must be at least 1 evaluation, or unset."
-            )
-        if self.early_stopping_threshold < 0:
-            raise ValueError(f"early_stopping_threshold={self.early_stopping_threshold!r} must be >= 0.")
         self.class_weights = parse_class_weights(self.class_weights)
-        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:  # NaN would train NaN weights
-            raise ValueError(f"weight_decay={self.weight_decay!r} must be a finite number >= 0 (e.g. 0.0 or 0.05).")
-        if not 0.0 <= self.label_smoothing_factor < 1.0:  # also catches NaN; 1 leaves no signal
-            raise ValueError(
-                f"label_smoothing_factor={self.label_smoothing_factor!r} must be in [0, 1) (e.g. 0.1), or 0 for none."
-            )
 
 
 _PAIRED = (("eval_strategy", "save_strategy"), ("eval_steps", "save_steps"))

@@ -155,7 +155,10 @@ class ViTFTConfig(PretrainedConfig):
                 kwargs.setdefault("label2id", {name: int(i) for i, name in id2label.items()})
         if kwargs.get("image_size") is not None:
             kwargs["image_size"] = list(to_2tuple(kwargs["image_size"], "image_size"))
-        return super().from_dict(config_dict, **kwargs)
+        result = super().from_dict(config_dict, **kwargs)
+        # transformers sets the keyword overrides after __init__'s checks: pooling="cls" on SigLIP's is checked here
+        (result[0] if isinstance(result, tuple) else result)._validate()
+        return result
 
     @property
     def image_hw(self) -> tuple[int, int]:
