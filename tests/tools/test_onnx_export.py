@@ -75,8 +75,8 @@ def test_export_folder_rules_hold_before_the_model_loads(exported, tiny_finetune
     (other / "keep.txt").write_text("mine")
     (other / "config.json").write_text("{}")  # the user's, of an export file's name
     cases = {
-        str(out): "holds an ONNX export (config.json, model.int8.onnx, model.onnx and 1 more); pass --overwrite "
-        "to replace it (the folder's other files are kept), or another --output_dir",
+        str(out): "holds an ONNX export (config.json, model.int8.onnx, model.onnx and 1 more); pass "
+        "--overwrite to replace it (the folder's other files are kept), or another --output_dir",
         str(tiny_finetuned_dir / "onnx"): "is inside the input folder",
         str(other): "holds config.json, not written there by vit_ft export; pass --overwrite to replace it",
         str(out / ONNX_FILE): "is a file, not a folder; pass a folder for model.onnx and its files",
@@ -113,8 +113,8 @@ def test_a_full_disk_while_exporting_is_the_full_disk_line_not_the_dynamic_size(
     assert exit_info.value.code == 1 and tried == [True], (tried, line)
     assert "Traceback" not in captured.err
     assert line.startswith(f"error: no space left on the disk holding {out / ONNX_FILE} ("), line
-    assert line.endswith(f"free there); nothing in {out} was changed. Free some space, or pass --output_dir on "
-                         "another disk."), line  # fmt: skip
+    fix = "Free some space, or pass --output_dir on another disk."
+    assert line.endswith(f"free there); nothing in {out} was changed. {fix}"), line
     assert "dynamic-size" not in captured.out + captured.err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]  # no half graph, no staging folder
 

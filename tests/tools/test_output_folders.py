@@ -1,8 +1,8 @@
-"""Each command that writes a folder (export, evaluate, inspect; few-shot's in tests/tools/fewshot/test_run.py),
-run as a user runs it, in a folder that already holds the user's files and the command's earlier ones: the
-user's files keep their bytes and mtime, the command's are replaced, and its earlier files it does not write
-again are removed (`utils.output_dir.OutputFiles`; the rule's cases are in tests/utils/test_output_dir.py).
-One real process per command: the files on disk after the process ends are the point."""
+"""Each command that writes a folder (export, evaluate, inspect; few-shot's in
+tests/tools/fewshot/test_run.py), run as a user runs it, in a folder that already holds the user's files and
+the command's earlier ones: the user's files keep their bytes and mtime, the command's are replaced, and its
+earlier files it does not write again are removed (`utils.output_dir.OutputFiles`; the rule's cases are in
+tests/utils/test_output_dir.py). One real process per command: the files on disk after it ends are the point."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def user_files(folder: Path) -> dict[Path, tuple[bytes, float]]:
 
 
 def earlier_run(folder: Path, files: OutputFiles, written: list[str], stale: str) -> dict[str, bytes]:
-    """The command's files of an earlier run (as its record says), one of which (`stale`) this run does not write."""
+    """The command's files of an earlier run (as its record says); this run does not write `stale` again."""
     earlier = {name: f"earlier {name}".encode() for name in [*written, stale]}
     for name, data in earlier.items():
         assert name in files.names
@@ -47,7 +47,9 @@ def earlier_run(folder: Path, files: OutputFiles, written: list[str], stale: str
     return earlier
 
 
-def check_folder(folder: Path, files: OutputFiles, users, earlier: dict[str, bytes], stale: str, result) -> None:
+def check_folder(
+    folder: Path, files: OutputFiles, users: dict, earlier: dict[str, bytes], stale: str, result
+) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     for path, (data, mtime) in users.items():
         assert path.read_bytes() == data and path.stat().st_mtime == mtime, path

@@ -1,5 +1,5 @@
-"""vit_ft.utils.output_dir: the one output-folder guard, as the fine-tune, sweep, few-shot and push use it, and
-`OutputFiles`, the rule that keeps a user's files in a folder a command writes into."""
+"""vit_ft.utils.output_dir: the one output-folder guard, as the fine-tune, sweep, few-shot and push use it,
+and `OutputFiles`, the rule that keeps a user's files in a folder a command writes into."""
 
 import errno
 import json
@@ -125,8 +125,8 @@ def test_the_commands_files_replace_only_their_earlier_selves(tmp_path):
         # an export's own earlier files: replaced only when asked
         ({"model.onnx": "own"}, EXPORT_LIKE, False, r"holds an export \(model.onnx\); pass --overwrite to "
          r"replace it \(the folder's other files are kept\), or another --output_dir\.$"),
-        ({"sub/table.csv/": None}, REPORT, True, r"table.csv is a folder, where report writes a file of a report; "
-         r"move it away, or pass another --output_dir\.$"),
+        ({"sub/table.csv/": None}, REPORT, True, r"table.csv is a folder, where report writes a file of a "
+         r"report; move it away, or pass another --output_dir\.$"),
     ],
 )  # fmt: skip
 def test_refused_before_anything_loads(tmp_path, files, command, overwrite, words):
@@ -185,8 +185,10 @@ def test_a_full_disk_is_the_one_line_naming_the_file_and_the_fix(tmp_path):
     line = str(info.value)
     assert info.value.errno == errno.ENOSPC and "\n" not in line and "Errno" not in line
     assert re.fullmatch(
-        rf"no space left on the disk holding {re.escape(str(folder / 'figure.png'))} \(\S+ \w?B free there\); "
-        rf"nothing in {re.escape(str(folder))} was changed\. Free some space, or pass --output_dir on another disk\.",
+        rf"no space left on the disk holding {re.escape(str(folder / 'figure.png'))} "
+        r"\(\S+ \w?B free there\); "
+        rf"nothing in {re.escape(str(folder))} was changed\. "
+        r"Free some space, or pass --output_dir on another disk\.",
         line,
     ), line
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"] and keep.stat().st_mtime == 1e9

@@ -9,9 +9,9 @@ Writes model.onnx (input `pixel_values`, output `logits`; dynamic batch, and dyn
 export reproduces PyTorch's position-embedding resampling, else the fine-tuned resolution: the last line says
 which), preprocessor_config.json (the resize and normalisation the graph expects) and config.json (id2label).
 Every graph is run with onnxruntime against PyTorch before the folder is written; --evaluate SPLIT then prints
-the top-1 accuracy of PyTorch and of each graph on that split of the fine-tune's recorded data. --output_dir lies
-outside the model's folder; only the export's files there are written (--overwrite replaces an earlier export, or a
-file of the export's names), the folder's other files are kept.
+the top-1 accuracy of PyTorch and of each graph on that split of the fine-tune's recorded data. --output_dir
+lies outside the model's folder; only the export's files there are written (--overwrite replaces an earlier
+export, or a file of the export's names), the folder's other files are kept.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quantize", choices=("int8",), default=None,
                         help="int8: also write model.int8.onnx, onnxruntime's dynamic int8 quantisation.")  # fmt: skip
     parser.add_argument(
-        "--overwrite", action="store_true", help="Replace an earlier export (or files of its names) in --output_dir."
+        "--overwrite", action="store_true", help="Replace an earlier export (or files of its names) there."
     )
     parser.add_argument("--evaluate", metavar="SPLIT", default=None,
                         help="Then measure top-1 accuracy of PyTorch and of each graph on this split of the "

@@ -66,8 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output_dir", required=True, help="Folder for fewshot.md, fewshot.json and fewshot.png."
     )
-    parser.add_argument("--overwrite", action="store_true",
-                        help="Replace files of those names that an earlier fewshot did not write.")  # fmt: skip
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Replace files of those names not written by fewshot."
+    )
     parser.add_argument("--shots", default=DEFAULT_SHOTS, help="Images per class, comma list.")
     parser.add_argument(
         "--seeds", type=int, default=3, help="Random draws of the k-shot images (seeds 0..N-1)."

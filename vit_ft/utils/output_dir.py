@@ -88,8 +88,8 @@ def written_by(folder: str | os.PathLike, command: str) -> set[str]:
 
 
 def record_outputs(folder: str | os.PathLike, command: str, names: Iterable[str]) -> None:
-    """Record `names` as the files `command` wrote into `folder` (OUTPUT_RECORD, written atomically; the entries
-    of other commands kept)."""
+    """Record `names` as the files `command` wrote into `folder` (OUTPUT_RECORD, written atomically; the
+    entries of other commands kept)."""
     path = Path(folder) / OUTPUT_RECORD
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -128,45 +128,47 @@ class OutputFiles:
     own_needs_overwrite: bool = False
     flag: str = "--output_dir"
 
-    def check(self, folder: str | os.PathLike, overwrite: bool = False, names: Iterable[str] | None = None) -> None:
-        """Refuse (FileExistsError) to write into `folder` where the rule forbids it; `names` (default: all the
-        command may write) are the files to be written."""
+    def check(
+        self, folder: str | os.PathLike, overwrite: bool = False, names: Iterable[str] | None = None
+    ) -> None:
+        """Refuse (FileExistsError) to write into `folder` where the rule forbids it; `names` (default: all
+        the command may write) are the files to be written."""
         folder = Path(folder)
         names = sorted(self.names if names is None else names)
         for name in names:
             if (folder / name).is_dir():
                 raise IsADirectoryError(
-                    f"{folder / name} is a folder, where {self.command} writes a file of {self.what}; move it away, "
-                    f"or pass another {self.flag}."
+                    f"{folder / name} is a folder, where {self.command} writes a file of {self.what}; move "
+                    f"it away, or pass another {self.flag}."
                 )
         present = [name for name in names if (folder / name).exists()]
         own = written_by(folder, self.command)
         others = [name for name in present if name not in own]
         if others and not overwrite:
+            it = "it" if len(others) == 1 else "them"
             raise FileExistsError(
-                f"{folder} holds {_few(others)}, not written there by vit_ft {self.command}; pass --overwrite to "
-                f"replace {'it' if len(others) == 1 else 'them'} (the folder's other files are kept), or another "
-                f"{self.flag}."
+                f"{folder} holds {_few(others)}, not written there by vit_ft {self.command}; pass "
+                f"--overwrite to replace {it} (the folder's other files are kept), or another {self.flag}."
             )
         if self.own_needs_overwrite and present and not overwrite:
             raise FileExistsError(
-                f"{folder} holds {self.what} ({_few(present)}); pass --overwrite to replace it (the folder's other "
-                f"files are kept), or another {self.flag}."
+                f"{folder} holds {self.what} ({_few(present)}); pass --overwrite to replace it (the folder's "
+                f"other files are kept), or another {self.flag}."
             )
 
     @contextmanager
     def staged(self, folder: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-        """Yield a new hidden folder inside `folder` (created if needed) to write the command's files into. When
-        the block ends they are checked (`check`), recorded and moved into `folder`, each replacing its earlier
-        self, and the command's earlier files not written again are removed; the folder's other files are kept.
-        If the block raises, `folder` is left as it was (a folder created here is removed). A full disk, in the
-        block or after, is the one full-disk line (`files.disk_full_error`)."""
+        """Yield a new hidden folder inside `folder` (created if needed) to write the command's files into.
+        When the block ends they are checked (`check`), recorded and moved into `folder`, each replacing its
+        earlier self, and the command's earlier files not written again are removed; the folder's other files
+        are kept. If the block raises, `folder` is left as it was (a folder created here is removed). A full
+        disk, in the block or after, is the one full-disk line (`files.disk_full_error`)."""
         folder = Path(folder)
-        created = not folder.exists()
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = Path(os.path.abspath(tempfile.mkdtemp(prefix=f".{self.command}.", suffix=".part", dir=folder)))
-        moved = False
+        created, moved, staging = not folder.exists(), False, None
         try:
+            folder.mkdir(parents=True, exist_ok=True)
+            hidden = tempfile.mkdtemp(prefix=f".{self.command}.", suffix=".part", dir=folder)
+            staging = Path(os.path.abspath(hidden))
             yield staging
             written = _files_in(staging)
             self.check(folder, overwrite, written)
@@ -187,19 +189,21 @@ class OutputFiles:
                 raise self._disk_full(error, folder, staging, moved) from error
             raise
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
             if created and folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
 
-    def _disk_full(self, error: BaseException, folder: Path, staging: Path, moved: bool) -> OSError:
+    def _disk_full(self, error: BaseException, folder: Path, staging: Path | None, moved: bool) -> OSError:
         """The one full-disk line: the file being written (in `folder`, where known), the space free, what the
         folder holds now and what to do."""
         path, current, seen = folder, error, []
         while current is not None and all(current is not e for e in seen):
             seen.append(current)
             name = getattr(current, "filename", None)
-            if isinstance(name, (str, os.PathLike)) and Path(os.path.abspath(name)).is_relative_to(staging):
-                path = folder / Path(os.path.abspath(name)).relative_to(staging)
+            written = Path(os.path.abspath(name)) if isinstance(name, (str, os.PathLike)) else None
+            if staging and written and written.is_relative_to(staging):
+                path = folder / written.relative_to(staging)
                 break
             current = current.__cause__ or current.__context__
         state = f"the new files are in {folder}, its record of them may be incomplete" if moved else (

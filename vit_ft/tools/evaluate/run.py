@@ -31,7 +31,8 @@ from .outputs import EvalOutputs, evaluation_facts, predict_dataset, short_descr
 
 logger = logging.getLogger("vit_ft")
 
-EVALUATION_FILES = OutputFiles(  # either task's (`Task.write_evaluation`): only these are replaced, others kept
+# either task's files (`Task.write_evaluation`): only these are replaced in the folder, its others kept
+EVALUATION_FILES = OutputFiles(
     "evaluate",
     ("report.md", "metrics.json", "per_class.csv", "per_class.md", "per_class.png", "predictions.csv",
      "mistakes.csv", "mistakes.png", "confusion_matrix.png", "confusion_matrix.csv", "confusion_matrix.npy",
@@ -69,8 +70,8 @@ def run_evaluation(
     `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
     under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads;
     `output_dir` may not be, nor lie inside, a folder the evaluation reads (the model's, the data's). Only the
-    evaluation's own files there are replaced (`EVALUATION_FILES`: a file of those names it did not write only with
-    `overwrite`); the folder's other files are kept.
+    evaluation's own files there are replaced (`EVALUATION_FILES`: a file of those names it did not write only
+    with `overwrite`); the folder's other files are kept.
 
     A multi-label model needs multi-label data (a `data_dir` with labels.csv, its labels separated by
     `label_separator`); its files are its task's (`tasks.MultiLabel.write_evaluation`): pr_curves.png,
@@ -103,9 +104,9 @@ def write_evaluation(
     max_mistakes: int = 25,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws, written aside
-    and moved into `output_dir` (`EVALUATION_FILES.staged`: the folder's other files kept); returns metrics.json's
-    contents."""
+    """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws, written
+    aside and moved into `output_dir` (`EVALUATION_FILES.staged`: the folder's other files kept); returns
+    metrics.json's contents."""
     task = outputs.task
     metrics = {**task.evaluation_numbers(outputs, trained, top_k), **evaluation_facts(trained, data, outputs, elapsed)}
 
@@ -115,7 +116,8 @@ def write_evaluation(
     split = short_description(data.description)
     with EVALUATION_FILES.staged(output_dir, overwrite) as staging:
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-        table, figures = task.write_evaluation(staging, outputs, metrics, images, trained, split, max_mistakes)
+        written = task.write_evaluation(staging, outputs, metrics, images, trained, split, max_mistakes)
+        table, figures = written
         curves = copy_training_curves(trained.origin.run_folder, staging)
         if curves:
             figures["training_curves"] = curves

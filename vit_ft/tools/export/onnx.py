@@ -7,8 +7,8 @@ The graph takes `pixel_values` (batch, channels, height, width), normalised as `
 and returns `logits` (batch, num_labels); `config.json` holds `id2label`. The batch is dynamic. Height and width
 are dynamic too (the position embeddings are resampled inside the graph, as in PyTorch) when the export gives
 PyTorch's logits at a second resolution; otherwise the graph is fixed at the fine-tuned resolution, and the
-result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place; only
-the export's own files in the folder are replaced (`EXPORT_FILES`), the user's others are kept. A
+result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place;
+only the export's own files in the folder are replaced (`EXPORT_FILES`), the user's others are kept. A
 multi-label model's `config.json` keeps its `problem_type` and `decision_threshold`: its label probabilities are
 the sigmoid of the logits, each label predicted at or above its threshold.
 """
@@ -46,7 +46,8 @@ FP32_TOLERANCE = 1e-4
 EXTERNAL_DATA_BYTES = 1 << 30
 EXPORT_FILES = OutputFiles(
     "export",
-    (ONNX_FILE, f"{ONNX_FILE}.data", INT8_FILE, f"{INT8_FILE}.data", "preprocessor_config.json", "config.json"),
+    (ONNX_FILE, f"{ONNX_FILE}.data", INT8_FILE, f"{INT8_FILE}.data", "preprocessor_config.json",
+     "config.json"),
     "an ONNX export",
     own_needs_overwrite=True,  # an earlier export is replaced only when asked
 )

@@ -258,8 +258,9 @@ def run_fewshot(
     """Few-shot linear accuracy of `model`'s frozen features on `dataset` (a FewShotSource, or a folder with
     train/ and test/, a save_to_disk folder or a Hub dataset id) for each k of `options.shots`; writes
     fewshot.md, fewshot.json and fewshot.png to `output_dir` and returns the JSON record. Everything is
-    checked before any image decodes, and nothing is written until the end; then only those three files are
-    replaced in `output_dir` (`FEWSHOT_FILES`: one it did not write only with `overwrite`), its others kept."""
+    checked before any image decodes, and nothing is written until the end; then only those three files
+    are replaced in `output_dir` (`FEWSHOT_FILES`: one it did not write only with `overwrite`), its others
+    kept."""
     options = options or FewShotOptions()
     source = dataset if isinstance(dataset, FewShotSource) else FewShotSource(dataset)
     # not inside the model or the dataset: a fewshot.png in a class folder would become a training image
