@@ -252,9 +252,10 @@ def export_onnx(
 ) -> OnnxExport:
     """Export the trained `model` (a fine-tune output folder, LoRA adapter folder or Hub id, a LoRA adapter
     merged; or the `Trained` model the command loaded) to `output_dir`: model.onnx, preprocessor_config.json,
-    config.json, and with `quantize="int8"` model.int8.onnx. Written to a temporary sibling folder and renamed
+    config.json, and with `quantize="int8"` model.int8.onnx. Written to a hidden temporary folder and moved
     into place once every graph has been checked against PyTorch, replacing only the export's own files there
-    (`EXPORT_FILES`); a missing onnxruntime or a bad folder fails before the model loads."""
+    (`EXPORT_FILES.staged`: an earlier export only with `overwrite`, the folder's other files kept); a missing
+    onnxruntime or a bad folder fails before the model loads."""
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"--quantize {quantize} is not one of {', '.join(QUANTIZE_CHOICES)}; leave it unset for fp32 only.")  # fmt: skip
     require_onnxruntime()
