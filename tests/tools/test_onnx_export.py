@@ -4,6 +4,7 @@ fine-tune), with the processor and labels beside them; the folder rules and the 
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import re
@@ -13,8 +14,10 @@ import pytest
 import torch
 
 from vit_ft.commands.export import export, main
+from vit_ft.tools.export import onnx as onnx_export
 from vit_ft.tools.export.onnx import INT8_FILE, ONNX_FILE, OnnxClassifier
 from vit_ft.tools.trained import load_trained
+from vit_ft.utils.output_dir import OUTPUT_RECORD
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def digits_test_pixels(folder: Path, trained) -> tuple[torch.Tensor, list[str]]:
 def test_onnx_graphs_give_pytorchs_logits(exported, tiny_finetuned_dir):
     out, summary = exported
     assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", INT8_FILE, ONNX_FILE, "preprocessor_config.json"]  # fmt: skip
+        OUTPUT_RECORD, "config.json", INT8_FILE, ONNX_FILE, "preprocessor_config.json"]  # fmt: skip
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
     trained = load_trained(tiny_finetuned_dir, device="cpu")
     config = json.loads((out / "config.json").read_text())
@@ -70,10 +73,13 @@ def test_export_folder_rules_hold_before_the_model_loads(exported, tiny_finetune
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
+    (other / "config.json").write_text("{}")  # the user's, of an export file's name
     cases = {
-        str(out): "exists; pass a new folder, or --overwrite to replace the export there",
+        str(out): "holds an ONNX export (config.json, model.int8.onnx, model.onnx and 1 more); pass "
+        "--overwrite to replace it (the folder's other files are kept), or another --output_dir",
         str(tiny_finetuned_dir / "onnx"): "is inside the input folder",
-        f"{other} --overwrite": "holds no earlier export (model.onnx); --overwrite replaces only an export",
+        str(other): "holds config.json, not written there by vit_ft export; pass --overwrite to replace it",
+        str(out / ONNX_FILE): "is a file, not a folder; pass a folder for model.onnx and its files",
     }
     for target, words in cases.items():
         folder, *flags = target.split(" ")
@@ -82,6 +88,35 @@ def test_export_folder_rules_hold_before_the_model_loads(exported, tiny_finetune
         lines = capsys.readouterr().err.strip().splitlines()
         assert exit_info.value.code == 1 and len(lines) == 1 and words in lines[0], lines
     assert (other / "keep.txt").read_text() == "mine" and not (tiny_finetuned_dir / "onnx").exists()
+    assert (other / "config.json").read_text() == "{}"
+
+
+def test_a_full_disk_while_exporting_is_the_full_disk_line_not_the_dynamic_size(
+    tiny_finetuned_dir, tmp_path, monkeypatch, capsys
+):
+    """ENOSPC from the dynamic-size export goes through its fallback's `except` as what it is."""
+    tried = []
+
+    def full_disk(model, path, pixels, dynamic_size):
+        tried.append(dynamic_size)
+        path.write_bytes(b"half a graph")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(onnx_export, "_export_graph", full_disk)
+    out = tmp_path / "onnx"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", str(tiny_finetuned_dir), "--output_dir", str(out)])
+    captured = capsys.readouterr()
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert exit_info.value.code == 1 and tried == [True], (tried, line)
+    assert "Traceback" not in captured.err
+    assert line.startswith(f"error: no space left on the disk holding {out / ONNX_FILE} ("), line
+    fix = "Free some space, or pass --output_dir on another disk."
+    assert line.endswith(f"free there); nothing in {out} was changed. {fix}"), line
+    assert "dynamic-size" not in captured.out + captured.err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]  # no half graph, no staging folder
 
 
 def test_missing_onnxruntime_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys):

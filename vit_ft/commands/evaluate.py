@@ -14,6 +14,8 @@ and macro F1 and exact match at its decision threshold, per-label AP/precision/r
 pr_curves.png, and its most confident false positives and false negatives (mistakes.csv,
 false_positives.png, false_negatives.png) instead of the confusion matrix. REPORT may not be, nor
 lie inside, the model's folder or a data folder the evaluation reads (refused before anything is written).
+Only the evaluation's own files in REPORT are replaced, its other files are kept; a file of the evaluation's
+names that an earlier evaluation did not write there is replaced only with --overwrite.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from ..utils.logs import setup_logging
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = tool_parser(__doc__)
     parser.add_argument("--output_dir", required=True, help="Folder for the report and its figures.")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Replace files of the report's names not written by it."
+    )
     add_data_arguments(parser, "Evaluate")
     parser.add_argument("--split", choices=("validation", "test"), help="Default: test if the data has one.")
     add_inference_arguments(parser, batch_size=64)

@@ -9,8 +9,9 @@ Writes model.onnx (input `pixel_values`, output `logits`; dynamic batch, and dyn
 export reproduces PyTorch's position-embedding resampling, else the fine-tuned resolution: the last line says
 which), preprocessor_config.json (the resize and normalisation the graph expects) and config.json (id2label).
 Every graph is run with onnxruntime against PyTorch before the folder is written; --evaluate SPLIT then prints
-the top-1 accuracy of PyTorch and of each graph on that split of the fine-tune's recorded data. --output_dir must be a new
-folder (--overwrite replaces an earlier export), outside the model's folder.
+the top-1 accuracy of PyTorch and of each graph on that split of the fine-tune's recorded data. --output_dir
+lies outside the model's folder; only the export's files there are written (--overwrite replaces an earlier
+export, or a file of the export's names), the folder's other files are kept.
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ FORMATS = ("onnx",)
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = tool_parser(__doc__)
-    parser.add_argument("--output_dir", required=True, help="A new folder for the exported model.")
+    parser.add_argument(
+        "--output_dir", required=True, help="Folder for the exported model (its other files are kept)."
+    )
     parser.add_argument("--format", choices=FORMATS, default="onnx", help="onnx (the only format so far).")
     parser.add_argument("--quantize", choices=("int8",), default=None,
                         help="int8: also write model.int8.onnx, onnxruntime's dynamic int8 quantisation.")  # fmt: skip
-    parser.add_argument("--overwrite", action="store_true", help="Replace an earlier export in --output_dir.")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Replace an earlier export (or files of its names) there."
+    )
     parser.add_argument("--evaluate", metavar="SPLIT", default=None,
                         help="Then measure top-1 accuracy of PyTorch and of each graph on this split of the "
                         "fine-tune's recorded data (e.g. test).")  # fmt: skip

@@ -9,7 +9,8 @@ vit-ft fewshot --model google/vit-base-patch16-224-in21k --dataset uoft-cs/cifar
 --model: a vit_ft folder, a transformers ViTModel / ViTForImageClassification folder or Hub id (a backbone
 with no head is fine), or a LoRA adapter folder. --dataset: a folder with train/ and test/ image folders
 (<split>/<class name>/<image>), a save_to_disk folder, or a Hub dataset id. Writes OUTPUT/fewshot.md (the
-table, also printed), fewshot.json and fewshot.png.
+table, also printed), fewshot.json and fewshot.png; OUTPUT's other files are kept, and a file of these names
+that an earlier fewshot did not write there is replaced only with --overwrite.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output_dir", required=True, help="Folder for fewshot.md, fewshot.json and fewshot.png."
     )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Replace files of those names not written by fewshot."
+    )
     parser.add_argument("--shots", default=DEFAULT_SHOTS, help="Images per class, comma list.")
     parser.add_argument(
         "--seeds", type=int, default=3, help="Random draws of the k-shot images (seeds 0..N-1)."
@@ -109,7 +113,7 @@ def fewshot(argv: list[str] | None = None) -> dict[str, Any]:
     source = FewShotSource(args.dataset, args.dataset_config, args.train_split, args.test_split,
                            args.image_column, args.label_column)  # fmt: skip
     setup_logging()
-    record = run_fewshot(args.model, source, args.output_dir, options)
+    record = run_fewshot(args.model, source, args.output_dir, options, overwrite=args.overwrite)
     print(results_table(record["results"]), end="")
     print(f"Wrote fewshot.md, fewshot.json and fewshot.png to {args.output_dir}")
     return record

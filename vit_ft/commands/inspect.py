@@ -8,7 +8,9 @@ Writes patch_embedding_pca.png (first 28 principal components of the patch filte
 (a small map per patch position), attention_distance.png (mean attention distance per head against depth, on
 a sample of the model's evaluation data, or --data_dir / --recipe / the --images), attention_rollout.png
 (with --images) and inspection.json (the numbers behind the figures). --output_dir may not be, nor lie
-inside, the model's folder or a data folder it reads (refused before anything is written).
+inside, the model's folder or a data folder it reads (refused before anything is written). Only these files
+are replaced there, its other files are kept; a file of these names that an earlier inspect did not write
+there is replaced only with --overwrite.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from ..utils.logs import setup_logging
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = tool_parser(__doc__)
     parser.add_argument("--output_dir", required=True, help="Folder for the figures.")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Replace files of the figures' names not written by inspect."
+    )
     parser.add_argument("--images", nargs="*", default=[], help="Images for the attention-rollout overlays.")
     add_data_arguments(parser, "Sample the attention-distance images")
     parser.add_argument(

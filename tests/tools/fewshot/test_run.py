@@ -18,6 +18,7 @@ from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 from vit_ft.tools.fewshot import FewShotOptions, run_fewshot
 from vit_ft.tools.fewshot.probe import L2_GRID
 from vit_ft.training.pretrain import read_image_folder
+from vit_ft.utils.output_dir import OUTPUT_RECORD, record_outputs
 
 from ...conftest import REPO, TINY
 
@@ -98,9 +99,17 @@ def test_command_prints_the_table_writes_the_files_and_refuses_a_wrong_shots_val
     shutil.copytree(small_digits, broken)
     (broken / "test" / "1" / "broken.png").write_bytes(b"not a png")  # skipped with its reason
     out = tmp_path / "report"
+    (out / "runs").mkdir(parents=True)  # the user's files beside an earlier few-shot report: kept as they are
+    mine = {out / "notes.txt": b"my notes", out / "runs" / "keep.csv": b"a,b\n"}
+    for path, data in mine.items():
+        path.write_bytes(data)
+        os.utime(path, (1e9, 1e9))
+    (out / "fewshot.md").write_text("earlier")
+    record_outputs(out, "fewshot", ["fewshot.md"])
     common = ["--model", hf_backbone_dir, "--dataset", str(broken), "--output_dir", str(out)]
     result = run_script(*common, "--shots", "1,2", "--seeds", "2", "--bf16", "false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert all(path.read_bytes() == data and path.stat().st_mtime == 1e9 for path, data in mine.items())
     assert "| shots per class | accuracy (mean ± std over seeds) |" in result.stdout
     record = json.loads((out / "fewshot.json").read_text())
     assert [r["shots"] for r in record["results"]] == [1, 2]
@@ -110,16 +119,17 @@ def test_command_prints_the_table_writes_the_files_and_refuses_a_wrong_shots_val
     assert [s["source"].endswith("broken.png") for s in record["skipped"]] == [True]
     assert "| 1 |" in (out / "fewshot.md").read_text()
     assert (out / "fewshot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in out.iterdir()) == ["fewshot.json", "fewshot.md", "fewshot.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        OUTPUT_RECORD, "fewshot.json", "fewshot.md", "fewshot.png", "notes.txt", "runs"]  # fmt: skip
 
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     wrong = run_script(*common, "--shots", "0,1", cwd=tmp_path)
     assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1, wrong.stderr[-3000:]
     assert wrong.stderr.startswith("error: --shots 0,1 must be a comma list of positive numbers"), (
         wrong.stderr
     )
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     # in process (a second start-up costs more than the rest): class "0" has 12 images, 2 held out, 10 left
     with pytest.raises(ValueError, match=r"--shots 11 needs 11 .* class '0' has 10 .* up to 10"):
         run_fewshot(hf_backbone_dir, broken, out, FewShotOptions(shots=(1, 11), seeds=1, progress=False))
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before

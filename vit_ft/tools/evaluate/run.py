@@ -24,12 +24,21 @@ from typing import Any
 
 from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.reporting import copy_training_curves, write_report_lines
-from ...utils.output_dir import check_output_dir
+from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import Trained, load_trained
 from .data import EvalData, folders_read, resolve_eval_data
 from .outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
 
 logger = logging.getLogger("vit_ft")
+
+# either task's files (`Task.write_evaluation`): only these are replaced in the folder, its others kept
+EVALUATION_FILES = OutputFiles(
+    "evaluate",
+    ("report.md", "metrics.json", "per_class.csv", "per_class.md", "per_class.png", "predictions.csv",
+     "mistakes.csv", "mistakes.png", "confusion_matrix.png", "confusion_matrix.csv", "confusion_matrix.npy",
+     "reliability.png", "pr_curves.png", "false_positives.png", "false_negatives.png", "training_curves.png"),
+    "an evaluation report",
+)  # fmt: skip
 
 
 def run_evaluation(
@@ -50,6 +59,7 @@ def run_evaluation(
     max_tokens: int | None = MAX_IMAGE_TOKENS,
     bf16: str | bool = False,
     label_separator: str = ";",
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md/.png, confusion_matrix.png/.csv/.npy,
     reliability.png, mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has
@@ -59,7 +69,9 @@ def run_evaluation(
 
     `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
     under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads;
-    `output_dir` may not be, nor lie inside, a folder the evaluation reads (the model's, the data's).
+    `output_dir` may not be, nor lie inside, a folder the evaluation reads (the model's, the data's). Only the
+    evaluation's own files there are replaced (`EVALUATION_FILES`: a file of those names it did not write only
+    with `overwrite`); the folder's other files are kept.
 
     A multi-label model needs multi-label data (a `data_dir` with labels.csv, its labels separated by
     `label_separator`); its files are its task's (`tasks.MultiLabel.write_evaluation`): pr_curves.png,
@@ -68,18 +80,18 @@ def run_evaluation(
     given = [model, *([data_dir] if data_dir is not None else [])]
     check_output_dir(output_dir, inputs=given, holds="report.md and its files")  # before the model loads
     output_dir = Path(output_dir)
+    EVALUATION_FILES.check(output_dir, overwrite)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     id2label = trained.id2label
     where = (recipe, data_dir, split, seed, max_samples)
     data = resolve_eval_data(trained.origin, id2label, *where, trained.task.problem_type, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
-    output_dir.mkdir(parents=True, exist_ok=True)
     logger.info("Evaluating %s on %s: %d images.", trained.source, data.description, len(data))
 
     started = time.perf_counter()
     outputs = predict_dataset(trained, data, batch_size, num_workers, progress)
     elapsed = time.perf_counter() - started
-    return write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes)
+    return write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite)
 
 
 def write_evaluation(
@@ -90,25 +102,30 @@ def write_evaluation(
     elapsed: float,
     top_k: int = 5,
     max_mistakes: int = 25,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws; returns
+    """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws, written
+    aside and moved into `output_dir` (`EVALUATION_FILES.staged`: the folder's other files kept); returns
     metrics.json's contents."""
     task = outputs.task
     metrics = {**task.evaluation_numbers(outputs, trained, top_k), **evaluation_facts(trained, data, outputs, elapsed)}
-    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
     def images(rows: list[int]) -> list[Any]:
         return [data.dataset[row]["image"] for row in rows]
 
     split = short_description(data.description)
-    table, figures = task.write_evaluation(output_dir, outputs, metrics, images, trained, split, max_mistakes)
-    curves = copy_training_curves(trained.origin.run_folder, output_dir)
-    if curves:
-        figures["training_curves"] = curves
-    lines, notes = task.report_lines(output_dir, trained.source, metrics, table, figures, trained.origin.run_folder)
-    write_report_lines(output_dir, lines, [*data.notes, *notes])
+    with EVALUATION_FILES.staged(output_dir, overwrite) as staging:
+        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        written = task.write_evaluation(staging, outputs, metrics, images, trained, split, max_mistakes)
+        table, figures = written
+        curves = copy_training_curves(trained.origin.run_folder, staging)
+        if curves:
+            figures["training_curves"] = curves
+        run_folder = trained.origin.run_folder  # linked from report.md, relative to where it will be read
+        lines, notes = task.report_lines(output_dir, trained.source, metrics, table, figures, run_folder)
+        write_report_lines(staging, lines, [*data.notes, *notes])
     logger.info("%s; report in %s", task.summary(metrics, top_k), output_dir / "report.md")
     return metrics
 
 
-__all__ = ["EvalOutputs", "predict_dataset", "run_evaluation", "write_evaluation"]
+__all__ = ["EVALUATION_FILES", "EvalOutputs", "predict_dataset", "run_evaluation", "write_evaluation"]

@@ -7,7 +7,8 @@ The graph takes `pixel_values` (batch, channels, height, width), normalised as `
 and returns `logits` (batch, num_labels); `config.json` holds `id2label`. The batch is dynamic. Height and width
 are dynamic too (the position embeddings are resampled inside the graph, as in PyTorch) when the export gives
 PyTorch's logits at a second resolution; otherwise the graph is fixed at the fine-tuned resolution, and the
-result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place. A
+result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place;
+only the export's own files in the folder are replaced (`EXPORT_FILES`), the user's others are kept. A
 multi-label model's `config.json` keeps its `problem_type` and `decision_threshold`: its label probabilities are
 the sigmoid of the logits, each label predicted at or above its threshold.
 """
@@ -29,8 +30,8 @@ import torch
 
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ...tasks import task_for
-from ...utils.files import staged_folder
-from ...utils.output_dir import check_output_dir
+from ...utils.files import is_disk_full
+from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import Trained, load_trained
 from .hub import write_image_processor
 
@@ -43,6 +44,13 @@ INSTALL_HINT = "pip install 'vit-ft[export]'"
 FP32_TOLERANCE = 1e-4
 # protobuf refuses a file over 2 GiB: larger weights go to model.onnx.data beside the graph
 EXTERNAL_DATA_BYTES = 1 << 30
+EXPORT_FILES = OutputFiles(
+    "export",
+    (ONNX_FILE, f"{ONNX_FILE}.data", INT8_FILE, f"{INT8_FILE}.data", "preprocessor_config.json",
+     "config.json"),
+    "an ONNX export",
+    own_needs_overwrite=True,  # an earlier export is replaced only when asked
+)
 
 
 @dataclass
@@ -87,19 +95,11 @@ def require_onnxruntime() -> None:
 def check_export_dir(
     output_dir: str | os.PathLike, model: str | os.PathLike, overwrite: bool = False
 ) -> Path:
-    """The export folder, refused before any model loads: a file, the model's own folder (or inside it), an
-    existing folder unless `overwrite`, and, even then, a folder that holds no earlier export."""
+    """The export folder, refused before any model loads: a file, the model's own folder (or inside it), and a
+    folder holding an earlier export or a file of the export's names unless `overwrite` (`EXPORT_FILES`; the
+    folder's other files are kept either way)."""
     path = check_output_dir(output_dir, inputs=[model], holds=f"{ONNX_FILE} and its files")
-    if path.exists() and any(path.iterdir()):
-        if not overwrite:
-            raise FileExistsError(
-                f"{output_dir} exists; pass a new folder, or --overwrite to replace the export there."
-            )
-        if not (path / ONNX_FILE).is_file():
-            raise FileExistsError(
-                f"{output_dir} holds no earlier export ({ONNX_FILE}); --overwrite replaces only an export folder. "
-                "Pass a new folder."
-            )
+    EXPORT_FILES.check(path, overwrite)
     return path
 
 
@@ -192,6 +192,8 @@ def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[
             return True, difference, sizes
         reason = f"its logits at {sizes[1][0]}x{sizes[1][1]} were {difference:.2g} from PyTorch's"
     except Exception as error:  # the exporter could not trace the resampling with symbolic sizes
+        if is_disk_full(error, path.parent):
+            raise  # not the dynamic size's fault: the caller says it in the one full-disk line
         reason = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
     logger.info("Height and width stay fixed at %dx%d: the dynamic-size export failed its check (%s).",
                 height, width, reason)  # fmt: skip
@@ -250,9 +252,10 @@ def export_onnx(
 ) -> OnnxExport:
     """Export the trained `model` (a fine-tune output folder, LoRA adapter folder or Hub id, a LoRA adapter
     merged; or the `Trained` model the command loaded) to `output_dir`: model.onnx, preprocessor_config.json,
-    config.json, and with `quantize="int8"` model.int8.onnx. Written to a temporary sibling folder and renamed
-    into place once every graph has been checked against PyTorch; a missing onnxruntime or a bad folder fails
-    before the model loads."""
+    config.json, and with `quantize="int8"` model.int8.onnx. Written to a hidden temporary folder and moved
+    into place once every graph has been checked against PyTorch, replacing only the export's own files there
+    (`EXPORT_FILES.staged`: an earlier export only with `overwrite`, the folder's other files kept); a missing
+    onnxruntime or a bad folder fails before the model loads."""
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"--quantize {quantize} is not one of {', '.join(QUANTIZE_CHOICES)}; leave it unset for fp32 only.")  # fmt: skip
     require_onnxruntime()
@@ -260,7 +263,7 @@ def export_onnx(
     output = check_export_dir(output_dir, given, overwrite)
     trained = _loaded(model)
     origin = trained.origin
-    with staged_folder(output) as staging:
+    with EXPORT_FILES.staged(output, overwrite) as staging:
         dynamic, difference, sizes = export_model(trained.model, staging / ONNX_FILE)
         int8 = (
             quantize_int8(trained.model, staging / ONNX_FILE, staging / INT8_FILE, sizes)
@@ -330,6 +333,7 @@ def compare_accuracy(
 
 
 __all__ = [
+    "EXPORT_FILES",
     "INT8_FILE",
     "ONNX_FILE",
     "OnnxClassifier",

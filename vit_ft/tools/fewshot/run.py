@@ -28,7 +28,7 @@ from ...kernels import kernelize
 from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...model.modeling_vit_ft import ViTFTForImageClassification
 from ...reports.fewshot import OUTPUT_FILES, write_fewshot_report
-from ...utils.output_dir import check_output_dir
+from ...utils.output_dir import OutputFiles, check_output_dir
 from ..inference import BF16_CHOICES
 from ..trained import Trained, load_trained
 from .data import FewShotData, FewShotSource, load_fewshot_data
@@ -37,6 +37,7 @@ from .probe import L2_GRID, fit_least_squares, select_l2
 from .sampling import FewShotDraw, draw_fewshot
 
 logger = logging.getLogger("vit_ft")
+FEWSHOT_FILES = OutputFiles("fewshot", OUTPUT_FILES, "a few-shot report")  # only these replaced, others kept
 
 DEFAULT_SHOTS = (1, 5, 10, 25)  # the ViT paper's Table/Figure few-shot settings
 
@@ -252,15 +253,19 @@ def run_fewshot(
     dataset: str | os.PathLike | FewShotSource,
     output_dir: str | os.PathLike,
     options: FewShotOptions | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Few-shot linear accuracy of `model`'s frozen features on `dataset` (a FewShotSource, or a folder with
     train/ and test/, a save_to_disk folder or a Hub dataset id) for each k of `options.shots`; writes
     fewshot.md, fewshot.json and fewshot.png to `output_dir` and returns the JSON record. Everything is
-    checked before any image decodes, and nothing is written until the end."""
+    checked before any image decodes, and nothing is written until the end; then only those three files
+    are replaced in `output_dir` (`FEWSHOT_FILES`: one it did not write only with `overwrite`), its others
+    kept."""
     options = options or FewShotOptions()
     source = dataset if isinstance(dataset, FewShotSource) else FewShotSource(dataset)
     # not inside the model or the dataset: a fewshot.png in a class folder would become a training image
     out = check_output_dir(output_dir, inputs=[model, source.dataset], holds=", ".join(OUTPUT_FILES))
+    FEWSHOT_FILES.check(out, overwrite)
     trained = load_trained(model, options.image_size, options.device, max_tokens=options.max_tokens,
                            require_head=False, bf16=options.bf16)  # fmt: skip
     if options.random_init:
@@ -281,12 +286,14 @@ def run_fewshot(
         holdout_images=int(len(drawn[0].holdout)), feature_seconds=round(seconds, 2),
         results=results, skipped=skipped,
     )  # fmt: skip
-    write_fewshot_report(out, record)
+    with FEWSHOT_FILES.staged(out, overwrite) as staging:
+        write_fewshot_report(staging, record)
     return record
 
 
 __all__ = [
     "DEFAULT_SHOTS",
+    "FEWSHOT_FILES",
     "FewShotOptions",
     "ShotResult",
     "evaluate_fewshot",

@@ -31,7 +31,7 @@ from ...reports.inspection_figures import (
     plot_patch_embedding_components,
     plot_position_similarity,
 )
-from ...utils.output_dir import check_output_dir
+from ...utils.output_dir import OutputFiles, check_output_dir
 from ..evaluate.data import folders_read, resolve_eval_data
 from ..inference import describe_error, iter_batches
 from ..trained import Trained, load_trained
@@ -40,6 +40,12 @@ from .rollout import heatmap_image, overlay_heatmap, rollout_maps
 logger = logging.getLogger("vit_ft")
 
 NUM_FILTER_COMPONENTS = 28  # as in the paper's Figure 7 (left)
+INSPECTION_FILES = OutputFiles(  # only these are replaced in --output_dir, its other files kept
+    "inspect",
+    ("patch_embedding_pca.png", "position_similarity.png", "attention_distance.png", "attention_rollout.png",
+     "inspection.json"),
+    "an inspection's figures",
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -299,17 +305,21 @@ def run_inspection(
     progress: bool | None = None,
     max_tokens: int | None = MAX_IMAGE_TOKENS,
     bf16: str | bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write patch_embedding_pca.png, position_similarity.png, attention_distance.png, attention_rollout.png
     (with `images`) and inspection.json (the numbers behind them) to `output_dir`; returns that JSON.
 
     `max_tokens` bounds the patch tokens per image at `image_size` (None: no bound); `bf16` runs the model
     under bf16 autocast ("auto": where the hardware has native bf16). Nothing is written before the model loads;
-    `output_dir` may not be, nor lie inside, a folder the inspection reads (the model's, the data's).
+    `output_dir` may not be, nor lie inside, a folder the inspection reads (the model's, the data's). Only the
+    inspection's own files there are replaced (`INSPECTION_FILES`: a file of those names it did not write only
+    with `overwrite`); the folder's other files are kept.
     """
     given = [model, *([data_dir] if data_dir is not None else [])]
     check_output_dir(output_dir, inputs=given, holds="the figures")  # before the model loads
     output_dir = Path(output_dir)
+    INSPECTION_FILES.check(output_dir, overwrite)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     if images:  # a folder gives its image files, as predict's inputs do
         given, images = images, collect_image_files(images)
@@ -317,31 +327,32 @@ def run_inspection(
             raise FileNotFoundError(f"--images {' '.join(map(str, given))}: no image files there.")
     sources, sample, read = _sample_sources(trained, images, recipe, data_dir, num_images, seed)
     check_output_dir(output_dir, inputs=read)  # the recorded data's folders too
-    output_dir.mkdir(parents=True, exist_ok=True)
     figures: dict[str, str] = {}
-    embedding = _embedding_figures(trained.model, output_dir, figures)
-    path = output_dir / "attention_distance.png"
-    distance = _distance_figure(trained, sources, sample, batch_size, progress, path)
-    figures["attention_distance"] = path.name
-    rollout = []
-    if images:
-        path, rollout = plot_rollout(trained, images, output_dir / "attention_rollout.png")
-        figures["attention_rollout"] = path.name
-    summary = {
-        "model": trained.source,
-        "image_size": list(trained.preprocessing.image_size),
-        "patch_size": list(trained.model.config.patch_hw),
-        **embedding,
-        "attention_distance": distance,
-        "rollout": rollout,
-        "figures": figures,
-    }
-    (output_dir / "inspection.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    with INSPECTION_FILES.staged(output_dir, overwrite) as staging:
+        embedding = _embedding_figures(trained.model, staging, figures)
+        path = staging / "attention_distance.png"
+        distance = _distance_figure(trained, sources, sample, batch_size, progress, path)
+        figures["attention_distance"] = path.name
+        rollout = []
+        if images:
+            path, rollout = plot_rollout(trained, images, staging / "attention_rollout.png")
+            figures["attention_rollout"] = path.name
+        summary = {
+            "model": trained.source,
+            "image_size": list(trained.preprocessing.image_size),
+            "patch_size": list(trained.model.config.patch_hw),
+            **embedding,
+            "attention_distance": distance,
+            "rollout": rollout,
+            "figures": figures,
+        }
+        (staging / "inspection.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     logger.info("Figures in %s: %s", output_dir, ", ".join(figures.values()))
     return summary
 
 
 __all__ = [
+    "INSPECTION_FILES",
     "attention_distances",
     "max_patch_distance",
     "mean_attention_distance",
