@@ -29,7 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--overwrite", action="store_true", help="Replace files of the figures' names not written by inspect."
     )
-    parser.add_argument("--images", nargs="*", default=[], help="Images for the attention-rollout overlays.")
+    parser.add_argument("--images", nargs="*", default=[],
+                        help="Images (files, folders, patterns) for the attention-rollout overlays.")  # fmt: skip
     add_data_arguments(parser, "Sample the attention-distance images")
     parser.add_argument(
         "--num_images", type=int, default=32, help="Images the attention distances average over."
