@@ -1,11 +1,15 @@
 """A checkpoint checked before any layer is built (its `config.json` against its weights) and after loading
-(whole: no tensor missing, left over or of another shape; `check_complete`, the tools' choice for a trained model).
+(whole: no tensor missing, left over or of another shape; `check_complete`, the tools' choice for a trained model,
+and `from_pretrained`'s for a vit_ft folder unless `strict=False`).
 
 A config that says 10^5 layers would otherwise build them all (minutes, gigabytes) before the weights show that
-there are two. The sizes the weights imply are read from the safetensors header only (no tensor is read), in our
-layout or transformers' ViT layout; with no readable safetensors weights the sizes are held to sane limits.
-`formats.checkpoint_info` runs the check for every vit_ft and transformers ViT checkpoint that `from_pretrained`
-loads, so fine-tunes and the tools are guarded alike.
+there are two. The sizes the weights imply are read from the safetensors header only (no tensor is read), in any
+layout vit_ft loads (ours, transformers' ViT, the families': keys read by the names they load as, `weight_mapping`);
+then every tensor's shape against the model the config describes, built on the meta device (`check_tensor_shapes`),
+so a wrong-shaped tensor is one line naming the file, the tensor and both shapes instead of transformers' table and
+traceback. With no readable safetensors weights the sizes are held to sane limits. `formats.checkpoint_info` runs
+the check for every vit_ft, transformers ViT and family checkpoint that `from_pretrained` loads, so fine-tunes and
+the tools are guarded alike.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 While transformers loads (`loading.py` wraps its `from_pretrained`), one `ActiveLoad` per call holds what the
 checkpoint is (`CheckpointInfo`, read by `formats.checkpoint_info`) and what the loading ops did (resampled, head replaced); the report is built
-from it and transformers' loading info, and becomes the model's public `loading_report` attribute.
+from it and transformers' loading info, and becomes the model's public `loading_report` attribute. A tensor of another
+shape than the model's is never "newly initialised": it is an error naming it, or, with `ignore_mismatched_sizes=True`,
+reported as reinitialised.
 """
 
 from __future__ import annotations
