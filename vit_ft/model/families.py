@@ -137,17 +137,19 @@ def _family_config(model_type: str, settings: dict[str, Any], source: str) -> An
     composite = "vision_config" in config_class.sub_configs  # CLIP, SigLIP: the vision tower's own config
     vision_class = config_class.sub_configs["vision_config"] if composite else config_class
     vision, where = (settings.get("vision_config") or {}, "vision_config.") if composite else (settings, "")
-    hidden, heads = (vision.get(name, getattr(vision_class(), name)) for name in ("hidden_size", "num_attention_heads"))
+    defaults = vision_class()  # what the config leaves out, as transformers fills it in
+    hidden, heads = (vision.get(name, getattr(defaults, name)) for name in ("hidden_size", "num_attention_heads"))
     if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads)) and hidden % heads:
         raise ValueError(
-            f"{source}/config.json: {where}num_attention_heads={heads} does not divide {where}hidden_size={hidden}; "
-            f"{fix}"
+            f"{source}/config.json: {where}num_attention_heads={heads} does not divide {where}hidden_size="
+            f"{hidden}; {fix}"
         )
     try:
         return config_class(**settings)
     except (ValueError, TypeError, StrictDataclassError) as error:
         cause = " ".join(str(error.__cause__ or error).split()).rstrip(".")
-        raise ValueError(f"{source}/config.json is no valid {FAMILY_MODEL_TYPES[model_type]} config ({cause}); {fix}") from error
+        family = FAMILY_MODEL_TYPES[model_type]
+        raise ValueError(f"{source}/config.json is no valid {family} config ({cause}); {fix}") from error
 
 
 def timm_family_fields(

@@ -1,10 +1,10 @@
 """The loading report: what `from_pretrained` did with each tensor of the checkpoint, printed once per load.
 
 While transformers loads (`loading.py` wraps its `from_pretrained`), one `ActiveLoad` per call holds what the
-checkpoint is (`CheckpointInfo`, read by `formats.checkpoint_info`) and what the loading ops did (resampled, head replaced); the report is built
-from it and transformers' loading info, and becomes the model's public `loading_report` attribute. A tensor of another
-shape than the model's is never "newly initialised": it is an error naming it, or, with `ignore_mismatched_sizes=True`,
-reported as reinitialised.
+checkpoint is (`CheckpointInfo`, read by `formats.checkpoint_info`) and what the loading ops did (resampled, head
+replaced); the report is built from it and transformers' loading info, and becomes the model's public
+`loading_report` attribute. A tensor of another shape than the model's is never "newly initialised": it is an error
+naming it, or, with `ignore_mismatched_sizes=True`, reported as reinitialised.
 """
 
 from __future__ import annotations

@@ -56,7 +56,9 @@ def progress_bar(total: int, desc: str, enabled: bool | None = None) -> tqdm:
 def source_name(source: Any) -> str:
     """How an error names an input of the loop: its path (a {"bytes", "path"} value's too), else its kind."""
     path = source.get("path") if isinstance(source, dict) else source
-    return str(path) if isinstance(path, (str, os.PathLike)) and str(path) else f"an image given as {type(source).__name__}"
+    if isinstance(path, (str, os.PathLike)) and str(path):
+        return str(path)
+    return f"an image given as {type(source).__name__}"
 
 
 def check_finite_pixels(pixel_values: torch.Tensor, what: str = "pixel_values") -> torch.Tensor:
