@@ -113,3 +113,54 @@ def test_the_recorded_temperature_divides_every_tools_logits(tmp_path):
     for broken in ({"calibration": {"temperature": -1}}, {"calibration": "2"}, {}):
         assert trained.Trained(plain.model, plain.preprocessing, plain.id2label, trained.Origin("t", record=broken),
                                plain.device).temperature == 1.0  # fmt: skip
+
+
+# source -> what the transform makes of it: images whose pixels come out NaN or infinite (a broken transform or
+# preprocessor), each an error for that image naming it; the images around them are run as before
+NON_FINITE = {"nan.png": float("nan"), "inf.png": float("inf"), "minus_inf.png": -float("inf")}
+
+
+def test_non_finite_pixels_are_an_error_for_that_image_naming_it(tmp_path):
+    from PIL import Image
+
+    classifier = tiny_classifier()
+    decode = classifier.transform.transform_image
+
+    def poisoning_decode(source):
+        pixels = decode(source)
+        bad = NON_FINITE.get(source["path"].rsplit("/", 1)[-1] if isinstance(source, dict) else source.name)
+        if bad is not None:
+            pixels[1, 2, 3] = bad
+        return pixels
+
+    classifier.transform.transform_image = poisoning_decode
+    for name in ("good.png", *NON_FINITE):
+        Image.new("RGB", (20, 20), "red").save(tmp_path / name)
+    sources = [tmp_path / "good.png", tmp_path / "nan.png", {"path": str(tmp_path / "inf.png"), "bytes": None},
+               tmp_path / "minus_inf.png", tmp_path / "good.png"]  # fmt: skip
+    batches = list(inference.iter_batches(classifier, sources, batch_size=3, progress=False))
+    assert [b.decoded for b in batches] == [[0], [1]]
+    errors = {b.start + i: e for b in batches for i, e in b.errors.items()}
+    assert sorted(errors) == [1, 2, 3]
+    for index, error in errors.items():
+        name = str(sources[index]["path"] if isinstance(sources[index], dict) else sources[index])
+        assert isinstance(error, ValueError) and "\n" not in str(error)
+        assert str(error).startswith(f"{name}: the pixels hold NaN or infinite values"), error
+    torch.testing.assert_close(batches[0].outputs, batches[1].outputs)  # the good image, as before
+    assert torch.isfinite(batches[0].outputs).all()
+
+
+def test_non_finite_pixels_given_to_the_tools_logits_are_refused():
+    classifier = tiny_classifier()
+    pixels = torch.zeros(2, 3, 16, 16)
+    pixels[1, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="^pixel_values: the pixels hold NaN or infinite values"):
+        classifier.logits(pixels)
+
+
+def test_the_model_itself_does_no_finiteness_pass():
+    """The check is the tools' boundary: the model's forward runs NaN pixels (no pass, no host sync in a step)."""
+    classifier = tiny_classifier()
+    with torch.no_grad():
+        logits = classifier.model(torch.full((1, 3, 16, 16), float("nan"))).logits
+    assert torch.isnan(logits).all()

@@ -280,9 +280,14 @@ def test_absurd_configs_are_refused_before_any_layer_is_built(folders):
         assert time.perf_counter() - start < 0.5, name
 
 
-def test_starting_a_fine_tune_keeps_loading_leniently(folders):
-    """Strictness is the tools' choice: from_pretrained itself still loads a missing tensor as new, and lists it."""
-    model, info = ViTFTForImageClassification.from_pretrained(folders["removed"], output_loading_info=True)
+def test_from_pretrained_is_strict_unless_told_otherwise(folders):
+    """from_pretrained refuses a vit_ft folder that lacks a tensor, as the tools do; strict=False loads it as new,
+    and lists it (tests/model/test_checkpoint_faults.py has the cases)."""
+    with pytest.raises(ValueError, match=f"removed/model.safetensors lacks tensors the model needs: {REMOVED}"):
+        ViTFTForImageClassification.from_pretrained(folders["removed"])
+    model, info = ViTFTForImageClassification.from_pretrained(
+        folders["removed"], output_loading_info=True, strict=False
+    )
     assert info["missing_keys"] == {REMOVED}
     assert model.loading_report.newly_initialized == [REMOVED.removeprefix("vit.")]
 

@@ -1,11 +1,15 @@
 """A checkpoint checked before any layer is built (its `config.json` against its weights) and after loading
-(whole: no tensor missing, left over or of another shape; `check_complete`, the tools' choice for a trained model).
+(whole: no tensor missing, left over or of another shape; `check_complete`, the tools' choice for a trained model,
+and `from_pretrained`'s for a vit_ft folder unless `strict=False`).
 
 A config that says 10^5 layers would otherwise build them all (minutes, gigabytes) before the weights show that
-there are two. The sizes the weights imply are read from the safetensors header only (no tensor is read), in our
-layout or transformers' ViT layout; with no readable safetensors weights the sizes are held to sane limits.
-`formats.checkpoint_info` runs the check for every vit_ft and transformers ViT checkpoint that `from_pretrained`
-loads, so fine-tunes and the tools are guarded alike.
+there are two. The sizes the weights imply are read from the safetensors header only (no tensor is read), in any
+layout vit_ft loads (ours, transformers' ViT, the families': keys read by the names they load as, `weight_mapping`);
+then every tensor's shape against the model the config describes, built on the meta device (`check_tensor_shapes`),
+so a wrong-shaped tensor is one line naming the file, the tensor and both shapes instead of transformers' table and
+traceback. With no readable safetensors weights the sizes are held to sane limits. `formats.checkpoint_info` runs
+the check for every vit_ft, transformers ViT and family checkpoint that `from_pretrained` loads, so fine-tunes and
+the tools are guarded alike.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import initialization as init
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
 
 from .configuration_vit_ft import ViTFTConfig, to_2tuple
+from .modeling_vit_ft import ViTFTForImageClassification
 from .timm_format import read_safetensors_shapes
+from .weight_mapping import expected_source_shapes, our_key_names
 
 # Sizes no ViT has (ViT-22B: 48 layers, hidden 6144, MLP 24576; ImageNet-21k: 21,843 labels), held to these
 # bounds when no weights say what the sizes are: past them a model is hours of allocation, not a ViT.
@@ -30,29 +38,33 @@ SIZE_LIMITS = {
     "num_attention_heads": 65_536,
     "num_labels": 100_000,
 }
-_LAYER = re.compile(r"(?:^|\.)(?:layers|encoder\.layer)\.(\d+)\.")
-_FC1 = re.compile(r"(?:^|\.)(?:layers|encoder\.layer)\.0\.(?:mlp\.fc1|intermediate\.dense)\.weight$")
+# our names (a checkpoint's keys are read by the names they load as)
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_FC2 = re.compile(r"(?:^|\.)layers\.0\.mlp\.fc2\.weight$")  # (hidden, intermediate), a SwiGLU's too
 
 Shapes = dict[str, tuple[int, ...]]
 
 
 def sizes_in_weights(shapes: Shapes) -> dict[str, tuple[Any, str]]:
-    """field -> (the value the weights imply, the tensor that implies it), for the fields the shapes show."""
+    """field -> (the value the weights imply, the tensor that implies it), for the fields the shapes show; the
+    keys in any layout vit_ft loads (a family's are read by the names they load as: `weight_mapping`)."""
     found: dict[str, tuple[Any, str]] = {}
     shapes = {k: v for k, v in shapes.items() if not k.startswith("text_model.")}  # CLIP/SigLIP: vision only
+    ours = our_key_names(shapes)
     for key, shape in sorted(shapes.items()):
-        if key.endswith("embeddings.cls_token"):
+        name = ours[key]
+        if name.endswith("embeddings.cls_token"):
             found["hidden_size"] = (shape[-1], key)
-        elif key.endswith("embeddings.patch_embeddings.projection.weight") and len(shape) == 4:
+        elif name.endswith("embeddings.patch_embeddings.projection.weight") and len(shape) == 4:
             found["num_channels"] = (shape[1], key)
             found["patch_size"] = ((shape[2], shape[3]), key)
-        elif key.endswith("embeddings.position_embeddings") and len(shape) == 3:
-            found["positions"] = (shape[1], key)  # the patch grid and the prefix tokens' slots
-        elif _FC1.search(key):
-            found["intermediate_size"] = (shape[0], key)
-        elif key == "classifier.weight":
+        elif name.endswith("embeddings.position_embeddings") and len(shape) in (2, 3):
+            found["positions"] = (shape[-2], key)  # the patch grid and the prefix tokens' slots
+        elif _FC2.search(name) and len(shape) == 2:
+            found["intermediate_size"] = (shape[1], key)
+        elif name == "classifier.weight":
             found["num_labels"] = (shape[0], key)
-    layers = {int(match.group(1)): key for key in shapes if (match := _LAYER.search(key))}
+    layers = {int(match.group(1)): key for key in shapes if (match := _LAYER.search(ours[key]))}
     if layers:
         last = max(layers)
         found["num_hidden_layers"] = (last + 1, layers[last])
@@ -118,6 +130,33 @@ def check_sizes(
             f"{config_name}: {_DESCRIBED.get(field, field)} is {configured}, but {weights_name} holds {held}: the "
             f"config does not describe these weights; {_FIX}"
         )
+    check_tensor_shapes(config_dict, shapes, weights_name, skip)
+
+
+def model_shapes(config_dict: dict[str, Any]) -> tuple[Shapes, str]:
+    """(key -> shape of every tensor, the base-model prefix) of the classifier `config_dict` describes, built on
+    the meta device (no memory, milliseconds): the shapes its `from_pretrained` loads the weights into."""
+    config = ViTFTConfig(**{k: v for k, v in config_dict.items() if k != "model_type"})
+    with torch.device("meta"), init.meta_device_safe_creation_ops(), init.no_init_weights():
+        model = ViTFTForImageClassification(config)
+    return {key: tuple(t.shape) for key, t in model.state_dict().items()}, model.base_model_prefix
+
+
+def check_tensor_shapes(
+    config_dict: dict[str, Any], shapes: Shapes, weights_name: str | None, skip: tuple[str, ...] = ()
+) -> None:
+    """`check_complete`'s error for the tensors of the weights (`shapes`, the header, in any layout vit_ft loads)
+    whose shape is not the one the model `config_dict` describes needs, before any layer is built: the one check
+    for our folders, transformers' ViT and the families, whose keys are read as they load
+    (`weight_mapping.expected_source_shapes`). `skip` as for `check_sizes` (`num_labels`: the head unchecked)."""
+    expected_shapes, prefix = model_shapes(config_dict)
+    heads = ("classifier.", "distillation_classifier.")
+    mismatched = [
+        (key, shapes[key], shape)
+        for key, (ours, shape) in expected_source_shapes(shapes, expected_shapes, prefix).items()
+        if tuple(shapes[key]) != shape and not ("num_labels" in skip and ours.startswith(heads))
+    ]
+    check_complete({"missing_keys": (), "unexpected_keys": (), "mismatched_keys": mismatched}, str(weights_name))
 
 
 _DESCRIBED = {
@@ -161,10 +200,11 @@ def check_config_fits_weights(
     return weights_name
 
 
-def check_complete(info: dict[str, Any], weights: str, allowed: tuple[str, ...] = ()) -> None:
+def check_complete(info: dict[str, Any], weights: str, allowed: tuple[str, ...] = (), fix: str = "") -> None:
     """Raise a ValueError naming `weights` and the tensors when transformers' loading `info` lists a tensor the
     model needs and the file lacks, one the model has no place for, or one of another shape (the `allowed`
-    missing keys, e.g. a head, excepted): a trained model is never run with randomly initialised parts."""
+    missing keys, e.g. a head, excepted): a trained model is never run with randomly initialised parts. `fix`:
+    what else the caller may do, after saving the model again."""
     missing = sorted(k for k in info["missing_keys"] if k.removeprefix("vit.") not in allowed)
     problems = {
         "lacks tensors the model needs": missing,
@@ -179,7 +219,7 @@ def check_complete(info: dict[str, Any], weights: str, allowed: tuple[str, ...] 
             more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
             raise ValueError(
                 f"{weights} {what}: {', '.join(keys[:3])}{more}; a trained model loads whole or not at all. "
-                "Copy or save the model again (its config.json and weights together)."
+                f"Copy or save the model again (its config.json and weights together){f', {fix}' if fix else ''}."
             )
 
 
@@ -195,6 +235,8 @@ __all__ = [
     "check_complete",
     "check_config_fits_weights",
     "check_sizes",
+    "check_tensor_shapes",
+    "model_shapes",
     "sizes_in_weights",
     "weight_shapes",
 ]

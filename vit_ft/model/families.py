@@ -14,6 +14,7 @@ import math
 import re
 from typing import Any
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import CONFIG_MAPPING
 
 # model_type -> the family's name in messages
@@ -87,7 +88,7 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
     model_type = config_dict["model_type"]
     architecture = (config_dict.get("architectures") or [""])[0]
     settings = {k: v for k, v in config_dict.items() if k != "model_type"}
-    full = CONFIG_MAPPING[model_type](**settings)
+    full = _family_config(model_type, settings, source)
     vision = full.vision_config.to_dict() if model_type in ("clip", "siglip") else full.to_dict()
     kept = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act")
     fields = {name: vision[name] for name in kept if name in vision}
@@ -126,6 +127,29 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
     else:
         fields["num_labels"] = 0
     return fields
+
+
+def _family_config(model_type: str, settings: dict[str, Any], source: str) -> Any:
+    """transformers' own config of the family from `settings`; a config its class refuses (a head count that
+    does not divide the width, a validator's multi-line message naming no file) is a ValueError naming the
+    checkpoint's config.json and the field."""
+    config_class, fix = CONFIG_MAPPING[model_type], "restore the config.json the model was saved with."
+    composite = "vision_config" in config_class.sub_configs  # CLIP, SigLIP: the vision tower's own config
+    vision_class = config_class.sub_configs["vision_config"] if composite else config_class
+    vision, where = (settings.get("vision_config") or {}, "vision_config.") if composite else (settings, "")
+    defaults = vision_class()  # what the config leaves out, as transformers fills it in
+    hidden, heads = (vision.get(name, getattr(defaults, name)) for name in ("hidden_size", "num_attention_heads"))
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads)) and hidden % heads:
+        raise ValueError(
+            f"{source}/config.json: {where}num_attention_heads={heads} does not divide {where}hidden_size="
+            f"{hidden}; {fix}"
+        )
+    try:
+        return config_class(**settings)
+    except (ValueError, TypeError, StrictDataclassError) as error:
+        cause = " ".join(str(error.__cause__ or error).split()).rstrip(".")
+        family = FAMILY_MODEL_TYPES[model_type]
+        raise ValueError(f"{source}/config.json is no valid {family} config ({cause}); {fix}") from error
 
 
 def timm_family_fields(

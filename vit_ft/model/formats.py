@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from .checkpoint_checks import check_config_fits_weights
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .families import FAMILY_MODEL_TYPES, family_config_fields, is_family_config
 from .jax_format import JAX_NORMALIZATION, find_jax_checkpoint, jax_config_fields, read_npz_shapes
+from .loading_report import CheckpointInfo
 from .timm_format import is_timm_config, read_safetensors_shapes, timm_config_fields, timm_normalization
 
 # transformers' download arguments, which the reader passes on to fetch a timm repo's weights header
@@ -31,18 +31,6 @@ DOWNLOAD_KWARGS = (
 CONFIG_READING_KWARGS = ("trust_remote_code", "_from_auto", "_from_pipeline")
 
 GetConfigDict = Callable[..., tuple[dict[str, Any], dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    """What a checkpoint holds, for the loading ops: position embeddings are resampled from its patch grid, and a
-    head is kept only for its own labels."""
-
-    source: str
-    format: str  # "vit_ft", "transformers ViTModel", "timm vit_base_patch16_224", "JAX npz", ...
-    grid: tuple[int, int]
-    id2label: dict[int, str] | None
-    weights: str | None = None  # the safetensors weights as the user names them ("folder/model.safetensors")
 
 
 def read_checkpoint_config(

@@ -16,10 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from torch import nn
+from transformers import PretrainedConfig
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 
+from .checkpoint_checks import check_complete, model_shapes
 from .configuration_vit_ft import ViTFTConfig
-from .formats import DOWNLOAD_KWARGS, checkpoint_info, read_config_dict
+from .formats import DOWNLOAD_KWARGS, checkpoint_info, read_checkpoint_config, read_config_dict
 from .jax_format import (
     convert_jax_state_dict,
     find_jax_checkpoint,
@@ -45,10 +47,16 @@ class CheckpointLoader:
         """transformers' `from_pretrained` (the bound method given) inside one active load. A JAX `.npz` of the ViT
         paper (the file, or a folder holding one and no config.json) is converted first and loaded as a state dict,
         with its config read from the file, so resampling, the head rule and the loading report are the same.
-        `output_loading_info=True` lists the missing keys as for transformers' own ViT."""
+        `output_loading_info=True` lists the missing keys as for transformers' own ViT.
+
+        A vit_ft folder (a fine-tune, or a backbone saved by vit_ft) loads whole: a tensor its own config has and its
+        weights lack is a ValueError naming it, unless `strict=False` (torch's `load_state_dict` word), which loads
+        it newly initialised and lists it in the loading report. What the caller's own arguments add (a new head for
+        other labels, a pooling head the folder did not have) is new as for any checkpoint."""
         wants_info = kwargs.pop("output_loading_info", False)
+        strict = kwargs.pop("strict", True)
         download = {name: kwargs[name] for name in DOWNLOAD_KWARGS if name in kwargs}
-        load = ActiveLoad()
+        load = ActiveLoad(ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes")))
         npz = find_jax_checkpoint(name_or_path) if kwargs.get("state_dict") is None else None
         if npz is not None:
             state_dict, load.discarded = convert_jax_state_dict(load_npz(npz), _jax_config(npz))
@@ -58,6 +66,8 @@ class CheckpointLoader:
         with loading(load):
             model, info = from_pretrained(name_or_path, *args, output_loading_info=True, **kwargs)
         info["missing_keys"] |= load.held_back  # kept out of transformers' table only
+        if strict and load.info is not None and load.info.format == "vit_ft" and kwargs.get("state_dict") is None:
+            _check_whole(name_or_path, info, load, download)
         if npz is not None:
             model.config.name_or_path = str(npz)
         return (model, info) if wants_info else model
@@ -72,6 +82,30 @@ class CheckpointLoader:
         model.loading_report = build_loading_report(model, loading_info, load)
         load.held_back = set(loading_info.missing_keys)
         loading_info.missing_keys = set()
+
+
+def _check_whole(name_or_path: str | os.PathLike, info: dict[str, Any], load: ActiveLoad, download: Any) -> None:
+    """The tensors of a vit_ft folder's own architecture (its config.json's) that its weights lack: a ValueError
+    naming them (`check_complete`). A head replaced for other labels, or a module only the caller's arguments
+    asked for, is new on purpose and allowed."""
+    if not info["missing_keys"]:
+        return
+    config_dict, _, _ = read_checkpoint_config(PretrainedConfig.get_config_dict, name_or_path, **download)
+    own, prefix = model_shapes(config_dict)
+    if "ViTFTForImageClassification" not in (config_dict.get("architectures") or []):  # a base model's folder
+        own = {key: shape for key, shape in own.items() if key.startswith(f"{prefix}.")}
+    own_keys = {key.removeprefix(f"{prefix}.") for key in own}
+    lacking = {
+        key
+        for key in info["missing_keys"]
+        if key.removeprefix(f"{prefix}.") in own_keys and key.removeprefix(f"{prefix}.") not in load.replaced
+    }
+    problems = {"missing_keys": lacking, "unexpected_keys": set(), "mismatched_keys": set()}
+    check_complete(problems, load.info.weights or str(name_or_path), fix=STRICT_FIX)
+
+
+# what a Python caller may do about a vit_ft folder that lacks tensors, beyond saving it again
+STRICT_FIX = "or (from Python) pass strict=False to from_pretrained to load it with them newly initialised"
 
 
 def _jax_config(npz: os.PathLike) -> ViTFTConfig:

@@ -1,8 +1,10 @@
 """The loading report: what `from_pretrained` did with each tensor of the checkpoint, printed once per load.
 
 While transformers loads (`loading.py` wraps its `from_pretrained`), one `ActiveLoad` per call holds what the
-checkpoint is (`formats.CheckpointInfo`) and what the loading ops did (resampled, head replaced); the report is built
-from it and transformers' loading info, and becomes the model's public `loading_report` attribute.
+checkpoint is (`CheckpointInfo`, read by `formats.checkpoint_info`) and what the loading ops did (resampled, head
+replaced); the report is built from it and transformers' loading info, and becomes the model's public
+`loading_report` attribute. A tensor of another shape than the model's is never "newly initialised": it is an error
+naming it, or, with `ignore_mismatched_sizes=True`, reported as reinitialised.
 """
 
 from __future__ import annotations
@@ -18,9 +20,20 @@ import torch
 
 from .conversion import DISCARDED_KEYS, HEAD_KEYS
 from .families import FAMILY_DISCARDS
-from .formats import CheckpointInfo
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint holds, for the loading ops: position embeddings are resampled from its patch grid, and a
+    head is kept only for its own labels."""
+
+    source: str
+    format: str  # "vit_ft", "transformers ViTModel", "timm vit_base_patch16_224", "JAX npz", ...
+    grid: tuple[int, int]
+    id2label: dict[int, str] | None
+    weights: str | None = None  # the safetensors weights as the user names them ("folder/model.safetensors")
 
 
 @dataclass
@@ -32,6 +45,9 @@ class LoadingReport:
     loaded: list[str] = field(default_factory=list)
     resampled: dict[str, tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=dict)
     newly_initialized: list[str] = field(default_factory=list)
+    # key -> (the checkpoint's shape, the model's): initialised anew, as `ignore_mismatched_sizes=True` asks (without
+    # it a mismatch is an error); never among `newly_initialized`, which the checkpoint lacked
+    mismatched: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     discarded: dict[str, str] = field(default_factory=dict)
     # the classifier: "new" (initialised here, zero as in the paper), "kept" (the checkpoint's, same labels),
     # or None for a model without one
@@ -49,6 +65,11 @@ class LoadingReport:
         others = [key for key in self.newly_initialized if key not in HEAD_KEYS]
         if others:
             lines.append(f"  newly initialised: {', '.join(others)}")
+        for key, (saved, expected) in self.mismatched.items():
+            lines.append(
+                f"  reinitialised {key}: the checkpoint's is {list(saved)}, the model's {list(expected)} "
+                "(ignore_mismatched_sizes=True)"
+            )
         for key, why in self.discarded.items():
             lines.append(f"  discarded {key}: {why}")
         return "\n".join(lines)
@@ -65,6 +86,7 @@ class ActiveLoad:
         default_factory=dict
     )  # discarded before loading (a JAX pre-logits layer)
     held_back: set[str] = field(default_factory=set)  # missing keys kept out of transformers' own table
+    ignore_mismatched_sizes: bool = False  # the caller's: a tensor of another shape is initialised anew
     errors: list[str] = field(default_factory=list)  # what a loading op refused, raised by the report
 
 
@@ -94,7 +116,8 @@ def build_loading_report(model: torch.nn.Module, loading_info: Any, load: Active
     other unexpected key raises, naming it: a checkpoint tensor is never skipped without a word.
     """
     config, info = model.config, load.info
-    source = info.source if info else str(getattr(config, "_name_or_path", "") or "a state dict")
+    named = str(getattr(config, "_name_or_path", "") or "")
+    source = info.source if info else named if named not in ("", "None") else "a state dict"
     if (
         load.errors
     ):  # raised here as they are; transformers' table then lists the tensors without a second error
@@ -108,10 +131,23 @@ def build_loading_report(model: torch.nn.Module, loading_info: Any, load: Active
     for key, shape in load.replaced.items():
         report.discarded[key] = f"source head {shape} replaced by a new one (labels: {config.num_labels})"
     report.resampled = dict(load.resampled)
-    mismatched = {name for name, *_ in loading_info.mismatched_keys}
-    fresh = set(loading_info.missing_keys) | mismatched
     prefix = "" if not hasattr(model, "classifier") else f"{model.base_model_prefix}."
-    report.newly_initialized = [k.removeprefix(prefix) for k in model.state_dict() if k in fresh]
+    mismatched = {
+        name.removeprefix(prefix): (tuple(saved), tuple(expected))
+        for name, saved, expected in sorted(loading_info.mismatched_keys)
+    }
+    if mismatched and not load.ignore_mismatched_sizes:
+        loading_info.mismatched_keys = set()  # raised here in one line; transformers would raise after its table
+        key, (saved, expected) = next(iter(mismatched.items()))
+        more = f" (and {len(mismatched) - 1} more)" if len(mismatched) > 1 else ""
+        raise ValueError(
+            f"{weights}: {key} has shape {list(saved)}, but the model needs {list(expected)}{more}; load it with the "
+            "config it was saved with, or pass ignore_mismatched_sizes=True to initialise such tensors anew."
+        )
+    report.mismatched = mismatched
+    missing = set(loading_info.missing_keys)
+    fresh = missing | {name for name, *_ in loading_info.mismatched_keys}
+    report.newly_initialized = [k.removeprefix(prefix) for k in model.state_dict() if k in missing]
     report.loaded = sorted(k.removeprefix(prefix) for k in model.state_dict() if k not in fresh)
     if has_head:
         report.num_labels = config.num_labels
@@ -148,4 +184,4 @@ def _known_discards(loading_info: Any, has_head: bool, source: str) -> dict[str,
     return discarded
 
 
-__all__ = ["ActiveLoad", "LoadingReport", "active_load", "build_loading_report", "loading"]
+__all__ = ["ActiveLoad", "CheckpointInfo", "LoadingReport", "active_load", "build_loading_report", "loading"]

@@ -320,6 +320,30 @@ class ViTFTModel(ViTFTPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
 
+    def check_pixel_shape(self, pixel_values: torch.Tensor) -> None:
+        """A ValueError saying what to pass for one unbatched image, an empty batch, or channels-last pixels
+        `(batch, height, width, channels)`. Shapes only: free, and static under torch.compile and export (the
+        channels are tested first, so a valid input puts no guard on its height or width). The
+        `torch.channels_last` memory format is a `(batch, channels, height, width)` tensor, and fine."""
+        shape, channels = pixel_values.shape, self.config.num_channels
+        if pixel_values.dim() == 3 and shape[0] == channels:
+            raise ValueError(
+                f"pixel_values has shape {tuple(shape)}: one image without a batch dimension; pass a batch: "
+                "pixel_values[None]."
+            )
+        if pixel_values.dim() != 4:
+            raise ValueError(
+                f"pixel_values has shape {tuple(shape)}: pass a (batch, channels, height, width) batch of images."
+            )
+        if shape[1] != channels and shape[3] == channels:
+            raise ValueError(
+                f"pixel_values has shape {tuple(shape)}: (batch, height, width, channels), the channels last; pass "
+                "pixel_values.permute(0, 3, 1, 2), (batch, channels, height, width) (the torch.channels_last "
+                "memory format of such a tensor is fine)."
+            )
+        if shape[0] == 0:
+            raise ValueError(f"pixel_values has shape {tuple(shape)}: an empty batch; pass at least one image.")
+
     def forward_features(self, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """`(batch, channels, height, width)` -> normalised tokens `(batch, prefix + num_patches, hidden)`."""
         if not pixel_values.is_floating_point():  # a dtype check: free, and static under torch.compile
@@ -327,6 +351,7 @@ class ViTFTModel(ViTFTPreTrainedModel):
                 f"pixel_values is {pixel_values.dtype}: pass float pixels normalised as the model's image processor "
                 "does (rescaled and normalised with its mean/std), not raw 0-255 integers."
             )
+        self.check_pixel_shape(pixel_values)
         pixel_values = pixel_values.to(self.embeddings.patch_embeddings.projection.weight.dtype)
         hidden_states = self.embeddings(pixel_values)  # (B, prefix + N, hidden)
         if self.pre_layernorm is not None:

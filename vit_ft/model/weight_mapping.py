@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Iterator
 from typing import NoReturn
 
 import torch
-from transformers.core_model_loading import ConversionOps, WeightConverter, WeightRenaming
+from transformers.core_model_loading import (
+    ConversionOps,
+    WeightConverter,
+    WeightRenaming,
+    apply_renamings,
+    rename_source_key,
+)
 
 from .conversion import HEAD_KEYS, LAYER_RENAMES, QKV_SOURCES
 from .families import (
@@ -56,8 +63,15 @@ def _refuse(message: str) -> NoReturn:
     raise ValueError(message)
 
 
+Shape = tuple[int, ...]
+
+
 class FuseQKV(ConversionOps):
     """Concatenate a layer's query, key and value projections, in that order, into our qkv `(3 * hidden, ...)`."""
+
+    def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
+        """Each projection: a third of our qkv."""
+        return (targets[0][0] // 3, *targets[0][1:])
 
     @torch.no_grad()
     def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
@@ -77,6 +91,12 @@ class FuseQKV(ConversionOps):
 
 class ResamplePositionEmbeddings(ConversionOps):
     """Resample the checkpoint's position-embedding table to the model's patch grid (`pos_embed.py`)."""
+
+    def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
+        """Any number of positions (resampled; `checkpoint_checks` compares it with the config's grid), our width,
+        in our `(1, positions, hidden)` or CLIP's and SigLIP's `(positions, hidden)`."""
+        positions = shape[-2] if len(shape) >= 2 else 0
+        return (positions, targets[0][-1]) if len(shape) == 2 else (1, positions, targets[0][-1])
 
     def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
         (tensor,) = input_dict.pop(source_patterns[0])
@@ -103,6 +123,9 @@ class ResamplePositionEmbeddings(ConversionOps):
 class ReshapeClassToken(ConversionOps):
     """CLIP's class embedding `(hidden,)` -> our class token `(1, 1, hidden)`."""
 
+    def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
+        return (targets[0][-1],)
+
     def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
         (tensor,) = input_dict.pop(source_patterns[0])
         return {target_patterns[0]: tensor.reshape(1, 1, -1)}
@@ -111,6 +134,9 @@ class ReshapeClassToken(ConversionOps):
 class SplitInProjection(ConversionOps):
     """SigLIP's pooling head: `nn.MultiheadAttention`'s in-projection `(3 * hidden, ...)` -> our query
     `(hidden, ...)` and fused key/value `(2 * hidden, ...)` (timm's `AttentionPoolLatent` layout)."""
+
+    def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
+        return (sum(target[0] for target in targets), *targets[0][1:])
 
     @torch.no_grad()
     def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
@@ -125,6 +151,10 @@ class SplitInProjection(ConversionOps):
 class KeepHeadForSameLabels(ConversionOps):
     """Keep a classifier only for the checkpoint's own labels; otherwise drop it, so that transformers
     initialises a new one (zero, as in the paper) and lists it as missing."""
+
+    def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
+        """The head of the checkpoint's own config (another one is replaced only for other labels)."""
+        return targets[0]
 
     def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
         (tensor,) = input_dict.pop(source_patterns[0])
@@ -176,4 +206,44 @@ def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
     return mapping
 
 
-__all__ = ["checkpoint_conversion_mapping"]
+def _renamed(keys: Iterable[str]) -> Iterator[tuple[str, str, WeightConverter | None]]:
+    """(checkpoint key, its name after the renamings and at most one converter, that converter) for each key, as
+    transformers renames them when loading (`checkpoint_conversion_mapping`)."""
+    mapping = checkpoint_conversion_mapping()
+    renamings = [t for t in mapping if not isinstance(t, WeightConverter)]
+    converters = [t for t in mapping if isinstance(t, WeightConverter)]
+    for key in keys:
+        renamed = apply_renamings(key, renamings)
+        # at most one converter applies: the first that matches, as in transformers' `apply_converters`
+        found = ((c, *c.rename_source_key(renamed)) for c in converters)
+        converter, target, _ = next(((c, t, p) for c, t, p in found if p is not None), (None, renamed, None))
+        yield key, target, converter
+
+
+def our_key_names(keys: Iterable[str]) -> dict[str, str]:
+    """checkpoint key -> the key it loads as in our modules (a family's base-model prefix becomes `vit.`)."""
+    return {key: ours for key, ours, _ in _renamed(keys)}
+
+
+def expected_source_shapes(
+    shapes: dict[str, Shape], model_shapes: dict[str, Shape], base_model_prefix: str
+) -> dict[str, tuple[str, Shape]]:
+    """checkpoint key -> (our key, the shape it must have), for each tensor of a checkpoint (`shapes`, its
+    safetensors header) that loads into a tensor of a model (`model_shapes`, its state dict's): renamed and
+    converted as transformers does when loading, so the families' and timm's names are checked as our own. A
+    tensor the model has no place for (a discard) is left out."""
+    expected = {}
+    for key, renamed, converter in _renamed(shapes):
+        ours, _ = rename_source_key(renamed, [], [], base_model_prefix, model_shapes)  # the base prefix only
+        if ours not in model_shapes:
+            continue
+        if converter is None:
+            expected[key] = (ours, model_shapes[ours])
+            continue
+        first, *others = converter.target_patterns  # a one-to-many converter: every target's shape
+        targets = [model_shapes[ours]] + [model_shapes.get(ours.removesuffix(first) + t, ()) for t in others]
+        expected[key] = (ours, tuple(converter.operations[0].source_shape(tuple(shapes[key]), targets)))
+    return expected
+
+
+__all__ = ["checkpoint_conversion_mapping", "expected_source_shapes", "our_key_names"]

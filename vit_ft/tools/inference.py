@@ -12,6 +12,7 @@ of a crash.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +51,26 @@ def describe_error(error: BaseException) -> str:
 def progress_bar(total: int, desc: str, enabled: bool | None = None) -> tqdm:
     """A tqdm bar on stderr; `enabled=None` shows it only on a terminal."""
     return tqdm(total=total, desc=desc, unit="img", disable=None if enabled is None else not enabled)
+
+
+def source_name(source: Any) -> str:
+    """How an error names an input of the loop: its path (a {"bytes", "path"} value's too), else its kind."""
+    path = source.get("path") if isinstance(source, dict) else source
+    if isinstance(path, (str, os.PathLike)) and str(path):
+        return str(path)
+    return f"an image given as {type(source).__name__}"
+
+
+def check_finite_pixels(pixel_values: torch.Tensor, what: str = "pixel_values") -> torch.Tensor:
+    """`pixel_values`, or a ValueError naming `what` when any is NaN or infinite: the model would give NaN
+    logits, read as a label. The tools check here, on the way in (a CPU pass over the input), never in the model's
+    forward, where it would cost a pass and a host sync every step and break compiled graphs."""
+    if not torch.isfinite(pixel_values).all():
+        raise ValueError(
+            f"{what}: the pixels hold NaN or infinite values; pass images, or float pixels normalised as the "
+            "model's transform does (finite values)."
+        )
+    return pixel_values
 
 
 def _try(function: Callable[[Any], Any], value: Any) -> Any:
@@ -96,7 +117,8 @@ def iter_batches(
     forward: Callable[[torch.Tensor], Any] | None = None,
 ) -> Iterator[Batch]:
     """Decode `sources` (paths, bytes, {"bytes", "path"} values) with the classifier's transform and run
-    `forward` (default: `classifier.logits`) on each batch of `(B, channels, height, width)` pixels.
+    `forward` (default: `classifier.logits`) on each batch of `(B, channels, height, width)` pixels. An image
+    that does not decode, or whose pixels are not finite (`check_finite_pixels`), is an error for that image.
 
     `num_workers` threads decode in parallel (Pillow releases the GIL while decoding), and decode the next batch
     while the model runs on this one (torch releases it too), so that decoding and compute overlap.
@@ -106,7 +128,10 @@ def iter_batches(
     forward = forward or classifier.logits
     task = getattr(classifier, "task", None) or task_for()
     pool = ThreadPoolExecutor(num_workers) if num_workers > 0 else None
-    decode = classifier.transform.transform_image
+    transform_image = classifier.transform.transform_image
+
+    def decode(source: Any) -> torch.Tensor:  # an image whose pixels are not finite is an error for that image
+        return check_finite_pixels(transform_image(source), source_name(source))
 
     def submit(start: int) -> list[Future]:
         return [pool.submit(_try, decode, s) for s in sources[start : start + batch_size]]
@@ -136,9 +161,11 @@ def iter_batches(
 __all__ = [
     "BF16_CHOICES",
     "Batch",
+    "check_finite_pixels",
     "describe_error",
     "iter_batches",
     "progress_bar",
     "Runnable",
+    "source_name",
     "use_bf16",
 ]

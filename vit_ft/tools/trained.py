@@ -44,7 +44,7 @@ from ..utils.run_record import (
     read_run_record,
     run_folder,
 )
-from .inference import use_bf16
+from .inference import check_finite_pixels, use_bf16
 from .preprocessing import Preprocessing, preprocessing_from
 
 logger = logging.getLogger("vit_ft")
@@ -151,8 +151,9 @@ def _from_pretrained(name: str | os.PathLike, new_head: bool = False, **kwargs: 
     local weight file that cannot be read is an OSError naming it. `new_head`: the head may be new (a LoRA
     adapter's base model, whose head the adapter brings)."""
     try:
+        # lenient here (strict=False, ignore_mismatched_sizes): `check_complete` below names every kind of fault
         model, info = ViTFTForImageClassification.from_pretrained(
-            str(name), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+            str(name), output_loading_info=True, ignore_mismatched_sizes=True, strict=False, **kwargs
         )
     except (OSError, ValueError):
         raise
@@ -286,10 +287,7 @@ class Trained:
     def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)` on CPU.
         Pixels that are not finite (NaN, inf) are a ValueError: they would give NaN logits, read as a label."""
-        if not torch.isfinite(pixel_values).all():
-            raise ValueError(
-                "pixel_values holds NaN or infinite values; pass normalised float pixels (the model's transform)."
-            )
+        check_finite_pixels(pixel_values)
         with self.autocast():
             out = self.model(pixel_values=pixel_values.to(self.device))
         return out.logits.float().cpu()
