@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from transformers import ViTModel
 
+from vit_ft.arguments.recipes import parse_args
 from vit_ft.training.checkpoints import CHECKPOINT_RECORD, SETTINGS_KEY, checkpoint_is_complete
 from vit_ft.training.resume import FREE, GROW
-from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, write_run_record
+from vit_ft.training.stages import run_finetune
+from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record, write_run_record
 
 from ..cli_runner import run_script
 from ..conftest import randomize, tiny_hf_config, write_tiny_recipe
@@ -100,6 +102,9 @@ def test_resuming_a_finished_run_changes_nothing(run, tmp_path, capfd):
         assert lines == [f"{out}: the run already finished, nothing to resume (its files are kept as they are). "
                          "To train it again, pass --overwrite_output_dir without --resume, or another --output_dir."]
         assert snapshot(out) == before
+    # from Python: the same, and the metrics the finished run recorded
+    args = parse_args(["--recipe", str(run.recipe), "--output_dir", str(out), "--resume_from_checkpoint", "last"])
+    assert run_finetune(*args) == read_run_record(out)["metrics"] and snapshot(out) == before
     # without --resume it is refused, and nothing advises --resume for it
     line = error_line(run.finetune(capfd, "--output_dir", str(out)))
     assert "holds a finished run" in line and "--overwrite_output_dir" in line and "--resume" not in line

@@ -171,14 +171,24 @@ def run_inputs(model_args: Any, data_args: Any) -> list[str]:
 
 
 def check_run_output_dir(
-    training_args: TrainingArguments, overwrite_output_dir: bool = False, inputs: list[str] | None = None
+    training_args: TrainingArguments,
+    overwrite_output_dir: bool = False,
+    inputs: list[str] | None = None,
+    in_sweep: bool = False,
 ) -> None:
     """Refuse an output_dir that is a file, that is or lies inside one of `inputs` (`run_inputs`), or that holds
-    a finished run unless told to overwrite (or to resume, which then does nothing: `finished_run_message`)."""
-    refusal = (
-        "run, whose model this run would replace; pass --overwrite_output_dir to replace it, or another "
-        "--output_dir."
-    )
+    a finished run unless told to overwrite (or to resume, which then does nothing: `finished_run_message`).
+    `in_sweep`: the folder is one run of a sweep, which a resumed sweep keeps as it is."""
+    if in_sweep:
+        refusal = (
+            "run of this sweep; pass --resume to keep it (a resumed sweep keeps its finished runs), "
+            "--overwrite_output_dir to redo it, or another --output_dir."
+        )
+    else:
+        refusal = (
+            "run, whose model this run would replace; pass --overwrite_output_dir to replace it, or another "
+            "--output_dir."
+        )
     check_output_dir(
         training_args.output_dir,
         inputs=inputs or (),
