@@ -171,42 +171,50 @@ def recorded(out: Path, checkpoint: str) -> dict:
     return json.loads((out / checkpoint / CHECKPOINT_RECORD).read_text())[SETTINGS_KEY]["arguments"]
 
 
-# id -> (flags, the stated line, a check that the run used the new value)
+def checkpoint_steps(out: Path) -> list[int]:
+    return sorted(int(path.name.split("-")[1]) for path in out.glob("checkpoint-*"))
+
+
+# id -> (flags, the stated lines, a check that the run used the new values)
 ALLOWED = {
     "logging_steps": (
         ["--logging_steps", "2"],
-        "logging_steps 1.0 -> 2",  # TrainingArguments keeps a step count <= 1 a float (a fraction of the run)
+        ["logging_steps 1.0 -> 2"],  # TrainingArguments keeps a step count <= 1 a float (a fraction of the run)
         lambda out: steps_after_checkpoint(out, "loss") == [4, 6, 8],  # was every step
     ),
-    "eval_steps": (
+    "eval_steps": (  # save_steps goes with it (the arguments pair them)
         ["--eval_steps", "2"],
-        "eval_steps 3 -> 2",
-        lambda out: steps_after_checkpoint(out, "eval_loss") == [4, 6, 8],  # was 6
+        ["eval_steps 3 -> 2", "save_steps 3 -> 2"],
+        lambda out: steps_after_checkpoint(out, "eval_loss") == [4, 6, 8] and checkpoint_steps(out) == [3, 4, 6, 8],
     ),
-    "save_steps": (
-        ["--save_steps", "2"],
-        "save_steps 3 -> 2",
-        lambda out: sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")) == [3, 4, 6, 8],
+    "save_strategy": (  # eval_strategy goes with it
+        ["--save_strategy", "epoch"],
+        ["eval_strategy 'steps' -> 'epoch'", "save_strategy 'steps' -> 'epoch'"],
+        lambda out: steps_after_checkpoint(out, "eval_loss") == [4, 8] and checkpoint_steps(out) == [3, 4, 8],
     ),
     "dataloader_num_workers": (
         ["--dataloader_num_workers", "1"],
-        "dataloader_num_workers 0 -> 1",
+        ["dataloader_num_workers 0 -> 1"],
         lambda out: recorded(out, "checkpoint-6")["dataloader_num_workers"] == 1,
     ),
     "per_device_eval_batch_size": (
         ["--per_device_eval_batch_size", "4"],
-        "per_device_eval_batch_size 16 -> 4",
+        ["per_device_eval_batch_size 16 -> 4"],
         lambda out: recorded(out, "checkpoint-6")["per_device_eval_batch_size"] == 4,
     ),
     "num_train_epochs": (
         ["--num_train_epochs", "3"],
-        "num_train_epochs 2.0 -> 3.0",
+        ["num_train_epochs 2.0 -> 3.0 (the linear learning-rate schedule now runs to the new last step)"],
         lambda out: history(out)[-1]["step"] == 12,
     ),
-    "max_steps": (["--max_steps", "10"], "max_steps -1 -> 10", lambda out: history(out)[-1]["step"] == 10),
+    "max_steps": (
+        ["--max_steps", "10"],
+        ["max_steps -1 -> 10 (the linear learning-rate schedule now runs to the new last step)"],
+        lambda out: history(out)[-1]["step"] == 10,
+    ),
     "run_name": (
         ["--run_name", "second-try"],
-        "run_name null -> 'second-try'",
+        ["run_name null -> 'second-try'"],
         lambda out: recorded(out, "checkpoint-6")["run_name"] == "second-try",
     ),
 }
@@ -219,7 +227,9 @@ def test_an_allowed_change_is_applied_and_stated(run, tmp_path, capfd, case):
     out = run.interrupted(tmp_path)
     result = run.finetune(capfd, "--output_dir", str(out), "--resume", *flags)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert f"resume: {stated}" in result.stdout + result.stderr
+    # one line for each change, the output folder's (a copy) included, none for anything else
+    lines = [line.split("resume: ", 1)[1] for line in result.stdout.splitlines() if "resume: " in line]
+    assert sorted(lines) == sorted([*stated, f"output_dir '{run.finished}' -> '{out}'"]), lines
     assert is_finished(out) and applied(out), history(out)
 
 

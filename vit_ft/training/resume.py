@@ -53,13 +53,13 @@ FREE = frozenset(
         "output_dir", "report_to", "run_name", "project", "trackio_space_id", "trackio_bucket_id",
         "trackio_static_space_id", "log_level", "log_level_replica", "disable_tqdm", "skip_memory_metrics",
         "include_num_input_tokens_seen", "push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo",
-        "hub_always_push", "hub_revision", "do_train", "do_eval", "do_predict", "resume_from_checkpoint",
-        "ddp_timeout", "cache_dir", "pretrain_if_missing", "merge_lora", "test_dir", "test_split",
+        "hub_always_push", "hub_revision", "do_train", "do_eval", "do_predict", "ddp_timeout",
+        "cache_dir", "pretrain_if_missing", "merge_lora", "test_dir", "test_split",
     }
 )  # fmt: skip
 GROW = ("max_steps", "num_train_epochs")
-# not recorded: a secret, and a value that differs between the processes of one run
-_NOT_RECORDED = frozenset({"hub_token", "local_rank"})
+# not recorded: a secret, a value that differs between the processes of one run, and how this run starts
+_NOT_RECORDED = frozenset({"hub_token", "local_rank", "resume_from_checkpoint"})
 _PATHS = ("model_name_or_path", "train_dir", "validation_dir", "test_dir", "output_dir", "cache_dir")
 
 
@@ -180,6 +180,9 @@ def compare_settings(
         elif name in GROW and (problem := _growth_problem(name, old, value, state)) is not None:
             refused.append(problem)
         elif name in GROW:
+            schedule = new_args.get("lr_scheduler_type")
+            if schedule not in (None, "constant", "constant_with_warmup"):  # the scheduler's state keeps its step
+                line += f" (the {schedule} learning-rate schedule now runs to the new last step)"
             applied.append(line)
         else:
             refused.append(line)

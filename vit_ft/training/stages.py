@@ -300,12 +300,13 @@ def _finetune(
     # data and checkpoint
     prepare_builtin_data(data_args, training_args)
     splits, names = load_data(data_args, training_args)  # folders checked before any pre-training
-    settings = run_settings(model_args, data_args, training_args, names, splits)  # each checkpoint records them
-    if resume is not None:  # what changed since the checkpoint: applied and stated, or refused in one line
-        check_resume(resume, training_args, settings)
     task = task_for(problem_type_of(splits["train"]))  # the data says which: one label per image, or several
     task.check_options(data_args, training_args)  # before the pre-training and the model
     prepare_builtin_checkpoint(model_args, data_args, training_args)
+    # what each checkpoint records (once the starting checkpoint exists: its path is recorded resolved)
+    settings = run_settings(model_args, data_args, training_args, names, splits)
+    if resume is not None:  # what changed since the checkpoint: applied and stated, or refused in one line
+        check_resume(resume, training_args, settings)
     loss_weights = task.loss_weights(training_args, splits["train"], names)  # class weights / BCE pos_weight
     # the class ids the balanced sampler draws by, read before the transforms replace the columns
     balanced = task.train_labels(splits["train"]) if training_args.balanced_sampler else None
