@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from vit_ft.arguments.recipes import parse_args
 from vit_ft.training.checkpoints import CHECKPOINT_RECORD, SETTINGS_KEY, checkpoint_is_complete
 from vit_ft.training.resume import FREE, GROW
 from vit_ft.training.stages import run_finetune
-from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record, write_run_record
+from vit_ft.utils.run_record import is_finished, read_run_record
 
 from ..cli_runner import run_script
 from ..conftest import randomize, tiny_hf_config, write_tiny_recipe
@@ -249,12 +248,3 @@ def test_a_checkpoint_without_settings_resumes_with_a_line_saying_so(run, tmp_pa
     assert f"resume: {CHECKPOINT} records no settings (an older vit_ft wrote it)" in log
     assert "resume: logging_steps 1.0 -> 2" in log
     assert steps_after_checkpoint(out, "loss") == [4, 6, 8]
-
-
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_the_run_record_is_valid_json_with_non_finite_numbers_as_null(tmp_path, bad, caplog):
-    write_run_record(tmp_path, {"metrics": {"eval_loss": bad, "eval_accuracy": 0.5}, "data": {"alpha": [1.0, bad]}})
-    text = (tmp_path / RUN_RECORD_FILE).read_text()
-    record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the run record"))
-    assert record["metrics"] == {"eval_loss": None, "eval_accuracy": 0.5} and record["data"]["alpha"] == [1.0, None]
-    assert "metrics.eval_loss" in caplog.text and "data.alpha[1]" in caplog.text
