@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from vit_ft.training.checkpoints import checkpoint_is_complete
-from vit_ft.utils.run_record import is_finished
+from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished
 
 from ..cli_runner import run_script
 from ..conftest import REPO, run_finetune_script, write_tiny_recipe
@@ -146,13 +146,15 @@ def test_a_finished_run_is_refused_and_kept_byte_for_byte(tiny_finetuned_dir, ca
         "scripts/finetune.py", ["--recipe", str(out.parent / "tiny.yaml")], capfd, cwd=out.parent
     )
     assert_one_line_error(result, "holds a finished run")
-    assert "--overwrite_output_dir" in result.stderr and "--resume" in result.stderr
+    # a finished run has nothing to resume: the line does not advise --resume
+    assert "--overwrite_output_dir" in result.stderr and "--resume" not in result.stderr
     assert {path: digest(path) for path in files} == before
 
 
 def test_resume_falls_back_from_a_checkpoint_whose_weights_do_not_load(tiny_finetuned_dir, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(tiny_finetuned_dir, out)
+    (out / RUN_RECORD_FILE).unlink()  # a run killed after its last checkpoint: a finished one has nothing to resume
     checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert len(checkpoints) >= 2
     newest, good = checkpoints[-1], checkpoints[-2]

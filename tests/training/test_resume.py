@@ -156,13 +156,14 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, interrupted, uninterrup
 
 def test_resume_from_the_middle_of_an_earlier_epoch_is_exact(tmp_path, uninterrupted_dir, uninterrupted):
     """Only checkpoint-8 (2 steps into epoch 2 of 4) in a fresh folder: the skipped batches' crops, the rest of
-    the epoch and the later epochs must all be drawn as they were."""
+    the epoch and the later epochs must all be drawn as they were. (The same recipe: the same backbone and image
+    folders; a copy of them elsewhere is other data to --resume.)"""
     step = 8
     assert step % STEPS_PER_EPOCH != 0
     out = tmp_path / "resumed"
     out.mkdir()
     shutil.copytree(uninterrupted_dir / f"checkpoint-{step}", out / f"checkpoint-{step}")
-    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
+    recipe = uninterrupted_dir.parent / "tiny.yaml"
     finetune(tmp_path, recipe, "--output_dir", str(out), "--resume")
     assert_same_run(final_run(out), uninterrupted)
 

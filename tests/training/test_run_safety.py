@@ -24,7 +24,7 @@ from vit_ft.training.checkpoints import (
     last_complete_checkpoint,
     write_checkpoint_record,
 )
-from vit_ft.utils.run_record import is_finished
+from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished
 
 from ..cli_runner import Ran, run_script
 from ..conftest import REPO, write_tiny_recipe
@@ -174,6 +174,7 @@ def finished_run(tmp_path_factory, shared) -> Path:
 def copy_run(finished_run: Path, tmp_path: Path, shared: Path) -> tuple[Path, Path, list[Path]]:
     out = tmp_path / "out"
     shutil.copytree(finished_run, out)
+    (out / RUN_RECORD_FILE).unlink()  # killed after its last checkpoint: a finished run has nothing to resume
     recipe = case_recipe(tmp_path, shared, num_train_epochs=4, save_strategy="epoch", max_train_samples=32)
     checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert len(checkpoints) >= 2

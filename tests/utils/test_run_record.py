@@ -1,6 +1,10 @@
 """vit_ft.utils.run_record: the output folder's layout and the run record, written and read in one place."""
 
 import json
+import math
+
+import numpy as np
+import pytest
 
 from vit_ft.utils.run_record import (
     ADAPTER_DIR,
@@ -16,6 +20,15 @@ def test_written_record_reads_back_with_paths_as_strings(tmp_path):
     path = write_run_record(tmp_path, {"seed": 7, "data": {"train_dir": tmp_path / "train"}})
     assert path == tmp_path / RUN_RECORD_FILE
     assert read_run_record(tmp_path) == {"seed": 7, "data": {"train_dir": str(tmp_path / "train")}}
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, np.float32("nan")])
+def test_the_record_is_valid_json_with_numbers_that_are_not_finite_as_null(tmp_path, bad, caplog):
+    write_run_record(tmp_path, {"metrics": {"eval_loss": bad, "eval_accuracy": 0.5}, "data": {"alpha": [1.0, bad]}})
+    text = (tmp_path / RUN_RECORD_FILE).read_text()
+    record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the run record"))
+    assert record["metrics"] == {"eval_loss": None, "eval_accuracy": 0.5} and record["data"]["alpha"] == [1.0, None]
+    assert "metrics.eval_loss" in caplog.text and "data.alpha[1]" in caplog.text  # the warning names them
 
 
 def test_an_adapter_folder_reads_its_runs_record(tmp_path):

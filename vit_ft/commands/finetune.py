@@ -14,10 +14,12 @@ step, prints where it is and exits 75 (EX_TEMPFAIL): run the same command with -
 
 The command's own switches are read here, by one argparse pass (`parse_command`), and nowhere else: `--recipe`
 (its name goes into the run record), `--resume` (continue from the last complete checkpoint-*: it becomes
-`--resume_from_checkpoint last`), `--overwrite_output_dir` (replace a finished run; transformers 5 dropped it from
-TrainingArguments), `--sweep ARG=V1,V2,...` (the sweep takes them from the `FinetuneCommand` it is handed),
-`--list-recipes` and `--help`. What remains, with `--recipe`, are the flags of the argument dataclasses, which
-`vit_ft.arguments.recipes.parse_args` merges with the recipe. `--debug` is `cli.run_tool`'s.
+`--resume_from_checkpoint last`; which settings may differ from the checkpoint's is `training.resume`'s; a
+finished run has nothing to resume: one line, exit 0, its folder unchanged), `--overwrite_output_dir` (replace a
+finished run; transformers 5 dropped it from TrainingArguments), `--sweep ARG=V1,V2,...` (the sweep takes them
+from the `FinetuneCommand` it is handed), `--list-recipes` and `--help`. What remains, with `--recipe`, are the
+flags of the argument dataclasses, which `vit_ft.arguments.recipes.parse_args` merges with the recipe. `--debug`
+is `cli.run_tool`'s.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from ..arguments.recipes import (
     resolve_recipe,
 )
 from ..tools.export.hub import push_output_dir
-from ..training.checkpoints import interrupted_message
+from ..training.checkpoints import finished_run_message, interrupted_message
 from ..training.preemption import PREEMPTED_EXIT, Preempted
 from ..training.stages import run_finetune
 from ..training.sweep import run_sweep, sweep_interrupted_message
@@ -240,6 +242,12 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     command = parse_command(argv)
     model_args, data_args, training_args = parse_args(list(command.flags))  # validated before any work
     setup_training_logging(training_args)
+    finished = finished_run_message(training_args) if command.sweep is None else None
+    if finished is not None:  # --resume of a finished run: nothing to do, nothing written, nothing pushed
+        if training_args.process_index == 0:
+            print(finished)
+        end_process_group()
+        return {}
     try:
         if command.sweep is not None:  # one fine-tune per value; the winner is copied into output_dir, pushed
             on_interrupt.append(lambda: sweep_interrupted_message(training_args.output_dir))

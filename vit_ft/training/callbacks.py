@@ -1,4 +1,5 @@
-"""The fine-tune's Trainer callbacks: augmentation that replays on resume, and training speed without evaluation."""
+"""The fine-tune's Trainer callbacks: augmentation that replays on resume, the logging / eval / save steps of this
+run's arguments on resume, and training speed without evaluation."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ class AugmentationEpochCallback(TrainerCallback):
             target.set_epoch(self.epoch)
 
 
+class StepsFromArguments(TrainerCallback):
+    """The logging / eval / save steps of this run's arguments, on resume too.
+
+    On resume the Trainer replaces its state with the checkpoint's trainer_state.json, steps included, and only
+    warns when this run's arguments name others (`trainer_utils.compare_trainer_and_checkpoint_args`); a cadence
+    that `--resume` allows to change (`resume.FREE`) is applied here, at the start of training, with the
+    Trainer's own `TrainerState.compute_steps` (a fraction < 1 is of the whole run's steps). A fresh run's steps
+    are already these.
+    """
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.compute_steps(args, state.max_steps)
+
+
 class EvaluationTime(TrainerCallback):
     """Adds up the seconds the Trainer spends evaluating inside `train()`, which its train_runtime includes."""
 
@@ -57,4 +72,4 @@ class EvaluationTime(TrainerCallback):
         return speed
 
 
-__all__ = ["AugmentationEpochCallback", "EvaluationTime"]
+__all__ = ["AugmentationEpochCallback", "EvaluationTime", "StepsFromArguments"]

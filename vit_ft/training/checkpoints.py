@@ -4,9 +4,12 @@ an output), and what to print on Ctrl-C. Every process asks the same questions; 
 checkpoint aside.
 
 Each checkpoint gets a record, `vit_ft_checkpoint.json`, written by `CheckpointRecordCallback` right after the
-Trainer wrote the checkpoint: the run's id, the step, and the SHA-256 of every file in it. A checkpoint is
-complete only if its files are exactly those one run wrote at that step (a file cut short, rewritten by another
-run or by hand, or a death before the record, makes it incomplete).
+Trainer wrote the checkpoint: the run's id, the step, the SHA-256 of every file in it, and the settings the run
+trained with (`resume.run_settings`, which `--resume` compares with its own). A checkpoint is complete only if its
+files are exactly those one run wrote at that step (a file cut short, rewritten by another run or by hand, or a
+death before the record, makes it incomplete).
+
+A folder whose run finished has nothing to resume: `--resume` there changes nothing (`finished_run_message`).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from transformers import TrainerCallback, TrainingArguments
 from ..utils.distributed import broadcast_object
 from ..utils.files import write_text_atomically
 from ..utils.output_dir import check_output_dir
+from ..utils.run_record import is_finished
 
 logger = logging.getLogger("vit_ft")
 
 _WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
 CHECKPOINT_RECORD = "vit_ft_checkpoint.json"
+SETTINGS_KEY = "run"  # the record's key for the run's settings (`resume.run_settings`)
 # the RNG states of processes other than 0, which they write themselves while process 0 writes the record
 _OTHER_PROCESSES_FILES = re.compile(r"rng_state_[1-9]\d*\.pth")
 
@@ -49,11 +54,16 @@ def _recorded_files(folder: Path) -> list[Path]:
     )
 
 
-def write_checkpoint_record(folder: str | os.PathLike, run_id: str, step: int) -> Path:
-    """Record that `folder`'s files are the ones run `run_id` wrote at `step` (their SHA-256), atomically."""
+def write_checkpoint_record(
+    folder: str | os.PathLike, run_id: str, step: int, settings: dict[str, Any] | None = None
+) -> Path:
+    """Record that `folder`'s files are the ones run `run_id` wrote at `step` (their SHA-256), and the run's
+    `settings` (`resume.run_settings`) when given, atomically."""
     folder = Path(folder)
     files = {path.relative_to(folder).as_posix(): _digest(path) for path in _recorded_files(folder)}
-    record = {"run_id": run_id, "step": step, "sha256": files}
+    record: dict[str, Any] = {"run_id": run_id, "step": step, "sha256": files}
+    if settings is not None:
+        record[SETTINGS_KEY] = settings
     return write_text_atomically(folder / CHECKPOINT_RECORD, json.dumps(record, indent=1))
 
 
@@ -76,15 +86,16 @@ def _record_problem(path: Path, step: int) -> str | None:
 
 
 class CheckpointRecordCallback(TrainerCallback):
-    """Writes each checkpoint's `vit_ft_checkpoint.json` (process 0) as soon as the Trainer has saved it."""
+    """Writes each checkpoint's `vit_ft_checkpoint.json` (process 0) as soon as the Trainer has saved it, with
+    the run's `settings` (`resume.run_settings`)."""
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
+    def __init__(self, run_id: str, settings: dict[str, Any] | None = None) -> None:
+        self.run_id, self.settings = run_id, settings
 
     def on_save(self, args, state, control, **kwargs):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and folder.is_dir():
-            write_checkpoint_record(folder, self.run_id, state.global_step)
+            write_checkpoint_record(folder, self.run_id, state.global_step, self.settings)
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
@@ -160,19 +171,44 @@ def run_inputs(model_args: Any, data_args: Any) -> list[str]:
 
 
 def check_run_output_dir(
-    training_args: TrainingArguments, overwrite_output_dir: bool = False, inputs: list[str] | None = None
+    training_args: TrainingArguments,
+    overwrite_output_dir: bool = False,
+    inputs: list[str] | None = None,
+    in_sweep: bool = False,
 ) -> None:
     """Refuse an output_dir that is a file, that is or lies inside one of `inputs` (`run_inputs`), or that holds
-    a finished run unless told to overwrite or resume."""
-    resume = training_args.resume_from_checkpoint not in (None, False, "false", "False")
-    refusal = (
-        "run, whose model this run would replace; pass --overwrite_output_dir to replace it, --resume to "
-        "continue it, or another --output_dir."
-    )
+    a finished run unless told to overwrite (or to resume, which then does nothing: `finished_run_message`).
+    `in_sweep`: the folder is one run of a sweep, which a resumed sweep keeps as it is."""
+    if in_sweep:
+        refusal = (
+            "run of this sweep; pass --resume to keep it (a resumed sweep keeps its finished runs), "
+            "--overwrite_output_dir to redo it, or another --output_dir."
+        )
+    else:
+        refusal = (
+            "run, whose model this run would replace; pass --overwrite_output_dir to replace it, or another "
+            "--output_dir."
+        )
     check_output_dir(
         training_args.output_dir,
         inputs=inputs or (),
-        finished=None if overwrite_output_dir or resume else refusal,
+        finished=None if overwrite_output_dir or resumes(training_args) else refusal,
+    )
+
+
+def resumes(training_args: TrainingArguments) -> bool:
+    """Whether the run is asked to resume (`--resume`, or resume_from_checkpoint naming a checkpoint)."""
+    return training_args.resume_from_checkpoint not in (None, False, "false", "False")
+
+
+def finished_run_message(training_args: TrainingArguments) -> str | None:
+    """The one line for a resume into a folder whose run finished (`run_record.is_finished`), which then
+    changes nothing there; None when the run does not resume or its folder holds no finished run."""
+    if not resumes(training_args) or not is_finished(training_args.output_dir):
+        return None
+    return (
+        f"{training_args.output_dir}: the run already finished, nothing to resume (its files are kept as they "
+        "are). To train it again, pass --overwrite_output_dir without --resume, or another --output_dir."
     )
 
 
@@ -188,7 +224,7 @@ def interrupted_message(output_dir: str | Path) -> str:
 def resolve_resume(training_args: TrainingArguments) -> str | None:
     """The checkpoint to resume from: an explicit path, or the last complete one in output_dir for `--resume`."""
     resume = training_args.resume_from_checkpoint
-    if resume in (None, False, "false", "False"):
+    if not resumes(training_args):
         return None
     if resume in (True, "true", "True", "last"):
         last = (
@@ -212,13 +248,16 @@ def resolve_resume(training_args: TrainingArguments) -> str | None:
 __all__ = [
     "CHECKPOINT_RECORD",
     "CheckpointRecordCallback",
+    "SETTINGS_KEY",
     "check_run_output_dir",
     "checkpoint_is_complete",
     "checkpoint_problem",
+    "finished_run_message",
     "interrupted_message",
     "last_complete_checkpoint",
     "newest_complete_checkpoint",
     "resolve_resume",
+    "resumes",
     "run_inputs",
     "write_checkpoint_record",
 ]

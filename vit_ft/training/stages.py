@@ -28,11 +28,19 @@ from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..tasks import Task, task_for
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
-from ..utils.run_record import mark_unfinished
-from .checkpoints import CheckpointRecordCallback, check_run_output_dir, resolve_resume, run_inputs
+from ..utils.run_record import mark_unfinished, read_run_record
+from .callbacks import StepsFromArguments
+from .checkpoints import (
+    CheckpointRecordCallback,
+    check_run_output_dir,
+    finished_run_message,
+    resolve_resume,
+    run_inputs,
+)
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
+from .resume import check_resume, run_settings
 from .trainer import build_trainer, evaluate_final_model
 
 logger = logging.getLogger("vit_ft")
@@ -251,11 +259,17 @@ def run_finetune(
     """Fine-tune as the recipe says and write the output folder; returns the final metrics.
 
     Refused before any work: an output_dir that is or lies inside an input (the starting checkpoint, an image
-    folder), and a folder holding a finished run unless `overwrite_output_dir` or resume_from_checkpoint is set.
+    folder), and a folder holding a finished run unless `overwrite_output_dir` is set; resuming a finished run
+    logs that there is nothing to resume, changes nothing and returns the metrics its run record holds. A resume
+    that changes what the weights depend on is refused before any step (`resume.check_resume`).
     The folder is locked for the run (`utils.lock`: a second run into it is refused, naming this one); the run
     record written last (`"finished": true`) marks it finished. A full disk while saving is one line (OSError)
     naming the last complete checkpoint; a preemption signal saves a checkpoint and raises Preempted.
     """
+    finished = finished_run_message(training_args)
+    if finished is not None:  # before the lock: nothing in the folder changes
+        logger.warning(finished)
+        return dict((read_run_record(training_args.output_dir) or {}).get("metrics") or {})
     inputs = run_inputs(model_args, data_args)
     check_run_output_dir(training_args, overwrite_output_dir, inputs)
     index, world_size = training_args.process_index, training_args.world_size
@@ -289,6 +303,10 @@ def _finetune(
     task = task_for(problem_type_of(splits["train"]))  # the data says which: one label per image, or several
     task.check_options(data_args, training_args)  # before the pre-training and the model
     prepare_builtin_checkpoint(model_args, data_args, training_args)
+    # what each checkpoint records (once the starting checkpoint exists: its path is recorded resolved)
+    settings = run_settings(model_args, data_args, training_args, names, splits)
+    if resume is not None:  # what changed since the checkpoint: applied and stated, or refused in one line
+        check_resume(resume, training_args, settings)
     loss_weights = task.loss_weights(training_args, splits["train"], names)  # class weights / BCE pos_weight
     # the class ids the balanced sampler draws by, read before the transforms replace the columns
     balanced = task.train_labels(splits["train"]) if training_args.balanced_sampler else None
@@ -306,7 +324,8 @@ def _finetune(
     )  # fmt: skip
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)
-    trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex))
+    trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex, settings))
+    trainer.add_callback(StepsFromArguments())
 
     # train; a finished run being replaced or continued no longer counts as finished until the end
     if training_args.process_index == 0:

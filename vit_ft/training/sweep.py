@@ -224,7 +224,7 @@ def _agreed_plan(
         plan = broadcast_object(plan)  # every process must take the same decisions
     for run, action in zip(runs, plan, strict=True):
         if action == "start":  # a finished run without --resume is refused here, before any run starts
-            check_run_output_dir(_with_resume(run.args, None)[2], overwrite_output_dir)
+            check_run_output_dir(_with_resume(run.args, None)[2], overwrite_output_dir, in_sweep=True)
     return plan
 
 

@@ -4,11 +4,18 @@ The fine-tune writes the record (what it used: recipe, base model, resolution, d
 metrics); evaluate, inspect, push and the demo read it back through `read_run_record`. The record is the
 folder's completion marker: the fine-tune writes it last, with `"finished": true`, after the model, processor
 and labels, and marks it `"finished": false` when a new run starts in the folder; `is_finished` checks it.
+
+The record is always valid JSON (RFC 8259 has no NaN or Infinity, which Python's json would write): a number
+that is not finite is written as null, with a warning naming where it was. The flags are checked finite before
+any work, so one here comes from the run itself (a diverged run's NaN loss), whose record is still worth keeping.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,8 @@ EXAMPLES_DIR = "examples"  # a few validation images, which the demo offers and 
 # the record's key for the temperature fitted on the validation split (vit_ft.training.calibration):
 # {"temperature": T, "split": "validation", "images": n, "nll": [before, after], "ece": [before, after]}
 CALIBRATION_KEY = "calibration"
+
+logger = logging.getLogger("vit_ft")
 
 
 def is_adapter_folder(path: str | os.PathLike) -> bool:
@@ -65,14 +74,37 @@ def recorded_temperature(record: dict[str, Any] | None) -> float:
     return float(temperature)
 
 
+def _finite(value: Any, where: str, replaced: list[str]) -> Any:
+    """`value` with every number that is not finite (NaN, +-inf) replaced by None; their places in `replaced`."""
+    if isinstance(value, dict):
+        return {key: _finite(item, f"{where}.{key}" if where else str(key), replaced) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item, f"{where}[{i}]", replaced) for i, item in enumerate(value)]
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and not math.isfinite(value):
+        replaced.append(f"{where} ({value})")
+        return None
+    return value
+
+
+def record_json(record: dict[str, Any]) -> str:
+    """`record` as valid JSON: values JSON cannot hold as their text, numbers that are not finite as null (with
+    a warning naming them)."""
+    replaced: list[str] = []
+    clean = _finite(record, "", replaced)
+    if replaced:
+        logger.warning(
+            "The run record holds numbers that are not finite, written as null: %s.", ", ".join(replaced)
+        )
+    return json.dumps(clean, indent=2, default=str, allow_nan=False)
+
+
 def write_run_record(output_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
-    """Write `record` as the folder's run record (values JSON cannot hold are written as strings).
+    """Write `record` as the folder's run record (`record_json`: values JSON cannot hold as strings, numbers
+    that are not finite as null).
 
     Written atomically (`files.write_text_atomically`): a death while writing never leaves half a record.
     """
-    return write_text_atomically(
-        Path(output_dir) / RUN_RECORD_FILE, json.dumps(record, indent=2, default=str)
-    )
+    return write_text_atomically(Path(output_dir) / RUN_RECORD_FILE, record_json(record))
 
 
 def is_finished(folder: str | os.PathLike) -> bool:
@@ -109,6 +141,7 @@ __all__ = [
     "is_finished",
     "mark_unfinished",
     "read_run_record",
+    "record_json",
     "recorded_seed",
     "recorded_temperature",
     "run_folder",
