@@ -243,6 +243,15 @@ def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, fi
         assert row["eval_loss"] == pytest.approx(expected["eval_loss"], abs=1e-5)
     assert is_finished(out) and (out / RUN_RECORD_FILE).is_file()
 
+    # --resume of the finished sweep: nothing to resume, nothing rewritten (sweep.json, the winner, the record)
+    finished = snapshot(out)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="vit_ft"):
+        again = run_finetune_here(*command, "--resume", capsys=capsys)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert f"{out}: the sweep already finished, nothing to resume" in caplog.text
+    assert "finished before; kept" not in caplog.text and snapshot(out) == finished
+
 
 def test_sweep_under_two_processes(tmp_path):
     """Every process takes part in every run; process 0 alone chooses, copies and writes, once."""

@@ -52,9 +52,17 @@ from ..utils.lock import output_lock_in_process_zero
 from ..utils.output_dir import check_output_dir
 from ..utils.run_record import is_finished, mark_unfinished
 from .checkpoints import check_run_output_dir, newest_complete_checkpoint, run_inputs
-from .seeds import SEED, pretraining_folder, seed_folder
+from .seeds import SEED, SEEDS_JSON, pretraining_folder, seed_folder
 from .stages import run_finetune
-from .sweep_results import RUN_PREFIX, Seconds, SweepRun, is_sweep_folder, log_results, write_results
+from .sweep_results import (
+    RUN_PREFIX,
+    SWEEP_JSON,
+    Seconds,
+    SweepRun,
+    is_sweep_folder,
+    log_results,
+    write_results,
+)
 
 logger = logging.getLogger("vit_ft")
 
@@ -350,6 +358,18 @@ def _check_sweep_kind(name: str, command: FinetuneCommand, training_args: Traini
         )
 
 
+def _finished_summary(name: str, output_dir: Path) -> dict[str, Any] | None:
+    """The summary of the finished sweep in `output_dir` (seeds.json for a seed sweep, else sweep.json beside
+    the winner's finished model), or None when it has not finished."""
+    summary = output_dir / (SEEDS_JSON if name == SEED else SWEEP_JSON)
+    if not summary.is_file() or (name != SEED and not is_finished(output_dir)):
+        return None
+    try:
+        return json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
     """Run the sweep `command.sweep` (`ARG=V1,V2,...`) over the fine-tune the rest of `command` describes; returns
     sweep.json's content (seeds.json's for a seed sweep).
@@ -370,6 +390,13 @@ def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
     with output_lock_in_process_zero(output_dir, "vit-ft finetune --sweep", index, world_size):
         check_sweep_output_dir(*checks)
         plan = _agreed_plan(runs, training_args, resume, command.overwrite_output_dir)
+        finished = _finished_summary(name, output_dir) if all(action == "done" for action in plan) else None
+        if finished is not None:  # --resume of a finished sweep: nothing to run, nothing rewritten
+            logger.info(
+                "%s: the sweep already finished, nothing to resume (its files are kept as they are). To run it "
+                "again, pass --overwrite_output_dir without --resume, or another --output_dir.", output_dir,
+            )  # fmt: skip
+            return finished
         if name != SEED and index == 0:  # until the new winner is copied, OUTPUT's model is not this sweep's
             mark_unfinished(output_dir)
         seconds = _run_all(name, runs, plan, command)
