@@ -37,7 +37,6 @@ from typing import Any
 
 import datasets
 import torch
-from datasets.distributed import split_dataset_by_node
 
 from .multilabel import MULTI_LABEL, SINGLE_LABEL, _is_value, _list_item, multi_hot_feature
 from .transforms import INDEX_COLUMN
@@ -295,23 +294,37 @@ class TrainStream(torch.utils.data.IterableDataset):
         n = self.n_shards
         return n // self.world_size if n % self.world_size == 0 else n
 
-    def pass_stream(self, epoch: int) -> datasets.IterableDataset:
-        """Pass `epoch` of this process: shards and a buffer shuffled by (seed, epoch), then its share."""
+    def worker_share(self, epoch: int, worker: int, workers: int) -> Iterator[dict[str, Any]]:
+        """Pass `epoch` of worker `worker` of `workers` in this process: shards and a buffer shuffled by (seed,
+        epoch); the shards split across the processes when they divide evenly (else each process keeps every
+        world_size-th example of the stream), then across the workers.
+
+        The split is done here, not by `datasets` inside the worker (which would tie a share to the worker's id):
+        a resumed run hands worker i the share worker (i + trained batches) % workers had."""
         stream = self._stream.shuffle(seed=self.seed, buffer_size=self.buffer_size)
+        by_shards = self.n_shards % self.world_size == 0
+        if self.world_size > 1 and by_shards:
+            stream = stream.shard(num_shards=self.world_size, index=self.rank, contiguous=False)
+        if workers > 1:
+            stream = stream.shard(num_shards=workers, index=worker, contiguous=False)
         stream.set_epoch(epoch)
-        if self.world_size > 1:
-            stream = split_dataset_by_node(stream, rank=self.rank, world_size=self.world_size)
-        return stream
+        position = 0
+        for batch in stream.iter(batch_size=64):  # iter(): no worker split of its own
+            for values in zip(*batch.values(), strict=True):
+                if by_shards or position % self.world_size == self.rank:
+                    yield dict(zip(batch, values, strict=True))
+                position += 1
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """This worker's examples, pass after pass, with their augmentation index; held-out ones left out."""
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        worker = (worker + self.resume_from_batch) % workers  # the DataLoader starts its round at worker 0
         slot, slots = self.rank * workers + worker, self.world_size * workers
         position = 0
         for epoch in itertools.count() if self.passes is None else range(self.passes):
             seen = 0
-            for row in self.pass_stream(epoch):
+            for row in self.worker_share(epoch, worker, workers):
                 if self.excluded and image_key(row["image"]) in self.excluded:
                     continue
                 seen += 1
@@ -323,6 +336,7 @@ class TrainStream(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        worker = (worker + self.resume_from_batch) % workers  # as in `rows`
         skip = resume_skip(self.resume_from_batch, worker, workers) * self.batch_size
         for row in itertools.islice(self.rows(), skip, None):
             label = self.coding(row["label"])
@@ -366,6 +380,9 @@ def stream_dataloader(stream: TrainStream, collate_fn: Callable, args: Any) -> A
         persistent_workers=args.dataloader_persistent_workers and workers > 0,
         prefetch_factor=args.dataloader_prefetch_factor if workers > 0 else None,
         drop_last=False,
+        # its own generator: creating the iterator must not draw from the global RNG, which a resumed run
+        # restores just before (dropout would then be one draw off an uninterrupted run)
+        generator=torch.Generator().manual_seed(stream.seed),
     )
     return prepare_data_loader(loader, device=args.device, num_processes=1, process_index=0,
                                put_on_device=True, dispatch_batches=False)  # fmt: skip
