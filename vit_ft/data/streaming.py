@@ -179,7 +179,7 @@ def label_coding(
     elif _is_value(item, ("int", "string")):
         kind, source = MULTI_LABEL, "name_list" if _is_value(item, ("string",)) else "id_list"
     else:
-        raise TypeError(f"label_column of {where} holds {feature}: not class ids, names, or lists of them.")
+        raise ValueError(f"label_column of {where} holds {feature}: not class ids, names, or lists of them.")
     if not names:
         raise ValueError(
             f"label_column of {where} ({feature}) names no classes, and a stream cannot be read whole to find "
@@ -218,8 +218,9 @@ def _standard_stream(
     if renames:
         stream = stream.rename_columns(renames)
     image = None if stream.features is None else stream.features["image"]
-    if image is not None and not isinstance(image, datasets.Image) and image not in _IMAGE_VALUES:
-        raise TypeError(
+    struct = isinstance(image, dict) and "bytes" in image  # {"bytes", "path"}, as datasets writes images
+    if image is not None and not isinstance(image, datasets.Image) and image not in _IMAGE_VALUES and not struct:
+        raise ValueError(
             f"image_column={image_column!r} of {where} holds {image}, not images; pass the column with the "
             "images as image_column."
         )
