@@ -87,3 +87,93 @@ def test_resumed_stream_ends_where_the_uninterrupted_one_ends(streamed, capfd):
     resumed, uninterrupted = final_run(killed / "out"), final_run(tmp / "out")
     assert resumed["losses"] == uninterrupted["losses"]
     assert resumed["weights"] == uninterrupted["weights"]
+
+
+# --- through the fake Hub: the imagenet1k recipe on a stand-in of ILSVRC/imagenet-1k, and dogs streamed ---
+
+IMAGENET_ID = "ILSVRC/imagenet-1k"
+IMAGENET_NAMES = [f"n{index:08d}" for index in range(1000)]  # the real schema: a ClassLabel of 1,000 names
+IMAGENET_SHARDS = {"train": (7, 5), "validation": (4,)}  # parquet shards of unequal length
+
+
+def imagenet_files() -> dict[str, bytes]:
+    """A stand-in of ILSVRC/imagenet-1k with its schema (image, label: ClassLabel of 1,000 names) and few rows."""
+    from ..fake_hub import dataset_card, parquet_bytes
+    from ..test_headline import dog_image
+
+    files, sizes = {}, {}
+    for split, shards in IMAGENET_SHARDS.items():
+        for index, count in enumerate(shards):
+            labels = [(37 * (index * 10 + i)) % 1000 for i in range(count)]
+            rows = [{"image": {"bytes": dog_image(i % 3, i, "JPEG"), "path": f"{split}_{index}_{i}.JPEG"},
+                     "label": label} for i, label in enumerate(labels)]  # fmt: skip
+            files[f"data/{split}-{index:05d}-of-{len(shards):05d}.parquet"] = parquet_bytes(rows)
+        sizes[split] = sum(shards)
+    features = [{"name": "image", "dtype": "image"},
+                {"name": "label", "dtype": {"class_label": {"names": dict(enumerate(IMAGENET_NAMES))}}}]  # fmt: skip
+    files["README.md"] = dataset_card(features, sizes, {split: f"data/{split}-*" for split in sizes})
+    return files
+
+
+HUB_OVERRIDES = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+                 "--per_device_eval_batch_size", "16", "--image_size", "48", "--dataloader_num_workers", "0",
+                 "--use_cpu", "true", "--bf16", "false", "--eval_steps", "2", "--save_steps", "2",
+                 "--logging_steps", "1", "--report_to", "none"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hub_runs(tmp_path_factory):
+    """`--recipe imagenet1k` and `--recipe dogs --streaming true`, each a process against one fake Hub."""
+    import subprocess
+    import sys
+
+    from transformers import ViTImageProcessor, ViTModel
+
+    from ..conftest import REPO, randomize, tiny_hf_config
+    from ..fake_hub import FakeHub
+    from ..test_headline import DATASET_ID, MODEL_ID, dogs_dataset_files
+    from ..tools.test_hub import push_env
+
+    tmp = tmp_path_factory.mktemp("hub_streams")
+    backbone = tmp / "backbone"
+    randomize(ViTModel(tiny_hf_config(image_size=32, patch_size=8))).save_pretrained(backbone)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(backbone)
+    runs = {"imagenet1k": ["--recipe", "imagenet1k"], "dogs": ["--recipe", "dogs", "--streaming", "true"]}
+    with FakeHub() as hub:
+        hub.add_repo(MODEL_ID, backbone)
+        hub.add_repo(IMAGENET_ID, imagenet_files(), repo_type="dataset")
+        hub.add_repo(DATASET_ID, dogs_dataset_files(), repo_type="dataset")
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, str(REPO / "scripts" / "finetune.py"), *args, *HUB_OVERRIDES,
+                 "--output_dir", str(tmp / name / "out")],
+                cwd=tmp, env={**push_env(hub, tmp / name), "HF_TOKEN": "", "PYTHONPATH": str(REPO),
+                                                        "VIT_FT_RECIPES_DIR": str(REPO / "recipes")}, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True,
+            )
+            for name, args in runs.items()
+        }  # fmt: skip
+        results = {name: (proc.communicate(timeout=600)[0], proc.returncode) for name, proc in procs.items()}
+        yield {"hub": hub, "tmp": tmp, "results": results}
+
+
+@pytest.mark.slow
+def test_imagenet_recipe_streams_the_stand_in(hub_runs):
+    log, rc = hub_runs["results"]["imagenet1k"]
+    assert rc == 0, log[-4000:]
+    assert not hub_runs["hub"].unexpected
+    out = hub_runs["tmp"] / "imagenet1k" / "out"
+    labels = json.loads((out / "labels.json").read_text())
+    assert list(labels["label2id"]) == IMAGENET_NAMES  # the names from the dataset's ClassLabel
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert "eval_accuracy" in json.loads((out / "eval_results.json").read_text())
+
+
+@pytest.mark.slow
+def test_dogs_recipe_streams_as_written(hub_runs):
+    log, rc = hub_runs["results"]["dogs"]
+    assert rc == 0, log[-4000:]
+    # validation_split_percentage 0.1 of the 30 images the card states: a count of 3, held out of training
+    assert "held out 3 of the 30 images" in log
+    out = hub_runs["tmp"] / "dogs" / "out"
+    assert "test_accuracy" in json.loads((out / "all_results.json").read_text())
