@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import re
+import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -45,6 +47,47 @@ Response = tuple[int, dict[str, str], bytes]
 def git_blob_id(data: bytes) -> str:
     """The id git (and the Hub, for a regular file) gives these bytes: sha1 of "blob <size>\\0<data>"."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tar_shard(samples: list[tuple[str, dict[str, bytes]]]) -> bytes:
+    """A webdataset shard: a tar whose files are `<key>.<extension>` for each (key, {extension: bytes}), in order
+    (datasets' webdataset builder turns each extension into a column: "jpg" an image, "cls" an int)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for key, files in samples:
+            for extension, data in files.items():
+                info = tarfile.TarInfo(f"{key}.{extension}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
+    """A parquet file of `rows` (an image column as {"bytes", "path"} structs), as a Hub dataset's data file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buffer)
+    return buffer.getvalue()
+
+
+def dataset_card(features: list[dict[str, Any]], splits: dict[str, int], data_files: dict[str, str]) -> bytes:
+    """A dataset README whose `dataset_info` states the features and each split's size (what
+    `DatasetInfo.splits` reads) and whose `configs` block maps the files (glob patterns) to splits."""
+    card = {
+        "dataset_info": {
+            "features": features,
+            "splits": [{"name": name, "num_bytes": 0, "num_examples": count} for name, count in splits.items()],
+        },
+        "configs": [
+            {
+                "config_name": "default",
+                "data_files": [{"split": split, "path": path} for split, path in data_files.items()],
+            }
+        ],
+    }
+    return f"---\n{yaml.safe_dump(card, sort_keys=False)}---\n# test stand-in\n".encode()
 
 
 def _json(status: int, body: Any, **headers: str) -> Response:

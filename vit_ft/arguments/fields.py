@@ -251,6 +251,14 @@ class DataArguments(AugmentationArguments):
             "folders to train_dir/test_dir when they are missing."
         },
     )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Stream dataset_name (a Hub dataset, or a folder of webdataset .tar shards) instead of "
+            "downloading it whole: shuffled by shard and buffer, split across processes and workers, trained "
+            "for max_steps (derived from the size the metadata states when unset); evaluation splits are read once."
+        },
+    )
     check_images: bool = field(
         default=True,
         metadata={

@@ -6,6 +6,7 @@ command line that starts a fine-tune is read by `argv`, the command itself is `v
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..data.bad_images import drop_bad_images
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
+from ..data.streaming import TrainStream, load_streamed_datasets, streamed_max_steps
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
 from ..model.formats import checkpoint_normalization
@@ -84,8 +86,11 @@ def prepare_builtin_checkpoint(
 
 def load_data(
     data_args: DataArguments, training_args: TrainingArguments
-) -> tuple[datasets.DatasetDict, list[str]]:
-    """The train / validation (/ test) splits with bad images dropped, and the class names."""
+) -> tuple[datasets.DatasetDict | dict[str, Any], list[str]]:
+    """The train / validation (/ test) splits with bad images dropped, and the class names; with `streaming`,
+    train is a `TrainStream` (no pre-scan: nothing reads a whole stream before training)."""
+    if data_args.streaming:
+        return load_streamed_data(data_args, training_args)
     with training_args.main_process_first(desc="loading and checking the images"):
         splits, names = load_image_datasets(
             dataset_name=data_args.dataset_name,
@@ -109,13 +114,73 @@ def load_data(
         if data_args.check_images:
             for split in list(splits):
                 splits[split] = drop_bad_images(splits[split], "image", logger)
+    _check_two_classes(names, data_args)
+    logger.info("Data: %s; %d classes.", {k: len(v) for k, v in splits.items()}, len(names))
+    return splits, names
+
+
+def _check_two_classes(names: list[str], data_args: DataArguments) -> None:
     if len(names) < 2:
         source = data_args.train_dir or f"dataset {data_args.dataset_name!r}"
         raise ValueError(
             f"the training data in {source} has {len(names)} class ({names}); a classifier needs at least two. "
             "Add images of the other classes."
         )
-    logger.info("Data: %s; %d classes.", {k: len(v) for k, v in splits.items()}, len(names))
+
+
+# what a stream cannot give before training: every label of the split, or a row count to cut it at
+_STREAM_REFUSED = {
+    "max_train_samples": "a stream trains for max_steps: lower max_steps instead",
+    "class_weights": "a class's weight needs its count over the whole training split",
+    "balanced_sampler": "it draws by index from the whole split",
+    "pos_weight": "it is counted over the whole training split",
+}
+
+
+def load_streamed_data(
+    data_args: DataArguments, training_args: TrainingArguments
+) -> tuple[dict[str, Any], list[str]]:
+    """`load_data` for `streaming: true`: the training split streamed, split across the processes, with the
+    schedule in steps (max_steps, or derived from the size the metadata states); evaluation splits read once."""
+    if not data_args.dataset_name:
+        raise ValueError(
+            "streaming reads dataset_name (a Hub dataset id or a folder of webdataset .tar shards); image folders "
+            "(train_dir) are read whole: drop streaming, or pass the folder as dataset_name."
+        )
+    for key, why in _STREAM_REFUSED.items():
+        value = getattr(data_args, key, None) if hasattr(data_args, key) else getattr(training_args, key, None)
+        if value not in (None, False):
+            raise ValueError(f"{key}={value!r} does not go with streaming: {why}; or drop streaming.")
+    seed = data_seed(training_args)
+    with training_args.main_process_first(desc="reading the evaluation splits of the stream"):
+        splits, names = load_streamed_datasets(
+            dataset_name=data_args.dataset_name,
+            dataset_config=data_args.dataset_config,
+            train_split=data_args.train_split,
+            validation_split=data_args.validation_split,
+            test_split=data_args.test_split,
+            image_column=data_args.image_column,
+            label_column=data_args.label_column,
+            validation_split_percentage=data_args.validation_split_percentage,
+            seed=seed,
+            max_eval_samples=data_args.max_eval_samples,
+            cache_dir=getattr(data_args, "cache_dir", None),
+            problem_type=data_args.problem_type,
+            label_names=data_args.class_names,
+        )
+    _check_two_classes(names, data_args)
+    stream: TrainStream = splits["train"]
+    stream.rank, stream.world_size = training_args.process_index, training_args.world_size
+    stream.batch_size = training_args.per_device_train_batch_size
+    global_batch = stream.batch_size * training_args.gradient_accumulation_steps * training_args.world_size
+    if training_args.max_steps <= 0:
+        training_args.max_steps = streamed_max_steps(stream, training_args.num_train_epochs, global_batch)
+        logger.info("Streaming: max_steps=%d (%s epochs of the stated size).",
+                    training_args.max_steps, training_args.num_train_epochs)  # fmt: skip
+    logger.info(
+        "Data: train streamed (%s examples stated, %d shards), %s; %d classes.",
+        stream.num_examples, stream.n_shards, {k: len(v) for k, v in splits.items() if k != "train"}, len(names),
+    )  # fmt: skip
     return splits, names
 
 
@@ -208,8 +273,11 @@ def write_augmentations(
         return
     from ..reports.augmentation_figure import write_augmentation_figure
 
-    train = splits["train"].with_format(None)  # the undecoded images, without the transform
-    images = train.select(range(min(4, len(train))))["image"]
+    if isinstance(splits["train"], TrainStream):
+        images = [row["image"] for row in splits["train"].head(4)]
+    else:
+        train = splits["train"].with_format(None)  # the undecoded images, without the transform
+        images = train.select(range(min(4, len(train))))["image"]
     path = Path(training_args.output_dir) / AUGMENTATIONS_FIGURE
     write_augmentation_figure(images, transform, path, mixer=mixup, seed=training_args.seed)
 
@@ -240,6 +308,9 @@ def attach_transforms(
     )
     eval_transform = build_transforms(size, train=False, **common)
     for name in splits:
+        if isinstance(splits[name], TrainStream):  # undecoded already; its index comes from its position
+            splits[name].transform = train_transform
+            continue
         # undecoded {"bytes", "path"} images: the transform decodes them itself, at reduced size where it can
         splits[name] = splits[name].cast_column("image", datasets.Image(decode=False))
         if name == "train":
@@ -323,6 +394,10 @@ def _finetune(
         balanced_labels=balanced,
     )  # fmt: skip
     preemption = PreemptionCallback()
+    if isinstance(splits["train"], TrainStream):
+        # the stream skips the trained batches itself, before decoding them (`TrainStream.resume_from_batch`)
+        trainer.args.ignore_data_skip = True
+        splits["train"].resume_from_batch = _trained_batches(resume, training_args)
     trainer.add_callback(preemption)
     trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex, settings))
     trainer.add_callback(StepsFromArguments())
@@ -349,12 +424,21 @@ def _finetune(
     return metrics
 
 
+def _trained_batches(resume: str | None, training_args: TrainingArguments) -> int:
+    """The batches each process trained on before the checkpoint `resume` (0 for a fresh run)."""
+    if resume is None:
+        return 0
+    state = json.loads((Path(resume) / "trainer_state.json").read_text())
+    return int(state["global_step"]) * training_args.gradient_accumulation_steps
+
+
 __all__ = [
     "AUGMENTATIONS_FIGURE",
     "attach_transforms",
     "build_mixup",
     "build_model",
     "load_data",
+    "load_streamed_data",
     "prepare_builtin_checkpoint",
     "prepare_builtin_data",
     "run_finetune",

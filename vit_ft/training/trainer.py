@@ -19,6 +19,7 @@ import torch
 from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
 from ..arguments.training_arguments import data_seed
+from ..data.streaming import TrainStream, stream_dataloader
 from ..data.transforms import collate_fn
 from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
@@ -59,6 +60,8 @@ class FineTuneTrainer(Trainer):
         return ClassBalancedSampler(self.balanced_labels, seed)
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
+        if isinstance(self.train_dataset, TrainStream):  # split per process already: not re-sharded
+            return stream_dataloader(self.train_dataset, self.train_collator or self.data_collator, self.args)
         if self.train_collator is None:
             return super().get_train_dataloader()
         eval_collator, self.data_collator = self.data_collator, self.train_collator

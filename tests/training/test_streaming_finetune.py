@@ -1,0 +1,179 @@
+"""A streamed fine-tune end to end: the tiny recipe pointed at local webdataset shards written from the digits
+images (`streaming: true`, 2 dataloader workers), and a run resumed from its middle checkpoint, which must end
+bit for bit where the uninterrupted run ends (the stream skips the trained batches itself)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vit_ft.data.digits import write_digits_imagefolder
+
+from ..cli_runner import run_script
+from ..conftest import write_tiny_recipe
+from ..fake_hub import tar_shard
+
+FINETUNE = "scripts/finetune.py"
+TRAIN_SHARDS = (30, 11, 22, 7, 26)  # unequal, and 5 shards for 2 workers: not an even split
+
+
+def write_digit_shards(tmp: Path) -> Path:
+    """train-*.tar (5 shards of unequal length) and validation-00000.tar from the digits images."""
+    write_digits_imagefolder(tmp / "digits")
+    def samples(folder: Path) -> list[tuple[str, dict[str, bytes]]]:
+        files = sorted(folder.glob("*/*.png"))
+        return [(f"{p.parent.name}_{p.stem}", {"png": p.read_bytes(), "cls": p.parent.name.encode()}) for p in files]
+
+    train, validation = samples(tmp / "digits" / "train"), samples(tmp / "digits" / "test")
+    shards = tmp / "shards"
+    shards.mkdir()
+    start = 0
+    for index, size in enumerate(TRAIN_SHARDS):
+        (shards / f"train-{index:05d}.tar").write_bytes(tar_shard(train[start : start + size]))
+        start += size
+    (shards / "validation-00000.tar").write_bytes(tar_shard(validation[::8]))
+    return shards
+
+
+def streamed_recipe(tmp: Path, **overrides) -> Path:
+    shards = write_digit_shards(tmp)
+    values = {
+        "dataset_name": str(shards), "train_dir": None, "test_dir": None, "streaming": True,
+        "image_column": "png", "label_column": "cls", "class_names": [str(i) for i in range(10)],
+        "max_train_samples": None, "max_steps": 6, "save_strategy": "steps", "save_steps": 3,
+        "save_total_limit": None, "eval_strategy": "no", "per_device_train_batch_size": 8,
+        "dataloader_num_workers": 2, "hidden_dropout_prob": 0.1, "crop_scale_min": 0.5,
+    }  # fmt: skip
+    return write_tiny_recipe(tmp, **{**values, **overrides})
+
+
+def final_run(out: Path) -> dict:
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return {
+        "losses": {e["step"]: (e["loss"], e["grad_norm"]) for e in history if "loss" in e},
+        "weights": (out / "model.safetensors").read_bytes(),
+    }
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("streamed")
+    recipe = streamed_recipe(tmp)
+    result = run_script(FINETUNE, ["--recipe", recipe], None, cwd=tmp)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return tmp, recipe
+
+
+def test_streamed_webdataset_fine_tunes(streamed):
+    tmp, _ = streamed
+    out = tmp / "out"
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    labels = json.loads((out / "labels.json").read_text())
+    assert labels["label2id"] == {str(i): i for i in range(10)}
+    metrics = json.loads((out / "eval_results.json").read_text())
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0
+
+
+def test_resumed_stream_ends_where_the_uninterrupted_one_ends(streamed, capfd):
+    tmp, recipe = streamed
+    killed = tmp / "killed"
+    killed.mkdir()
+    shutil.copytree(tmp / "out" / "checkpoint-3", killed / "out" / "checkpoint-3")  # as a run killed after it
+    result = run_script(FINETUNE, ["--recipe", recipe, "--output_dir", str(killed / "out"), "--resume"],
+                        capfd, cwd=tmp)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    resumed, uninterrupted = final_run(killed / "out"), final_run(tmp / "out")
+    assert resumed["losses"] == uninterrupted["losses"]
+    assert resumed["weights"] == uninterrupted["weights"]
+
+
+# --- through the fake Hub: the imagenet1k recipe on a stand-in of ILSVRC/imagenet-1k, and dogs streamed ---
+
+IMAGENET_ID = "ILSVRC/imagenet-1k"
+IMAGENET_NAMES = [f"n{index:08d}" for index in range(1000)]  # the real schema: a ClassLabel of 1,000 names
+IMAGENET_SHARDS = {"train": (7, 5), "validation": (4,)}  # parquet shards of unequal length
+
+
+def imagenet_files() -> dict[str, bytes]:
+    """A stand-in of ILSVRC/imagenet-1k with its schema (image, label: ClassLabel of 1,000 names) and few rows."""
+    from ..fake_hub import dataset_card, parquet_bytes
+    from ..test_headline import dog_image
+
+    files, sizes = {}, {}
+    for split, shards in IMAGENET_SHARDS.items():
+        for index, count in enumerate(shards):
+            labels = [(37 * (index * 10 + i)) % 1000 for i in range(count)]
+            rows = [{"image": {"bytes": dog_image(i % 3, i, "JPEG"), "path": f"{split}_{index}_{i}.JPEG"},
+                     "label": label} for i, label in enumerate(labels)]  # fmt: skip
+            files[f"data/{split}-{index:05d}-of-{len(shards):05d}.parquet"] = parquet_bytes(rows)
+        sizes[split] = sum(shards)
+    features = [{"name": "image", "dtype": "image"},
+                {"name": "label", "dtype": {"class_label": {"names": dict(enumerate(IMAGENET_NAMES))}}}]  # fmt: skip
+    files["README.md"] = dataset_card(features, sizes, {split: f"data/{split}-*" for split in sizes})
+    return files
+
+
+HUB_OVERRIDES = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+                 "--per_device_eval_batch_size", "16", "--image_size", "48", "--dataloader_num_workers", "0",
+                 "--use_cpu", "true", "--bf16", "false", "--eval_steps", "2", "--save_steps", "2",
+                 "--logging_steps", "1", "--report_to", "none"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hub_runs(tmp_path_factory):
+    """`--recipe imagenet1k` and `--recipe dogs --streaming true`, each a process against one fake Hub."""
+    import subprocess
+    import sys
+
+    from transformers import ViTImageProcessor, ViTModel
+
+    from ..conftest import REPO, randomize, tiny_hf_config
+    from ..fake_hub import FakeHub
+    from ..test_headline import DATASET_ID, MODEL_ID, dogs_dataset_files
+    from ..tools.test_hub import push_env
+
+    tmp = tmp_path_factory.mktemp("hub_streams")
+    backbone = tmp / "backbone"
+    randomize(ViTModel(tiny_hf_config(image_size=32, patch_size=8))).save_pretrained(backbone)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(backbone)
+    runs = {"imagenet1k": ["--recipe", "imagenet1k"], "dogs": ["--recipe", "dogs", "--streaming", "true"]}
+    with FakeHub() as hub:
+        hub.add_repo(MODEL_ID, backbone)
+        hub.add_repo(IMAGENET_ID, imagenet_files(), repo_type="dataset")
+        hub.add_repo(DATASET_ID, dogs_dataset_files(), repo_type="dataset")
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, str(REPO / "scripts" / "finetune.py"), *args, *HUB_OVERRIDES,
+                 "--output_dir", str(tmp / name / "out")],
+                cwd=tmp, env={**push_env(hub, tmp / name), "HF_TOKEN": "", "PYTHONPATH": str(REPO),
+                                                        "VIT_FT_RECIPES_DIR": str(REPO / "recipes")}, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True,
+            )
+            for name, args in runs.items()
+        }  # fmt: skip
+        results = {name: (proc.communicate(timeout=600)[0], proc.returncode) for name, proc in procs.items()}
+        yield {"hub": hub, "tmp": tmp, "results": results}
+
+
+@pytest.mark.slow
+def test_imagenet_recipe_streams_the_stand_in(hub_runs):
+    log, rc = hub_runs["results"]["imagenet1k"]
+    assert rc == 0, log[-4000:]
+    assert not hub_runs["hub"].unexpected
+    out = hub_runs["tmp"] / "imagenet1k" / "out"
+    labels = json.loads((out / "labels.json").read_text())
+    assert list(labels["label2id"]) == IMAGENET_NAMES  # the names from the dataset's ClassLabel
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert "eval_accuracy" in json.loads((out / "eval_results.json").read_text())
+
+
+@pytest.mark.slow
+def test_dogs_recipe_streams_as_written(hub_runs):
+    log, rc = hub_runs["results"]["dogs"]
+    assert rc == 0, log[-4000:]
+    # validation_split_percentage 0.1 of the 30 images the card states: a count of 3, held out of training
+    assert "held out 3 of the 30 images" in log
+    out = hub_runs["tmp"] / "dogs" / "out"
+    assert "test_accuracy" in json.loads((out / "all_results.json").read_text())
