@@ -21,6 +21,7 @@ import torch
 
 from vit_ft.training.checkpoints import (
     checkpoint_is_complete,
+    claim_output_dir,
     last_complete_checkpoint,
     write_checkpoint_record,
 )
@@ -241,3 +242,39 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_finishes(tmp_pat
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert is_finished(tmp_path / "out") and last_complete_checkpoint(tmp_path / "out")
+
+
+def test_a_users_files_of_the_fine_tunes_names_are_refused_and_their_neighbours_kept(tmp_path, shared, capfd):
+    """A folder that holds no run but a README.md and config.json of the user's: refused in one line, nothing
+    changed; with --overwrite_output_dir those are replaced and the user's other files kept; a run stopped
+    before its first checkpoint (its augmentations.png written) starts again without being asked."""
+    recipe = case_recipe(tmp_path, shared, max_steps=1, num_train_epochs=0)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "README.md").write_text("my notes on this folder")
+    (out / "config.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    (out / "examples").mkdir()
+    before = digests(out)
+    refused = run(["--recipe", str(recipe), "--output_dir", str(out)], tmp_path, capfd)
+    assert_one_line_error(refused, f"{out} holds examples/, where a fine-tune writes its own; pass --overwrite_output_dir")
+    (out / "examples").rmdir()
+    refused = run(["--recipe", str(recipe), "--output_dir", str(out)], tmp_path, capfd)
+    assert_one_line_error(
+        refused, f"{out} holds README.md, config.json, not written there by vit_ft finetune; pass "
+        "--overwrite_output_dir to replace them (the folder's other files are kept)"
+    )  # fmt: skip
+    assert digests(out) == before and not (out / ".vit_ft_outputs.json").exists()
+
+    notes = (out / "notes.txt").stat().st_mtime_ns
+    replaced = run(["--recipe", str(recipe), "--output_dir", str(out), "--overwrite_output_dir"], tmp_path, capfd)
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert (out / "notes.txt").read_text() == "mine" and (out / "notes.txt").stat().st_mtime_ns == notes
+    assert is_finished(out) and "my notes" not in (out / "README.md").read_text()
+
+    stopped = tmp_path / "stopped"  # as a run killed before its first checkpoint leaves its folder
+    claim_output_dir(stopped)
+    (stopped / "augmentations.png").write_bytes(b"")
+    again = run(["--recipe", str(recipe), "--output_dir", str(stopped)], tmp_path, capfd)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert is_finished(stopped)

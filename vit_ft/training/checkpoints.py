@@ -27,7 +27,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 from ..utils.distributed import broadcast_object
 from ..utils.files import write_text_atomically
-from ..utils.output_dir import check_output_dir
+from ..utils.output_dir import OutputFiles, check_output_dir, record_outputs, written_by
 from ..utils.run_record import is_finished
 
 logger = logging.getLogger("vit_ft")
@@ -170,6 +170,57 @@ def run_inputs(model_args: Any, data_args: Any) -> list[str]:
     return [str(folder) for folder in folders if folder and Path(folder).expanduser().is_dir()]
 
 
+# What a fine-tune writes at the top of its output folder (Trainer's results and state, the saved model and its
+# code, vit_ft's records and figures; LoRA's adapter is in adapter/): a user's file of one of these names in a
+# folder that holds no run is refused unless --overwrite_output_dir, as the tools refuse theirs.
+FINETUNE_FILES = OutputFiles(
+    "finetune",
+    ("README.md", "config.json", "model.safetensors", "preprocessor_config.json", "labels.json",
+     "configuration_vit_ft.py", "modeling_vit_ft.py", "pos_embed.py", "sizes.py", "training_args.bin",
+     "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json", "test_results.json",
+     "training_curves.png", "augmentations.png", "vit_ft_run.json", "sweep.json", "sweep.md", "seeds.json",
+     "seeds.md"),
+    "a fine-tune's model and records",
+    overwrite_flag="--overwrite_output_dir",
+)  # fmt: skip
+_FINETUNE_FOLDERS = ("examples", "adapter")  # folders it replaces whole
+
+
+def _holds_a_run(folder: Path) -> bool:
+    """Whether `folder`'s fine-tune files are a run's (its record, a checkpoint, or the fine-tune's claim in the
+    folder's output record), not the user's."""
+    return (
+        (folder / "vit_ft_run.json").is_file()
+        or any(folder.glob("checkpoint-*"))
+        or any(folder.glob("incomplete-checkpoint-*"))
+        or bool(written_by(folder, FINETUNE_FILES.command))
+    )
+
+
+def check_user_files(output_dir: str | os.PathLike, overwrite_output_dir: bool = False) -> None:
+    """Refuse (FileExistsError) a folder that holds no run but files or folders of the names a fine-tune writes
+    (a user's README.md, config.json, examples/, ...), unless `overwrite_output_dir`; the folder's other files
+    are never touched."""
+    folder = Path(output_dir).expanduser()
+    if overwrite_output_dir or not folder.is_dir() or _holds_a_run(folder):
+        return
+    taken = [name for name in _FINETUNE_FOLDERS if (folder / name).exists()]
+    if taken:
+        raise FileExistsError(
+            f"{folder} holds {', '.join(name + '/' for name in taken)}, where a fine-tune writes its own; pass "
+            "--overwrite_output_dir to replace it (the folder's other files are kept), or another --output_dir."
+        )
+    FINETUNE_FILES.check(folder)
+
+
+def claim_output_dir(output_dir: str | os.PathLike) -> None:
+    """Record (process 0, once the checks passed) that the fine-tune's files in `output_dir` are a run's, so
+    that running again, interrupted before any checkpoint, is not refused as the user's files."""
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    record_outputs(folder, FINETUNE_FILES.command, FINETUNE_FILES.names)
+
+
 def check_run_output_dir(
     training_args: TrainingArguments,
     overwrite_output_dir: bool = False,
@@ -194,6 +245,7 @@ def check_run_output_dir(
         inputs=inputs or (),
         finished=None if overwrite_output_dir or resumes(training_args) else refusal,
     )
+    check_user_files(training_args.output_dir, overwrite_output_dir)
 
 
 def resumes(training_args: TrainingArguments) -> bool:
@@ -248,8 +300,11 @@ def resolve_resume(training_args: TrainingArguments) -> str | None:
 __all__ = [
     "CHECKPOINT_RECORD",
     "CheckpointRecordCallback",
+    "FINETUNE_FILES",
     "SETTINGS_KEY",
     "check_run_output_dir",
+    "check_user_files",
+    "claim_output_dir",
     "checkpoint_is_complete",
     "checkpoint_problem",
     "finished_run_message",

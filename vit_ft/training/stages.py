@@ -35,6 +35,7 @@ from .callbacks import StepsFromArguments
 from .checkpoints import (
     CheckpointRecordCallback,
     check_run_output_dir,
+    claim_output_dir,
     finished_run_message,
     resolve_resume,
     run_inputs,
@@ -348,6 +349,8 @@ def run_finetune(
         check_run_output_dir(
             training_args, overwrite_output_dir, inputs
         )  # again: no other run can change it now
+        if index == 0:
+            claim_output_dir(training_args.output_dir)  # its fine-tune files are this run's from now on
         try:
             return _finetune(model_args, data_args, training_args, recipe)
         except Exception as error:

@@ -51,7 +51,13 @@ from ..utils.distributed import broadcast_object
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.output_dir import check_output_dir
 from ..utils.run_record import is_finished, mark_unfinished
-from .checkpoints import check_run_output_dir, newest_complete_checkpoint, run_inputs
+from .checkpoints import (
+    check_run_output_dir,
+    check_user_files,
+    claim_output_dir,
+    newest_complete_checkpoint,
+    run_inputs,
+)
 from .seeds import SEED, SEEDS_JSON, pretraining_folder, seed_folder
 from .stages import run_finetune
 from .sweep_results import (
@@ -189,6 +195,7 @@ def check_sweep_output_dir(
         inputs=inputs or (),
         finished=None if overwrite_output_dir or not copies_winner else refusal,
     )
+    check_user_files(training_args.output_dir, overwrite_output_dir)  # the winner's files, the summary
 
 
 def plan_runs(runs: list[SweepRun], resume: bool) -> list[str]:
@@ -397,6 +404,8 @@ def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
                 "again, pass --overwrite_output_dir without --resume, or another --output_dir.", output_dir,
             )  # fmt: skip
             return finished
+        if index == 0:
+            claim_output_dir(output_dir)
         if name != SEED and index == 0:  # until the new winner is copied, OUTPUT's model is not this sweep's
             mark_unfinished(output_dir)
         seconds = _run_all(name, runs, plan, command)

@@ -127,6 +127,7 @@ class OutputFiles:
     what: str  # what its files are, for the messages ("an evaluation report")
     own_needs_overwrite: bool = False
     flag: str = "--output_dir"
+    overwrite_flag: str = "--overwrite"  # the flag that allows replacing (the fine-tune's: --overwrite_output_dir)
 
     def check(
         self, folder: str | os.PathLike, overwrite: bool = False, names: Iterable[str] | None = None
@@ -148,11 +149,11 @@ class OutputFiles:
             it = "it" if len(others) == 1 else "them"
             raise FileExistsError(
                 f"{folder} holds {_few(others)}, not written there by vit_ft {self.command}; pass "
-                f"--overwrite to replace {it} (the folder's other files are kept), or another {self.flag}."
+                f"{self.overwrite_flag} to replace {it} (the folder's other files are kept), or another {self.flag}."
             )
         if self.own_needs_overwrite and present and not overwrite:
             raise FileExistsError(
-                f"{folder} holds {self.what} ({_few(present)}); pass --overwrite to replace it (the folder's "
+                f"{folder} holds {self.what} ({_few(present)}); pass {self.overwrite_flag} to replace it (the folder's "
                 f"other files are kept), or another {self.flag}."
             )
 
