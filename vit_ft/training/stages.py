@@ -349,8 +349,6 @@ def run_finetune(
         check_run_output_dir(
             training_args, overwrite_output_dir, inputs
         )  # again: no other run can change it now
-        if index == 0:
-            claim_output_dir(training_args.output_dir)  # its fine-tune files are this run's from now on
         try:
             return _finetune(model_args, data_args, training_args, recipe)
         except Exception as error:
@@ -387,6 +385,8 @@ def _finetune(
     model, processor = build_model(model_args, names, task)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
+    if resume is None and training_args.process_index == 0:  # before its first file: the names are the run's
+        claim_output_dir(training_args.output_dir)
     write_augmentations(splits, train_transform, mixup, training_args)
     trainer, evaluation_time = build_trainer(
         model, processor, splits, training_args, data_args, task,
