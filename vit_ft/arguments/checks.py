@@ -97,6 +97,7 @@ RANGES: dict[str, Range] = {
     "max_train_samples": Range("[1, inf)", "a number of examples, or unset for all of them", True),
     "max_eval_samples": Range("[1, inf)", "a number of examples, or unset for all of them", True),
     "crop_scale_min": Range("(0, 1]", "the smallest crop's share of the area, 0.08 Inception-style, 1.0 for no zoom"),
+    "max_bad_image_fraction": Range("[0, 1]", "a fraction of the training images, e.g. 0.01; 1 never fails"),
     # AugmentationArguments (the RandAugment bounds are vit_ft.data.augmentation's MAX_NUM_OPS, MAX_MAGNITUDE)
     "rand_augment_num_ops": Range("[1, 15]", "timm's n, ops per image; 2 is usual", True),
     "rand_augment_magnitude": Range("[0, 10]", "timm's m; 9 is usual", True),

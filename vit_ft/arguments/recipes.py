@@ -32,9 +32,11 @@ from transformers import HfArgumentParser, TrainingArguments
 from vit_ft.arguments.checks import RecipeError, suggest, validate
 from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.training_arguments import (
+    NUM_WORKERS_HELP,
     TRAINING_DEFAULTS,
     FineTuneTrainingArguments,
     merge_values,
+    parse_num_workers,
 )
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
@@ -203,6 +205,9 @@ def build_parser(epilog: str | None = None) -> RecipeParser:
     parser.add_argument(
         "--recipe", help="Recipe name in recipes/ (see --list-recipes) or path to a .yaml file."
     )
+    for action in parser._actions:
+        if action.dest == "dataloader_num_workers":  # TrainingArguments' int, which also takes `auto` here
+            action.type, action.help = parse_num_workers, NUM_WORKERS_HELP
     return parser
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from PIL import Image
 
+from .bad_images import BadImage
 from .images import (
     CROP_RATIO,
     CROP_SCALE,
@@ -186,6 +187,9 @@ class ImageClassificationTransform:
             try:
                 pixel_values.append(self.transform_image(image, generator))
             except Exception as error:  # any failure: one bad file must not kill an epoch
+                if self.train:  # skipped, counted and named by the collator: vit_ft.data.bad_images
+                    pixel_values.append(BadImage.of(image, error))
+                    continue
                 logger.warning(
                     "Could not decode image %s (%s: %s); using a blank (mean-colour) image instead. "
                     "Run vit_ft.data.bad_images.drop_bad_images on the split before training to remove it.",

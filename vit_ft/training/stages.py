@@ -17,11 +17,11 @@ from transformers.image_utils import PILImageResampling
 
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed
-from ..data.bad_images import drop_bad_images
+from ..data.bad_images import prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
-from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
+from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms, collate_fn
 from ..kernels import kernelize
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
@@ -29,11 +29,13 @@ from ..tasks import Task, task_for
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import mark_unfinished
+from .callbacks import BadImageCallback
 from .checkpoints import CheckpointRecordCallback, check_run_output_dir, resolve_resume, run_inputs
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
 from .trainer import build_trainer, evaluate_final_model
+from .workers import check_data_loading
 
 logger = logging.getLogger("vit_ft")
 
@@ -98,9 +100,8 @@ def load_data(
             label_names=data_args.class_names,
             label_separator=data_args.label_separator,
         )
-        if data_args.check_images:
-            for split in list(splits):
-                splits[split] = drop_bad_images(splits[split], "image", logger)
+    if data_args.check_images:  # outside the barrier: each process scans its own small splits, none waits
+        splits = datasets.DatasetDict(prescan_small_splits(splits, "image", logger))
     if len(names) < 2:
         source = data_args.train_dir or f"dataset {data_args.dataset_name!r}"
         raise ValueError(
@@ -296,14 +297,18 @@ def _finetune(
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
     write_augmentations(splits, train_transform, mixup, training_args)
+    check_data_loading(training_args, splits["train"])  # the workers' shared memory; one log line
+    # training images that do not decode: skipped by the collator, counted, named in the record
+    bad_images = BadImageCallback.for_dataset(splits["train"], data_args.max_bad_image_fraction)
     trainer, evaluation_time = build_trainer(
         model, processor, splits, training_args, data_args, task,
         epoch_targets=[train_transform, *([mixup] if mixup else [])],
         loss_weights=loss_weights,
-        train_collator=mixup.collate if mixup else None,
+        train_collator=bad_images.collator(mixup.collate if mixup else collate_fn),
         resume=resume,
         balanced_labels=balanced,
     )  # fmt: skip
+    trainer.add_callback(bad_images)
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)
     trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex))

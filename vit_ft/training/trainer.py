@@ -24,6 +24,7 @@ from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
+from .workers import with_own_generator
 
 
 class FineTuneTrainer(Trainer):
@@ -57,6 +58,10 @@ class FineTuneTrainer(Trainer):
             return super()._get_train_sampler(train_dataset)
         seed = data_seed(self.args)
         return ClassBalancedSampler(self.balanced_labels, seed)
+
+    def _get_dataloader(self, *args: Any, **kwargs: Any) -> torch.utils.data.DataLoader:
+        # every loader (train, eval, test) with its own generator: the workers then change no draw of dropout
+        return with_own_generator(super()._get_dataloader(*args, **kwargs), self.args.seed)
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
         if self.train_collator is None:
