@@ -133,7 +133,9 @@ RANGES: dict[str, Range] = {
     "save_total_limit": Range("[1, inf)", "checkpoints kept, e.g. 2, or unset to keep all", True),
     "torch_empty_cache_steps": Range("[1, inf)", "steps between torch.cuda.empty_cache(), or unset", True),
     # TrainingArguments: data loading and the launch
-    "dataloader_num_workers": Range("[0, inf)", "worker processes, e.g. 4, or 0 to load in the main one", True),
+    "dataloader_num_workers": Range(
+        "[0, inf)", "worker processes, e.g. 4, auto (one a core, less one) or 0 to load in the main one", True
+    ),
     "dataloader_prefetch_factor": Range("[1, inf)", "batches each worker loads ahead, e.g. 2, or unset", True),
     "ddp_bucket_cap_mb": Range("[1, inf)", "DDP's gradient bucket size in MB, e.g. 25, or unset", True),
     "ddp_timeout": Range("[1, inf)", "seconds, e.g. 1800", True),

@@ -174,6 +174,8 @@ class ArgumentField:
         """What the field expects, for error messages: its choices, else its annotation's types."""
         if self.action.choices:
             return "one of " + ", ".join(str(choice) for choice in self.action.choices)
+        if hasattr(self.action.type, "expects"):  # a flag whose values are more than its annotation says
+            return self.action.type.expects
         names = [
             "null" if arg is type(None) else getattr(arg, "__name__", str(arg))
             for arg in _union_args(self.hint)

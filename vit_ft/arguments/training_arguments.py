@@ -56,6 +56,7 @@ def parse_num_workers(text: str) -> int | str:
 
 
 parse_num_workers.__name__ = "'auto' or integer"  # argparse names the type in its error: "invalid <name> value"
+parse_num_workers.expects = "auto or a whole number"  # a recipe's bad value says what it expects (recipes.coerce)
 
 
 def resolve_data_loading(values: dict[str, Any], given: set[str], cuda: bool | None = None) -> dict[str, Any]:

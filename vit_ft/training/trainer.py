@@ -63,6 +63,19 @@ class FineTuneTrainer(Trainer):
         # every loader (train, eval, test) with its own generator: the workers then change no draw of dropout
         return with_own_generator(super()._get_dataloader(*args, **kwargs), self.args.seed)
 
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
+        # with persistent workers Trainer caches one loader under "eval" whatever dataset it is given: the test
+        # split would be evaluated on the validation loader. Another dataset gets a loader of its own.
+        if eval_dataset is None or isinstance(eval_dataset, str) or eval_dataset is self.eval_dataset:
+            return super().get_eval_dataloader(eval_dataset)
+        cached = self.__dict__.pop("_eval_dataloaders", None)
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.__dict__.pop("_eval_dataloaders", None)
+            if cached is not None:
+                self._eval_dataloaders = cached
+
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
         if self.train_collator is None:
             return super().get_train_dataloader()
