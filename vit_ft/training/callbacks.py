@@ -93,20 +93,27 @@ class BadImageCallback(TrainerCallback):
         self.skipped = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        check_bad_fraction(self.tally.count(), self.total, self.max_fraction)  # cheap: one sum over a bitmap
+        count = self.tally.count()  # cheap: one sum over a bitmap
+        if count > self.max_fraction * self.total:
+            check_bad_fraction(count, self.total, self.max_fraction, self._example(self.tally.rows()))
 
     def on_train_end(self, args, state, control, **kwargs):
         self.skipped = _joined_across_processes(self.tally.rows())
         if not self.skipped:
             return
-        named = self.describe(self.skipped[:1])[0]
-        source = named.get("source", f"row {self.skipped[0]}")
-        example = f"{source} ({named.get('reason', 'did not decode')})"
+        example = self._example(self.skipped)
         check_bad_fraction(len(self.skipped), self.total, self.max_fraction, example)
         logger.warning(
             "Skipped %d of %d training images that do not decode, e.g. %s; vit_ft_run.json lists them.",
             len(self.skipped), self.total, example,
         )  # fmt: skip
+
+    def _example(self, rows: list[int]) -> str:
+        """The first bad row as "source (reason)" for a message; "" when there is none."""
+        if not rows:
+            return ""
+        named = self.describe(rows[:1])[0]
+        return f"{named.get('source', f'row {rows[0]}')} ({named.get('reason', 'did not decode')})"
 
     def record(self, max_listed: int = 100) -> dict[str, Any]:
         """The run record's `bad_images`: how many training images were skipped, of how many, and the first
