@@ -17,7 +17,7 @@ from transformers.image_utils import PILImageResampling
 
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed
-from ..data.bad_images import prescan_small_splits
+from ..data.bad_images import decode_error, prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
@@ -79,8 +79,9 @@ def prepare_builtin_checkpoint(
 def load_data(
     data_args: DataArguments, training_args: TrainingArguments
 ) -> tuple[datasets.DatasetDict, list[str]]:
-    """The train / validation (/ test) splits with bad images dropped, and the class names."""
-    with training_args.main_process_first(desc="loading and checking the images"):
+    """The train / validation (/ test) splits, the bad images of the small ones dropped (`check_images`; larger
+    splits' are skipped where decoded), and the class names."""
+    with training_args.main_process_first(desc="loading the images"):
         splits, names = load_image_datasets(
             dataset_name=data_args.dataset_name,
             dataset_config=data_args.dataset_config,
@@ -202,7 +203,10 @@ def write_augmentations(
     from ..reports.augmentation_figure import write_augmentation_figure
 
     train = splits["train"].with_format(None)  # the undecoded images, without the transform
-    images = train.select(range(min(4, len(train))))["image"]
+    # four that decode: large splits are not scanned before training (data.bad_images)
+    images = [image for image in train.select(range(min(16, len(train))))["image"] if not decode_error(image)][:4]
+    if not images:
+        return
     path = Path(training_args.output_dir) / AUGMENTATIONS_FIGURE
     write_augmentation_figure(images, transform, path, mixer=mixup, seed=training_args.seed)
 
