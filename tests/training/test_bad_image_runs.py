@@ -41,6 +41,7 @@ def test_bad_training_images_are_skipped_counted_and_named_in_the_run_record(bro
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((tmp / "kept" / "vit_ft_run.json").read_text())["bad_images"]
     assert record["skipped"] == len(bad) and record["of"] == 96 and record["max_bad_image_fraction"] == 0.5
+    assert record["counted_from_step"] == 0
     assert {image["source"] for image in record["images"]} == bad
     assert all(image["reason"].startswith(("UnidentifiedImageError", "OSError")) for image in record["images"])
     assert f"Skipped {len(bad)} of 96 training images that do not decode" in result.stdout + result.stderr
@@ -65,3 +66,31 @@ def test_the_callback_fails_at_the_step_that_passes_the_fraction():
     with pytest.raises(ValueError, match=r"3 of the 100 training images \(3\.0%\) do not decode, e.g. row 3"):
         callback.on_step_end(None, None, None)
     assert callback.record()["skipped"] == 3 and callback.record()["images"] == [{"row": r} for r in (3, 9, 50)]
+
+
+def test_the_scan_runs_outside_the_barrier_that_waits_on_the_main_process(tmp_path, monkeypatch):
+    """Inside `main_process_first` the other processes wait while process 0 works, then work while it waits:
+    a scan there costs every process the scan of all of them."""
+    from contextlib import contextmanager
+
+    from vit_ft.training import stages
+
+    _, data_args, training_args = parse_args(["--recipe", str(write_tiny_recipe(tmp_path))])
+    inside, scanned = [], []
+
+    @contextmanager
+    def main_process_first(self, local=True, desc="work"):
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    def scan(splits, *args, **kwargs):
+        scanned.append(bool(inside))
+        return splits
+
+    monkeypatch.setattr(type(training_args), "main_process_first", main_process_first)
+    monkeypatch.setattr(stages, "prescan_small_splits", scan)
+    load_data(data_args, training_args)
+    assert scanned == [False]

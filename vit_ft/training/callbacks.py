@@ -79,6 +79,7 @@ class BadImageCallback(TrainerCallback):
         self.tally = BadImageTally(self.total)
         self.describe = describe or (lambda rows: [{"row": row} for row in rows])
         self.skipped: list[int] | None = None  # every process's bad rows, once training ended
+        self.from_step = 0  # the step training started at (a resumed run's checkpoint)
 
     @classmethod
     def for_dataset(cls, dataset: Any, max_fraction: float, image_column: str = "image") -> BadImageCallback:
@@ -90,7 +91,7 @@ class BadImageCallback(TrainerCallback):
         return SkipBadImages(collate, self.tally, INDEX_COLUMN)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.skipped = None
+        self.skipped, self.from_step = None, state.global_step  # a resumed run counts what it decodes itself
 
     def on_step_end(self, args, state, control, **kwargs):
         count = self.tally.count()  # cheap: one sum over a bitmap
@@ -116,13 +117,15 @@ class BadImageCallback(TrainerCallback):
         return f"{named.get('source', f'row {rows[0]}')} ({named.get('reason', 'did not decode')})"
 
     def record(self, max_listed: int = 100) -> dict[str, Any]:
-        """The run record's `bad_images`: how many training images were skipped, of how many, and the first
+        """The run record's `bad_images`: how many training images were skipped, of how many, since which step
+        (a resumed run's record covers the steps it ran: a later epoch decodes every image again), and the first
         `max_listed` of them (row, source, reason)."""
         skipped = self.skipped if self.skipped is not None else self.tally.rows()
         return {
             "skipped": len(skipped),
             "of": self.total,
             "max_bad_image_fraction": self.max_fraction,
+            "counted_from_step": self.from_step,
             "images": self.describe(skipped[:max_listed]),
         }
 
