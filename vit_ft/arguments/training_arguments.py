@@ -80,13 +80,16 @@ def resolve_data_loading(values: dict[str, Any], given: set[str], cuda: bool | N
 def describe_data_loading(args: TrainingArguments) -> str:
     """The DataLoader settings in one log line, with the cores they were chosen from."""
     workers = args.dataloader_num_workers
-    prefetch = args.dataloader_prefetch_factor or (2 if workers else 0)  # torch's default with workers
+    prefetch = args.dataloader_prefetch_factor or 2  # torch's default with workers
+    loading = (
+        f"prefetch {prefetch} batch{'es' if prefetch != 1 else ''} a worker" if workers else "batches loaded in "
+        "the main process"
+    )
     return (
         f"Data loading: {workers} worker{'s' if workers != 1 else ''} per process ({cores_per_process()} CPU "
         f"cores per process here; dataloader_num_workers: {AUTO_WORKERS} gives {auto_dataloader_workers()}, one "
-        f"core left for the main process), prefetch {prefetch} batch{'es' if prefetch != 1 else ''} a worker, "
-        f"pinned memory {'on' if args.dataloader_pin_memory else 'off'}, persistent workers "
-        f"{'on' if args.dataloader_persistent_workers else 'off'}."
+        f"core left for the main process), {loading}, pinned memory {'on' if args.dataloader_pin_memory else 'off'}"
+        f", persistent workers {'on' if args.dataloader_persistent_workers else 'off'}."
     )
 
 
