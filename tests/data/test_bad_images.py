@@ -5,10 +5,21 @@ from pathlib import Path
 
 import datasets
 import pytest
+import torch
 from PIL import Image
 
-from vit_ft.data.bad_images import drop_bad_images, find_bad_images
+from vit_ft.data.bad_images import (
+    BadImage,
+    BadImageTally,
+    SkipBadImages,
+    check_bad_fraction,
+    describe_rows,
+    drop_bad_images,
+    find_bad_images,
+    prescan_small_splits,
+)
 from vit_ft.data.images import load_image
+from vit_ft.data.transforms import INDEX_COLUMN, build_transforms, collate_fn
 
 from ..sample_images import encoded, photo
 
@@ -95,3 +106,99 @@ def test_drop_bad_images_keeps_a_clean_dataset_and_refuses_an_all_bad_one(tmp_pa
     )
     with pytest.raises(ValueError, match="None of the 1 images"):
         drop_bad_images(broken, "image", log)
+
+
+# ---- at scale: no scan, a bad image skipped where the train transform decodes it ------------------------------
+
+
+def as_train_split(ds: datasets.Dataset) -> datasets.Dataset:
+    """`ds` as the fine-tune's train split: undecoded images, row positions, the seeded train transform."""
+    split = ds.cast_column("image", datasets.Image(decode=False)).add_column(INDEX_COLUMN, list(range(len(ds))))
+    split.set_transform(build_transforms(8, (0.5,) * 3, (0.5,) * 3, train=True, seed=3))
+    return split
+
+
+def test_a_bad_image_is_skipped_where_it_is_decoded_and_its_row_recorded(mixed_files):
+    ds, _ = mixed_files
+    split = as_train_split(ds)
+    expected = [row for row, _, _ in find_bad_images(ds, "image")]  # the scan: the reference
+    examples = [split[i] for i in range(len(split))]
+    assert [i for i, e in enumerate(examples) if isinstance(e["pixel_values"], BadImage)] == expected
+    tally = BadImageTally(len(split))
+    batch = SkipBadImages(collate_fn, tally, INDEX_COLUMN)(examples)
+    assert tally.rows() == expected and tally.count() == len(expected)
+    good = [e for i, e in enumerate(examples) if i not in expected]
+    # the batch is the good images' batch: which go depends only on the files (a resumed run drops the same)
+    assert torch.equal(batch["pixel_values"], collate_fn(good)["pixel_values"])
+    assert batch["labels"].tolist() == [e["labels"] for e in good]
+
+
+def test_the_eval_transform_keeps_a_blank_image_in_place_of_a_bad_one(mixed_files):
+    ds, index = mixed_files
+    split = ds.cast_column("image", datasets.Image(decode=False))
+    split.set_transform(build_transforms(8, (0.5,) * 3, (0.5,) * 3, train=False))
+    assert torch.equal(split[index["text.jpg"]]["pixel_values"], torch.zeros(3, 8, 8))
+
+
+def test_workers_record_bad_images_in_the_tally_the_main_process_reads(mixed_files):
+    ds, _ = mixed_files
+    split = as_train_split(ds)
+    tally = BadImageTally(len(split))
+    order = [0, 2, 1, 3, 6, 4, 7, 5, 8]  # a good image in each batch of 3
+    loader = torch.utils.data.DataLoader(
+        split, batch_size=3, sampler=order, num_workers=2, collate_fn=SkipBadImages(collate_fn, tally, INDEX_COLUMN)
+    )
+    seen = sum(len(batch["labels"]) for batch in loader)
+    expected = [row for row, _, _ in find_bad_images(ds, "image")]
+    assert tally.rows() == expected and seen == len(split) - len(expected)
+    list(loader)  # a second epoch skips them again; each still counts once
+    assert tally.count() == len(expected)
+
+
+def test_the_tally_counts_examples_without_a_row_and_rows_past_its_size():
+    tally = BadImageTally(4)
+    for index in (None, 1, 5, 1):  # 5 folds onto row 1 of a split stated too short
+        tally.record(index)
+    assert tally.rows() == [1] and tally.count() == 2
+
+
+def test_a_batch_of_bad_images_only_is_one_line():
+    bad = {"pixel_values": BadImage("a/b.jpg", "OSError: broken data stream"), INDEX_COLUMN: 0}
+    with pytest.raises(ValueError) as error:
+        SkipBadImages(collate_fn, BadImageTally(1), INDEX_COLUMN)([bad])
+    assert "a/b.jpg (OSError: broken data stream)" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "total", "max_fraction", "fails"),
+    [(0, 100, 0.0, False), (1, 100, 0.0, True), (1, 100, 0.01, False), (2, 100, 0.01, True),
+     (100, 100, 1.0, False), (3, 0, 0.01, False)],
+)  # fmt: skip
+def test_the_run_fails_once_more_than_the_set_fraction_is_bad(bad, total, max_fraction, fails):
+    if not fails:
+        check_bad_fraction(bad, total, max_fraction)
+        return
+    with pytest.raises(ValueError) as error:
+        check_bad_fraction(bad, total, max_fraction, "x.jpg (OSError: truncated)")
+    message = str(error.value)
+    assert f"{bad} of the {total} training images" in message and "e.g. x.jpg (OSError: truncated)" in message
+    assert "--max_bad_image_fraction" in message and "\n" not in message
+
+
+def test_only_small_splits_are_scanned_before_training(mixed_files, caplog):
+    ds, index = mixed_files
+    log = logging.getLogger("test_prescan")
+    with caplog.at_level(logging.INFO, logger=log.name):
+        large = prescan_small_splits({"train": ds}, "image", log, max_images=len(ds) - 1)
+    assert large["train"] is ds and "not scanned before training (above 8 images)" in caplog.text
+    small = prescan_small_splits({"train": ds}, "image", log, max_images=len(ds))
+    assert len(small["train"]) == len(ds) - len(find_bad_images(ds, "image"))
+
+
+def test_skipped_rows_are_named_with_their_reason(mixed_files):
+    ds, index = mixed_files
+    split = as_train_split(ds)  # a transform set, as in training: the names come from the undecoded column
+    named = describe_rows(split, [index["text.jpg"], index["missing.png"]])
+    assert [Path(row["source"]).name for row in named] == ["text.jpg", "missing.png"]
+    assert [row["row"] for row in named] == [index["text.jpg"], index["missing.png"]]
+    assert "UnidentifiedImageError" in named[0]["reason"] and "FileNotFoundError" in named[1]["reason"]

@@ -211,8 +211,9 @@ def test_train_transform_is_the_random_resized_crop_of_vit_ft_images():
     assert torch.equal(out, expected)
 
 
-def test_transform_survives_a_bad_file(caplog):
-    transform = build_transforms(8, MEAN, STD, train=True)
+def test_eval_transform_survives_a_bad_file(caplog):
+    """(train: the image is skipped by the collator, tests/data/test_bad_images.py)"""
+    transform = build_transforms(8, MEAN, STD, train=False)
     good = {"bytes": encoded(photo(20, 20)), "path": "good.png"}
     bad = {"bytes": b"\xff\xd8 not really a jpeg", "path": "broken.jpg"}
     with caplog.at_level(logging.WARNING, logger="vit_ft.data.datasets"):

@@ -64,3 +64,16 @@ def test_devices_that_exist_are_taken(monkeypatch):
     assert hardware.inference_device("cuda:1") == torch.device("cuda", 1)
     with pytest.raises(ValueError, match=r"has 2 cuda device\(s\)"):
         hardware.inference_device("cuda:2")
+
+
+def test_free_shared_memory_is_what_the_file_system_says_and_none_where_there_is_none(monkeypatch, tmp_path):
+    import shutil
+
+    assert hardware.free_shared_memory(str(tmp_path)) == shutil.disk_usage(tmp_path).free
+    assert hardware.free_shared_memory(str(tmp_path / "no such folder")) is None  # macOS has no /dev/shm
+
+
+@pytest.mark.parametrize("value", ["", "x", "0", "-2"])
+def test_a_launcher_variable_that_is_no_process_count_means_one_process(monkeypatch, value):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    assert hardware.local_processes() == 1

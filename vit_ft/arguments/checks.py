@@ -97,6 +97,7 @@ RANGES: dict[str, Range] = {
     "max_train_samples": Range("[1, inf)", "a number of examples, or unset for all of them", True),
     "max_eval_samples": Range("[1, inf)", "a number of examples, or unset for all of them", True),
     "crop_scale_min": Range("(0, 1]", "the smallest crop's share of the area, 0.08 Inception-style, 1.0 for no zoom"),
+    "max_bad_image_fraction": Range("[0, 1]", "a fraction of the training images, e.g. 0.01; 1 never fails"),
     # AugmentationArguments (the RandAugment bounds are vit_ft.data.augmentation's MAX_NUM_OPS, MAX_MAGNITUDE)
     "rand_augment_num_ops": Range("[1, 15]", "timm's n, ops per image; 2 is usual", True),
     "rand_augment_magnitude": Range("[0, 10]", "timm's m; 9 is usual", True),
@@ -132,7 +133,9 @@ RANGES: dict[str, Range] = {
     "save_total_limit": Range("[1, inf)", "checkpoints kept, e.g. 2, or unset to keep all", True),
     "torch_empty_cache_steps": Range("[1, inf)", "steps between torch.cuda.empty_cache(), or unset", True),
     # TrainingArguments: data loading and the launch
-    "dataloader_num_workers": Range("[0, inf)", "worker processes, e.g. 4, or 0 to load in the main one", True),
+    "dataloader_num_workers": Range(
+        "[0, inf)", "worker processes, e.g. 4, auto (one a core, less one) or 0 to load in the main one", True
+    ),
     "dataloader_prefetch_factor": Range("[1, inf)", "batches each worker loads ahead, e.g. 2, or unset", True),
     "ddp_bucket_cap_mb": Range("[1, inf)", "DDP's gradient bucket size in MB, e.g. 25, or unset", True),
     "ddp_timeout": Range("[1, inf)", "seconds, e.g. 1800", True),

@@ -262,7 +262,16 @@ class DataArguments(AugmentationArguments):
     check_images: bool = field(
         default=True,
         metadata={
-            "help": "Scan the images for undecodable files before training, and report them all at once."
+            "help": "Scan each split of up to 20,000 images for undecodable files before training and drop "
+            "them, reporting them all at once (larger or streamed splits: a training image that does not "
+            "decode is always skipped where it is decoded, counted and named in vit_ft_run.json)."
+        },
+    )
+    max_bad_image_fraction: float = field(
+        default=0.01,
+        metadata={
+            "help": "Fail the run (one line) once more than this fraction of the training images are skipped "
+            "because they do not decode, e.g. 0.01; 0 fails on the first one, 1 never fails."
         },
     )
 

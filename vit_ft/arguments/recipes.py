@@ -32,9 +32,11 @@ from transformers import HfArgumentParser, TrainingArguments
 from vit_ft.arguments.checks import RecipeError, suggest, validate
 from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.training_arguments import (
+    NUM_WORKERS_HELP,
     TRAINING_DEFAULTS,
     FineTuneTrainingArguments,
     merge_values,
+    parse_num_workers,
 )
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
@@ -172,6 +174,8 @@ class ArgumentField:
         """What the field expects, for error messages: its choices, else its annotation's types."""
         if self.action.choices:
             return "one of " + ", ".join(str(choice) for choice in self.action.choices)
+        if hasattr(self.action.type, "expects"):  # a flag whose values are more than its annotation says
+            return self.action.type.expects
         names = [
             "null" if arg is type(None) else getattr(arg, "__name__", str(arg))
             for arg in _union_args(self.hint)
@@ -203,6 +207,9 @@ def build_parser(epilog: str | None = None) -> RecipeParser:
     parser.add_argument(
         "--recipe", help="Recipe name in recipes/ (see --list-recipes) or path to a .yaml file."
     )
+    for action in parser._actions:
+        if action.dest == "dataloader_num_workers":  # TrainingArguments' int, which also takes `auto` here
+            action.type, action.help = parse_num_workers, NUM_WORKERS_HELP
     return parser
 
 

@@ -8,7 +8,8 @@ number against its range (`checks.RANGES`, transformers' fields too) and mixed p
 (`check_precision`) before transformers' own, vaguer, checks and device errors, then each other value alone; the
 checks across fields (patience needs a metric to watch, ...) are in `checks`.
 `merge_values` layers a recipe and flags over the defaults the recipes rely on (`TRAINING_DEFAULTS`), the values
-`recipes.parse_args` builds the three argument dataclasses from.
+`recipes.parse_args` builds the three argument dataclasses from, with the DataLoader's settings resolved
+(`resolve_data_loading`: `dataloader_num_workers: auto` becomes an int, persistent workers where a GPU trains).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from transformers import TrainingArguments
 
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
-from ..utils.hardware import accelerator_type
+from ..utils.hardware import accelerator_type, auto_dataloader_workers, cores_per_process
 from .checks import VALUE_RANGES, RecipeError, check_ranges
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
@@ -39,10 +40,57 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "label_names": ["labels"],
     # every parameter takes part in every step; the DDP default (True) costs an extra graph traversal
     "ddp_find_unused_parameters": False,
-    # pinned host memory only speeds up copies to a GPU; without one, torch warns about it every epoch
-    "dataloader_pin_memory": torch.cuda.is_available(),
 }
 OUTPUT_ROOT = "outputs"
+AUTO_WORKERS = "auto"  # dataloader_num_workers' value for "one worker per core of this process, less one"
+NUM_WORKERS_HELP = (
+    "DataLoader worker processes: a number, 0 to load in the main process, or 'auto': one per CPU core of this "
+    "process's share (its cores / the processes on this machine), less one for the main process."
+)
+
+
+def parse_num_workers(text: str) -> int | str:
+    """`dataloader_num_workers` as a flag or recipe value: 'auto' or a whole number (its range is checked later)."""
+    text = str(text).strip()
+    return AUTO_WORKERS if text.lower() == AUTO_WORKERS else int(text)
+
+
+parse_num_workers.__name__ = "'auto' or integer"  # argparse names the type in its error: "invalid <name> value"
+parse_num_workers.expects = "auto or a whole number"  # a recipe's bad value says what it expects (recipes.coerce)
+
+
+def resolve_data_loading(values: dict[str, Any], given: set[str], cuda: bool | None = None) -> dict[str, Any]:
+    """`values` with `dataloader_num_workers: auto` resolved to an int (`utils.hardware.auto_dataloader_workers`)
+    and, unless set in `given`, pinned memory on where a GPU trains and persistent workers where it trains with
+    workers (`cuda`: whether one is present, default torch's answer). Before any TrainingArguments is built, so
+    the Trainer's arguments only ever hold the number."""
+    values = dict(values)
+    if values.get("dataloader_num_workers") == AUTO_WORKERS:
+        values["dataloader_num_workers"] = auto_dataloader_workers()
+    gpu = (torch.cuda.is_available() if cuda is None else cuda) and not values.get("use_cpu", False)
+    if "dataloader_persistent_workers" not in given:
+        # workers kept between epochs (and evaluations): no start-up of N processes each time the GPU waits
+        values["dataloader_persistent_workers"] = gpu and int(values.get("dataloader_num_workers") or 0) > 0
+    if "dataloader_pin_memory" not in given:
+        # pinned host memory only speeds up copies to a GPU; without one, torch warns about it every epoch
+        values["dataloader_pin_memory"] = gpu
+    return values
+
+
+def describe_data_loading(args: TrainingArguments) -> str:
+    """The DataLoader settings in one log line, with the cores they were chosen from."""
+    workers = args.dataloader_num_workers
+    prefetch = args.dataloader_prefetch_factor or 2  # torch's default with workers
+    loading = (
+        f"prefetch {prefetch} batch{'es' if prefetch != 1 else ''} a worker" if workers else "batches loaded in "
+        "the main process"
+    )
+    return (
+        f"Data loading: {workers} worker{'s' if workers != 1 else ''} per process ({cores_per_process()} CPU "
+        f"cores per process here; dataloader_num_workers: {AUTO_WORKERS} gives {auto_dataloader_workers()}, one "
+        f"core left for the main process), {loading}, pinned memory {'on' if args.dataloader_pin_memory else 'off'}"
+        f", persistent workers {'on' if args.dataloader_persistent_workers else 'off'}."
+    )
 
 
 def data_seed(args: TrainingArguments) -> int:
@@ -265,7 +313,7 @@ def _without_recipe_data(recipe_values: dict[str, Any], flags: dict[str, Any]) -
 def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None) -> dict[str, Any]:
     """The values of the argument dataclasses: TRAINING_DEFAULTS, then the recipe's values (less its data source
     when the flags name another), then the flags, keeping checkpoints on the eval schedule; the output folder
-    defaults to outputs/<recipe name>.
+    defaults to outputs/<recipe name>; the DataLoader's settings resolved last (`resolve_data_loading`).
 
     load_best_model_at_end needs saving and evaluation on the same schedule, so when a layer sets only one side
     of a pair (eval_strategy/save_strategy, eval_steps/save_steps) and the other side was unset or equal, the other
@@ -288,18 +336,23 @@ def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None
         str(values["save_strategy"]),
     ):
         values["load_best_model_at_end"] = False
-    return values
+    return resolve_data_loading(values, given)
 
 
 __all__ = [
+    "AUTO_WORKERS",
     "BALANCED",
+    "NUM_WORKERS_HELP",
     "OUTPUT_ROOT",
     "TRAINING_DEFAULTS",
     "TUNE",
     "TUNE_PER_CLASS",
     "FineTuneTrainingArguments",
     "check_precision",
+    "describe_data_loading",
     "merge_values",
     "parse_class_weights",
     "parse_decision_threshold",
+    "parse_num_workers",
+    "resolve_data_loading",
 ]

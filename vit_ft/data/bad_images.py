@@ -1,23 +1,54 @@
-"""Screening image files before training: find the rows whose image does not decode, and drop them.
+"""Images that do not decode: found before training on small data, skipped where they are decoded on large data.
 
-`find_bad_images` lists them (missing files, non-images, truncated files, images over `max_pixels`);
-`drop_bad_images` returns the dataset without them and logs what went.
-A file that passes here decodes in the transform of `vit_ft.data.transforms.build_transforms`.
+Small splits (at most `PRESCAN_MAX_IMAGES` rows) are scanned before training: `find_bad_images` lists the rows
+whose image does not decode (missing files, non-images, truncated files, images over `max_pixels`),
+`drop_bad_images` returns the split without them and logs what went, `prescan_small_splits` does it for each
+small split. A file that passes here decodes in the transform of `vit_ft.data.transforms.build_transforms`.
+
+Large or streamed data is never scanned as a whole (1.28M images take about 20 minutes in one process): the
+train transform checks each image as it decodes it and returns a `BadImage` in its place; `SkipBadImages` (the
+training batches' collator) drops those examples, so a batch holds the good images its sampler drew, the same in
+a resumed run, and records their rows in a `BadImageTally` shared with the DataLoader workers. The fine-tune's
+`BadImageCallback` (`vit_ft.training.callbacks`) counts them, fails the run with one line once more than
+`max_bad_image_fraction` of the split is bad (`check_bad_fraction`), and names them in the run's record.
+A streamed dataset uses the same path: its transform returns `BadImage.of(value, error)` (or its loop calls
+`decode_error`) and its collator is a `SkipBadImages`, with a tally sized by the split's stated length.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import datasets
+import torch
 
 from .images import DEFAULT_MAX_PIXELS, describe_source, load_image
 
-__all__ = ["drop_bad_images", "find_bad_images"]
+__all__ = [
+    "PRESCAN_MAX_IMAGES",
+    "BadImage",
+    "BadImageTally",
+    "SkipBadImages",
+    "check_bad_fraction",
+    "decode_error",
+    "describe_rows",
+    "drop_bad_images",
+    "find_bad_images",
+    "prescan_small_splits",
+]
+
+# The largest split scanned before training. The scan decodes about 1,000 images a second in one process (JPEGs
+# at 1/8 scale; 1.28M images took about 20 minutes, issue 33), so 20,000 images cost about 20 s per split; above
+# that, and for any streamed split, images are checked where the training decodes them.
+PRESCAN_MAX_IMAGES = 20_000
+
+logger = logging.getLogger("vit_ft.data.datasets")  # the data layer's logger, as the transforms'
 
 
-def _decode_error(value: Any, max_pixels: int | None) -> str:
+def decode_error(value: Any, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> str:
     """'' when the image decodes, else the reason."""
     if value is None:
         return "missing image (null value)"
@@ -62,7 +93,7 @@ def find_bad_images(
     def check(values: list[Any], indices: list[int]) -> dict[str, list]:
         bad: dict[str, list] = {"index": [], "source": [], "reason": []}
         for value, index in zip(values, indices, strict=True):
-            reason = _decode_error(value, max_pixels)
+            reason = decode_error(value, max_pixels)
             if reason:
                 bad["index"].append(index)
                 bad["source"].append(describe_source(value) if value else f"{image_column}[{index}]")
@@ -119,3 +150,127 @@ def drop_bad_images(
     )
     bad_rows = {index for index, _, _ in bad}
     return dataset.select([i for i in range(len(dataset)) if i not in bad_rows])
+
+
+def prescan_small_splits(
+    splits: Mapping[str, Any],
+    image_column: str,
+    log: logging.Logger,
+    max_images: int = PRESCAN_MAX_IMAGES,
+) -> dict[str, Any]:
+    """`splits` with `drop_bad_images` applied to each map-style split of at most `max_images` rows; larger or
+    streamed splits are left to the check where they are decoded (logged once each). Call it outside any
+    barrier: every process checks its own copy at once, none waits on another."""
+    checked = dict(splits)
+    for name, split in splits.items():
+        if isinstance(split, datasets.Dataset) and len(split) <= max_images:
+            checked[name] = drop_bad_images(split, image_column, log)
+        else:
+            size = f"{len(split)} images" if isinstance(split, datasets.Dataset) else "a stream"
+            log.info(
+                "The %s split (%s) is not scanned before training (above %d images): an image that does not "
+                "decode is skipped where it is decoded.",
+                name, size, max_images,
+            )  # fmt: skip
+    return checked
+
+
+@dataclass(frozen=True)
+class BadImage:
+    """What a train transform returns in place of an image it cannot decode; `SkipBadImages` drops the example."""
+
+    source: str  # the path, or a short description of the value (`images.describe_source`)
+    reason: str  # "<error type>: <message>"
+
+    @classmethod
+    def of(cls, value: Any, error: BaseException) -> BadImage:
+        """The marker for image `value` (PIL, {"bytes", "path"} dict, path or bytes) that raised `error`."""
+        return cls(describe_source(value), f"{type(error).__name__}: {error}")
+
+
+class BadImageTally:
+    """The rows of a split whose image failed to decode during training, shared with the DataLoader workers.
+
+    A bitmap over the split's row positions in shared memory (as the train transform's epoch): a worker sets the
+    row of each image it skips, the main process counts and lists them; a bad image counts once however many
+    epochs skip it. Rows outside [0, size) fold into it (a stream whose stated length was short) and an example
+    without a row position is counted apart, so neither is lost from the count.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = int(size)
+        self._rows = torch.zeros(max(self.size, 1), dtype=torch.bool).share_memory_()
+        self._unindexed = torch.zeros((), dtype=torch.int64).share_memory_()
+
+    def record(self, index: int | None) -> None:
+        """Mark row `index` (None: an example without a row position) as bad."""
+        if index is None:
+            self._unindexed += 1  # workers may race here: at worst an undercount of unindexed examples
+        else:
+            self._rows[int(index) % self._rows.numel()] = True
+
+    def rows(self) -> list[int]:
+        """The bad rows seen so far by this process's DataLoader (its workers included), in row order."""
+        return torch.nonzero(self._rows).flatten().tolist()
+
+    def count(self) -> int:
+        """How many bad images this process's DataLoader has skipped so far (each row once)."""
+        return int(self._rows.sum()) + int(self._unindexed)
+
+
+class SkipBadImages:
+    """A collator that drops the examples whose image did not decode (a `BadImage` as their `pixel_values`),
+    records their rows (`index_key`) in `tally`, and collates the rest with `collate`.
+
+    Which examples go depends only on the files, so a batch holds the same images in a resumed run as in an
+    uninterrupted one; it is smaller by the bad ones. A batch with no image left is a one-line ValueError.
+    """
+
+    def __init__(self, collate: Callable[[list[dict[str, Any]]], Any], tally: BadImageTally, index_key: str):
+        self.collate, self.tally, self.index_key = collate, tally, index_key
+
+    def __call__(self, examples: list[dict[str, Any]]) -> Any:
+        kept = []
+        for example in examples:
+            bad = example.get("pixel_values")
+            if not isinstance(bad, BadImage):
+                kept.append(example)
+                continue
+            self.tally.record(example.get(self.index_key))
+            logger.warning("Skipping image %s, which does not decode (%s).", bad.source, bad.reason)
+        if not kept:
+            bad = examples[0]["pixel_values"]
+            raise ValueError(
+                f"none of the {len(examples)} images of a training batch decodes, e.g. {bad.source} ({bad.reason}); "
+                "remove or fix the broken files (vit_ft.data.bad_images.find_bad_images lists them)."
+            )
+        return self.collate(kept)
+
+
+def check_bad_fraction(bad: int, total: int, max_fraction: float, example: str = "") -> None:
+    """Raise a one-line ValueError when more than `max_fraction` of `total` images are bad."""
+    if total > 0 and bad > max_fraction * total:
+        named = f", e.g. {example}" if example else ""
+        raise ValueError(
+            f"{bad} of the {total} training images ({bad / total:.1%}) do not decode{named}: more than "
+            f"max_bad_image_fraction={max_fraction:g} allows. Fix or remove the broken files (check_images lists "
+            "them on small data), or raise --max_bad_image_fraction."
+        )
+
+
+def describe_rows(
+    dataset: datasets.Dataset,
+    rows: list[int],
+    image_column: str = "image",
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> list[dict[str, Any]]:
+    """[{"row", "source", "reason"}] of `rows` of a map-style `dataset` (its undecoded images, re-checked here
+    for the reason): the names a run's record gives its skipped images."""
+    if not rows:
+        return []
+    images = _as_undecoded_images(dataset.with_format(None), image_column).select(rows)[image_column]
+    return [
+        {"row": row, "source": describe_source(value) if value else f"{image_column}[{row}]",
+         "reason": decode_error(value, max_pixels) or "did not decode during training"}
+        for row, value in zip(rows, images, strict=True)
+    ]  # fmt: skip

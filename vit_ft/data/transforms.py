@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from PIL import Image
 
+from .bad_images import BadImage
 from .images import (
     CROP_RATIO,
     CROP_SCALE,
@@ -186,6 +187,9 @@ class ImageClassificationTransform:
             try:
                 pixel_values.append(self.transform_image(image, generator))
             except Exception as error:  # any failure: one bad file must not kill an epoch
+                if self.train:  # skipped, counted and named by the collator: vit_ft.data.bad_images
+                    pixel_values.append(BadImage.of(image, error))
+                    continue
                 logger.warning(
                     "Could not decode image %s (%s: %s); using a blank (mean-colour) image instead. "
                     "Run vit_ft.data.bad_images.drop_bad_images on the split before training to remove it.",
@@ -224,8 +228,8 @@ def build_transforms(
     float32 tensor, ...], "labels": [int, ...]} for `Dataset.with_transform` / `set_transform`.
 
     Images may be `datasets.Image(decode=False)` values {"bytes", "path"} (the main path: decoding happens
-    here, JPEGs at reduced size via draft mode, and a file that fails to decode becomes a blank image with a
-    warning instead of an exception), PIL images (a decoded column: datasets decodes before this runs, so a
+    here, JPEGs at reduced size via draft mode, and a file that fails to decode becomes, instead of an exception,
+    a `bad_images.BadImage` in train, which the training collator skips, or a blank image with a warning in eval), PIL images (a decoded column: datasets decodes before this runs, so a
     bad file raises there), paths or bytes. Every image becomes 8-bit RGB first (see `vit_ft.data.images.to_rgb`).
 
     Train: torchvision's RandomResizedCrop(image_size, crop_scale, crop_ratio) then a horizontal flip with

@@ -1,13 +1,19 @@
 """The fine-tune's Trainer callbacks: augmentation that replays on resume, the logging / eval / save steps of this
-run's arguments on resume, and training speed without evaluation."""
+run's arguments on resume, training speed without evaluation, and the training images skipped because they do not
+decode."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
 
-from ..data.transforms import ImageClassificationTransform
+from ..data.bad_images import BadImageTally, SkipBadImages, check_bad_fraction, describe_rows
+from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform
+
+logger = logging.getLogger("vit_ft")
 
 
 class AugmentationEpochCallback(TrainerCallback):
@@ -72,4 +78,82 @@ class EvaluationTime(TrainerCallback):
         return speed
 
 
-__all__ = ["AugmentationEpochCallback", "EvaluationTime", "StepsFromArguments"]
+class BadImageCallback(TrainerCallback):
+    """The training images skipped because they do not decode (`vit_ft.data.bad_images`): counted after each
+    step, the run failed with one line once more than `max_fraction` of the `total` training images are bad, and
+    the list kept for the run's record (`record`).
+
+    `collator(collate)` wraps the training batches' collator so that it skips and records them; `describe(rows)`
+    names the bad rows (source and reason; default: their row numbers). During training each process counts
+    what its own DataLoader skipped; at the end the processes' rows are joined, checked again and logged.
+    """
+
+    def __init__(self, total: int, max_fraction: float,
+                 describe: Callable[[list[int]], list[dict[str, Any]]] | None = None) -> None:  # fmt: skip
+        self.total, self.max_fraction = int(total), float(max_fraction)
+        self.tally = BadImageTally(self.total)
+        self.describe = describe or (lambda rows: [{"row": row} for row in rows])
+        self.skipped: list[int] | None = None  # every process's bad rows, once training ended
+        self.from_step = 0  # the step training started at (a resumed run's checkpoint)
+
+    @classmethod
+    def for_dataset(cls, dataset: Any, max_fraction: float, image_column: str = "image") -> BadImageCallback:
+        """The callback for a map-style train split (its rows named from its undecoded images)."""
+        return cls(len(dataset), max_fraction, lambda rows: describe_rows(dataset, rows, image_column))
+
+    def collator(self, collate: Callable[[list[dict[str, Any]]], Any]) -> SkipBadImages:
+        """`collate` behind the skip: the training batches' collator."""
+        return SkipBadImages(collate, self.tally, INDEX_COLUMN)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.skipped, self.from_step = None, state.global_step  # a resumed run counts what it decodes itself
+
+    def on_step_end(self, args, state, control, **kwargs):
+        count = self.tally.count()  # cheap: one sum over a bitmap
+        if count > self.max_fraction * self.total:
+            check_bad_fraction(count, self.total, self.max_fraction, self._example(self.tally.rows()))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.skipped = _joined_across_processes(self.tally.rows())
+        if not self.skipped:
+            return
+        example = self._example(self.skipped)
+        check_bad_fraction(len(self.skipped), self.total, self.max_fraction, example)
+        logger.warning(
+            "Skipped %d of %d training images that do not decode, e.g. %s; vit_ft_run.json lists them.",
+            len(self.skipped), self.total, example,
+        )  # fmt: skip
+
+    def _example(self, rows: list[int]) -> str:
+        """The first bad row as "source (reason)" for a message; "" when there is none."""
+        if not rows:
+            return ""
+        named = self.describe(rows[:1])[0]
+        return f"{named.get('source', f'row {rows[0]}')} ({named.get('reason', 'did not decode')})"
+
+    def record(self, max_listed: int = 100) -> dict[str, Any]:
+        """The run record's `bad_images`: how many training images were skipped, of how many, since which step
+        (a resumed run's record covers the steps it ran: a later epoch decodes every image again), and the first
+        `max_listed` of them (row, source, reason)."""
+        skipped = self.skipped if self.skipped is not None else self.tally.rows()
+        return {
+            "skipped": len(skipped),
+            "of": self.total,
+            "max_bad_image_fraction": self.max_fraction,
+            "counted_from_step": self.from_step,
+            "images": self.describe(skipped[:max_listed]),
+        }
+
+
+def _joined_across_processes(rows: list[int]) -> list[int]:
+    """Every process's `rows`, joined and sorted (a several-process run); `rows` itself in one process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return sorted(rows)
+    gathered: list[list[int] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, rows)
+    return sorted({row for part in gathered for row in part or []})
+
+
+__all__ = ["AugmentationEpochCallback", "BadImageCallback", "EvaluationTime", "StepsFromArguments"]

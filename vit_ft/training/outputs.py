@@ -1,6 +1,6 @@
 """The fine-tune's output folder once training ends: the model (vit_ft format, or the LoRA adapter), label maps,
-example images, the run record (written twice: first unfinished, last finished, the completion marker), the
-model card and the training curves."""
+example images, the run record (written twice: first unfinished, last finished, the completion marker; it names
+the training images skipped because they do not decode), the model card and the training curves."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from transformers import Trainer, TrainingArguments
 from ..arguments.fields import DataArguments, ModelArguments
 from ..reports.examples import write_examples
 from ..utils.run_record import LABELS_FILE, write_run_record
+from .callbacks import BadImageCallback
 
 logger = logging.getLogger("vit_ft")
 
@@ -60,6 +61,7 @@ def save_outputs(
         "world_size": training_args.world_size,
         "written_by_process": training_args.process_index,
         "metrics": metrics,
+        "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode
         **task.record_fields(calibration, fitted),  # the calibration (and a multi-label run's threshold)
     }
     write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
@@ -72,6 +74,14 @@ def save_outputs(
         output_dir,
         {k: round(v, 4) for k, v in metrics.items() if k.endswith(("accuracy", "mAP", "f1_micro"))},
     )
+
+
+def _bad_images(trainer: Trainer) -> dict[str, Any] | None:
+    """The training images skipped because they do not decode (`BadImageCallback.record`), if it counted them."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, BadImageCallback):
+            return callback.record()
+    return None
 
 
 def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir: Path, task: Any) -> None:

@@ -18,12 +18,12 @@ from transformers.image_utils import PILImageResampling
 
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed
-from ..data.bad_images import drop_bad_images
+from ..data.bad_images import decode_error, prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
 from ..data.streaming import TrainStream, load_streamed_datasets, streamed_max_steps
-from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
+from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms, collate_fn
 from ..kernels import kernelize
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
@@ -31,7 +31,7 @@ from ..tasks import Task, task_for
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import mark_unfinished, read_run_record
-from .callbacks import StepsFromArguments
+from .callbacks import BadImageCallback, StepsFromArguments
 from .checkpoints import (
     CheckpointRecordCallback,
     check_run_output_dir,
@@ -45,6 +45,7 @@ from .outputs import save_outputs
 from .preemption import PreemptionCallback
 from .resume import check_resume, run_settings
 from .trainer import build_trainer, evaluate_final_model
+from .workers import check_data_loading
 
 logger = logging.getLogger("vit_ft")
 
@@ -88,11 +89,12 @@ def prepare_builtin_checkpoint(
 def load_data(
     data_args: DataArguments, training_args: TrainingArguments
 ) -> tuple[datasets.DatasetDict | dict[str, Any], list[str]]:
-    """The train / validation (/ test) splits with bad images dropped, and the class names; with `streaming`,
-    train is a `TrainStream` (no pre-scan: nothing reads a whole stream before training)."""
+    """The train / validation (/ test) splits, the bad images of the small ones dropped (`check_images`; larger
+    splits' are skipped where decoded), and the class names; with `streaming`, train is a `TrainStream` (never
+    scanned before training: its bad images are skipped where decoded)."""
     if data_args.streaming:
         return load_streamed_data(data_args, training_args)
-    with training_args.main_process_first(desc="loading and checking the images"):
+    with training_args.main_process_first(desc="loading the images"):
         splits, names = load_image_datasets(
             dataset_name=data_args.dataset_name,
             dataset_config=data_args.dataset_config,
@@ -112,9 +114,8 @@ def load_data(
             label_names=data_args.class_names,
             label_separator=data_args.label_separator,
         )
-        if data_args.check_images:
-            for split in list(splits):
-                splits[split] = drop_bad_images(splits[split], "image", logger)
+    if data_args.check_images:  # outside the barrier: each process scans its own small splits, none waits
+        splits = datasets.DatasetDict(prescan_small_splits(splits, "image", logger))
     _check_two_classes(names, data_args)
     logger.info("Data: %s; %d classes.", {k: len(v) for k, v in splits.items()}, len(names))
     return splits, names
@@ -275,10 +276,14 @@ def write_augmentations(
     from ..reports.augmentation_figure import write_augmentation_figure
 
     if isinstance(splits["train"], TrainStream):
-        images = [row["image"] for row in splits["train"].head(4)]
+        images = [row["image"] for row in splits["train"].head(16)]
     else:
         train = splits["train"].with_format(None)  # the undecoded images, without the transform
-        images = train.select(range(min(4, len(train))))["image"]
+        images = train.select(range(min(16, len(train))))["image"]
+    # four that decode: large and streamed splits are not scanned before training (data.bad_images)
+    images = [image for image in images if not decode_error(image)][:4]
+    if not images:
+        return
     path = Path(training_args.output_dir) / AUGMENTATIONS_FIGURE
     write_augmentation_figure(images, transform, path, mixer=mixup, seed=training_args.seed)
 
@@ -388,14 +393,22 @@ def _finetune(
     if resume is None and training_args.process_index == 0:  # before its first file: the names are the run's
         claim_output_dir(training_args.output_dir)
     write_augmentations(splits, train_transform, mixup, training_args)
+    check_data_loading(training_args, splits["train"])  # the workers' shared memory; one log line
+    # training images that do not decode: skipped by the collator, counted, named in the record
+    if isinstance(splits["train"], TrainStream):  # counted against the images the run will read
+        stated = splits["train"].num_examples or training_args.max_steps * training_args.train_batch_size
+        bad_images = BadImageCallback(stated, data_args.max_bad_image_fraction)
+    else:
+        bad_images = BadImageCallback.for_dataset(splits["train"], data_args.max_bad_image_fraction)
     trainer, evaluation_time = build_trainer(
         model, processor, splits, training_args, data_args, task,
         epoch_targets=[train_transform, *([mixup] if mixup else [])],
         loss_weights=loss_weights,
-        train_collator=mixup.collate if mixup else None,
+        train_collator=bad_images.collator(mixup.collate if mixup else collate_fn),
         resume=resume,
         balanced_labels=balanced,
     )  # fmt: skip
+    trainer.add_callback(bad_images)
     preemption = PreemptionCallback()
     if isinstance(splits["train"], TrainStream):
         # the stream skips the trained batches itself, before decoding them (`TrainStream.resume_from_batch`)

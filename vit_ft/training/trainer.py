@@ -25,6 +25,7 @@ from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
+from .workers import with_own_generator
 
 
 class FineTuneTrainer(Trainer):
@@ -58,6 +59,23 @@ class FineTuneTrainer(Trainer):
             return super()._get_train_sampler(train_dataset)
         seed = data_seed(self.args)
         return ClassBalancedSampler(self.balanced_labels, seed)
+
+    def _get_dataloader(self, *args: Any, **kwargs: Any) -> torch.utils.data.DataLoader:
+        # every loader (train, eval, test) with its own generator: the workers then change no draw of dropout
+        return with_own_generator(super()._get_dataloader(*args, **kwargs), self.args.seed)
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
+        # with persistent workers Trainer caches one loader under "eval" whatever dataset it is given: the test
+        # split would be evaluated on the validation loader. Another dataset gets a loader of its own.
+        if eval_dataset is None or isinstance(eval_dataset, str) or eval_dataset is self.eval_dataset:
+            return super().get_eval_dataloader(eval_dataset)
+        cached = self.__dict__.pop("_eval_dataloaders", None)
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.__dict__.pop("_eval_dataloaders", None)
+            if cached is not None:
+                self._eval_dataloaders = cached
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
         if isinstance(self.train_dataset, TrainStream):  # split per process already: not re-sharded

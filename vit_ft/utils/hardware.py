@@ -1,4 +1,5 @@
-"""Hardware policy in one place: the accelerator torch finds, the CPU's vendor, and where bf16 helps.
+"""Hardware policy in one place: the accelerator torch finds, the CPU's vendor, where bf16 helps, the cores
+each training process gets (`dataloader_num_workers: auto`) and the shared memory its DataLoader workers use.
 
 The CPU kernels (`vit_ft.kernels`), the inference tools' `--bf16 auto` and the fine-tune's precision checks all
 ask here, so that one measurement (docs/benchmarks.md) decides each of them once.
@@ -7,8 +8,12 @@ ask here, so that one measurement (docs/benchmarks.md) decides each of them once
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 
 import torch
+
+SHARED_MEMORY = "/dev/shm"  # where torch's DataLoader workers put the batches they hand to the main process
 
 
 @functools.cache
@@ -73,6 +78,40 @@ def inference_device(device: str | torch.device | None) -> torch.device:
     return chosen
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask: a container's or Slurm's share, not the host's)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def local_processes() -> int:
+    """The training processes on this machine: LOCAL_WORLD_SIZE (torchrun and `accelerate launch` set it), else 1."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def cores_per_process() -> int:
+    """This process's share of the CPU cores: its cores divided among the training processes on the machine."""
+    return max(1, cpu_cores() // local_processes())
+
+
+def auto_dataloader_workers() -> int:
+    """`dataloader_num_workers: auto`: one DataLoader worker per core of this process's share, less one core
+    left to the main process (which runs the training step and feeds the GPU); 0 with a single core."""
+    return cores_per_process() - 1
+
+
+def free_shared_memory(path: str = SHARED_MEMORY) -> int | None:
+    """Free bytes of the shared-memory file system DataLoader workers hand batches through; None where there
+    is none (macOS, Windows)."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
 def onednn_bf16_supported() -> bool:
     """This CPU has native bf16 products that oneDNN uses (AVX512_BF16 or AMX)."""
     supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
@@ -92,12 +131,18 @@ def bf16_helps(device: torch.device) -> bool:
 
 
 __all__ = [
+    "SHARED_MEMORY",
     "accelerator_type",
+    "auto_dataloader_workers",
     "bf16_helps",
+    "cores_per_process",
+    "cpu_cores",
     "cpu_vendor",
     "cpuinfo",
     "default_device",
+    "free_shared_memory",
     "inference_device",
     "is_amd_cpu",
+    "local_processes",
     "onednn_bf16_supported",
 ]
