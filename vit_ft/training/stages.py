@@ -18,6 +18,7 @@ from transformers.image_utils import PILImageResampling
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed
 from ..data.bad_images import drop_bad_images
+from ..data.batch_augmentation import BatchAugmentation
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
@@ -228,6 +229,7 @@ def attach_transforms(
         horizontal_flip=data_args.horizontal_flip,
         seed=seed,
         **_augmentation_kwargs(data_args),
+        device_augmentation=True,  # uint8 crops; the rest per batch on the device (BatchAugmentation)
         **common,
     )
     eval_transform = build_transforms(size, train=False, **common)
@@ -295,14 +297,15 @@ def _finetune(
     model, processor = build_model(model_args, names, task)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
-    write_augmentations(splits, train_transform, mixup, training_args)
+    write_augmentations(splits, train_transform.on_workers(), mixup, training_args)
+    batch_augmentation = BatchAugmentation(train_transform, mixup)  # flip, augmentation, mixup on the device
     trainer, evaluation_time = build_trainer(
         model, processor, splits, training_args, data_args, task,
-        epoch_targets=[train_transform, *([mixup] if mixup else [])],
+        epoch_targets=[train_transform, batch_augmentation],
         loss_weights=loss_weights,
-        train_collator=mixup.collate if mixup else None,
         resume=resume,
         balanced_labels=balanced,
+        batch_augmentation=batch_augmentation,
     )  # fmt: skip
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)
