@@ -75,9 +75,11 @@ def test_device_transform_replaces_a_bad_image_with_the_mean_colour(caplog):
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_each_image_draws_alone_whatever_its_batch(spec):
+def test_each_image_draws_alone_whatever_its_batch(spec, monkeypatch):
     """Image i's output is a function of (seed, epoch, index) only: the same alone, in another batch, in
-    another order; the global RNG (dropout's) is left alone."""
+    another order; the global RNGs (dropout's, on the CPU and on a GPU) are left alone."""
+    reseeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: reseeded.append(seed))  # torch.manual_seed's
     augment = augmentation(spec)
     augment.set_epoch(1)
     pixels = crops(8)
@@ -91,6 +93,7 @@ def test_each_image_draws_alone_whatever_its_batch(spec):
     other_seed = augmentation(spec, seed=4)
     other_seed.set_epoch(1)
     assert not torch.equal(other_seed(batch_of(pixels, range(8)))["pixel_values"], whole)
+    assert reseeded == []
 
 
 def test_two_images_of_one_batch_get_different_ops():

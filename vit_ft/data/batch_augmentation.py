@@ -204,7 +204,7 @@ class BatchAugmentation:
         boxes, fills = [], []
         for row in rows.tolist():
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seeds[row])
+                torch.random.default_generator.manual_seed(seeds[row])  # the CPU one only: CUDA untouched
                 boxes.append(erasing._param_generator(one, same_on_batch=False))
             if erasing.mode != "const":
                 generator = torch.Generator(device=x.device).manual_seed(seeds[row])
@@ -249,7 +249,7 @@ def _apply(
     """Run a kornia augmentation on every image of `x` with the given parameter values: its own parameters for
     this shape (drawn under a fixed seed, outside the global RNG), the drawn ones put in, all applied."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.random.default_generator.manual_seed(0)  # the CPU one only (torch.manual_seed: CUDA too)
         params = augmentation.forward_parameters(x.shape)
     if factor is not None:
         params[factor] = value
