@@ -18,7 +18,6 @@ from transformers.image_utils import PILImageResampling
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed
 from ..data.bad_images import drop_bad_images
-from ..data.batch_augmentation import BatchAugmentation
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
@@ -214,7 +213,8 @@ def attach_transforms(
     resize + center crop for evaluation, normalised by the processor.
 
     The train split gains `INDEX_COLUMN` (its row positions) and its augmentation becomes a function of (seed,
-    epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets.
+    epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets. It returns uint8
+    crops: the rest runs per batch on the training device (`build_trainer`'s `BatchAugmentation`).
     """
     size = (processor.size["height"], processor.size["width"])
     common = {
@@ -298,14 +298,13 @@ def _finetune(
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
     mixup = build_mixup(data_args, training_args, len(names))
     write_augmentations(splits, train_transform.on_workers(), mixup, training_args)
-    batch_augmentation = BatchAugmentation(train_transform, mixup)  # flip, augmentation, mixup on the device
     trainer, evaluation_time = build_trainer(
         model, processor, splits, training_args, data_args, task,
-        epoch_targets=[train_transform, batch_augmentation],
+        epoch_targets=[train_transform, *([mixup] if mixup else [])],
         loss_weights=loss_weights,
+        train_collator=mixup.collate if mixup else None,
         resume=resume,
         balanced_labels=balanced,
-        batch_augmentation=batch_augmentation,
     )  # fmt: skip
     preemption = PreemptionCallback()
     trainer.add_callback(preemption)

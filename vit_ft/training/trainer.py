@@ -21,6 +21,8 @@ import torch
 from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
 from ..arguments.training_arguments import data_seed
+from ..data.batch_augmentation import BatchAugmentation
+from ..data.mixup import MixupCutmix
 from ..data.transforms import collate_fn
 from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
@@ -43,7 +45,7 @@ class FineTuneTrainer(Trainer):
     loss_is_scaled_for_ga = False
 
     def __init__(self, *args: Any, ema: EMACallback | None = None, train_collator: Any = None,
-                 batch_augmentation: Any = None, balanced_labels: list[int] | None = None,
+                 batch_augmentation: BatchAugmentation | None = None, balanced_labels: list[int] | None = None,
                  **kwargs: Any) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
         self.ema, self.train_collator, self.balanced_labels = ema, train_collator, balanced_labels
@@ -110,15 +112,16 @@ def build_trainer(
     train_collator: Any = None,
     resume: str | None = None,
     balanced_labels: list[int] | None = None,
-    batch_augmentation: Any = None,
 ) -> tuple[FineTuneTrainer, EvaluationTime]:
     """The Trainer over the train and validation splits, and the callback that times its evaluations.
 
     The `task` (`vit_ft.tasks`) gives the loss (with `loss_weights`: class weights, or BCE positive weights),
     and the metrics; `balanced_labels` (the task's `train_labels`, read before the transforms) feed the balanced
     sampler when the recipe asks for it; `epoch_targets` (the seeded train transform, the mixup collator) get each
-    epoch's number at its start; `batch_augmentation` runs on each training batch on the device (see
-    `FineTuneTrainer`); `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
+    epoch's number at its start. When the train transform (the first target) returns uint8 crops
+    (`device_augmentation`), its flip, augmentation and normalisation, and the mixup of the `MixupCutmix` among
+    the targets (then not in `train_collator`), run per batch on the device (`BatchAugmentation`, see
+    `FineTuneTrainer`). `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
     command.
     """
     trainer_args = copy.copy(training_args)
@@ -128,6 +131,9 @@ def build_trainer(
     if loss is not None:
         trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
         trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
+    batch_augmentation = _batch_augmentation(epoch_targets)
+    if batch_augmentation is not None:
+        epoch_targets, train_collator = [*epoch_targets, batch_augmentation], None  # the mix moves to the device
     evaluation_time = EvaluationTime()
     callbacks = [AugmentationEpochCallback(*epoch_targets), evaluation_time]
     ema = None
@@ -159,6 +165,16 @@ def build_trainer(
         balanced_labels=balanced,
     )
     return trainer, evaluation_time
+
+
+def _batch_augmentation(epoch_targets: list[Any]) -> BatchAugmentation | None:
+    """The per-batch device augmentation for a train transform that returns uint8 crops, with the targets'
+    mixup; None for a transform that does everything in the workers."""
+    transform, *others = epoch_targets
+    if not getattr(transform, "crops_only", False):
+        return None
+    mixup = next((target for target in others if isinstance(target, MixupCutmix)), None)
+    return BatchAugmentation(transform, mixup)
 
 
 def evaluated_final_model(state: Any, args: Any) -> dict[str, float] | None:
