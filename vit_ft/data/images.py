@@ -404,10 +404,11 @@ def to_normalized_tensor(
 
 
 def to_uint8_tensor(img: Image.Image) -> torch.Tensor:
-    """8-bit RGB PIL image -> uint8 (channels, height, width) tensor, contiguous: what a DataLoader worker
-    ships when the normalisation runs on the device (a quarter of float32's bytes)."""
+    """8-bit RGB PIL image -> uint8 (channels, height, width) tensor: what a DataLoader worker ships when the
+    normalisation runs on the device (a quarter of float32's bytes). A channels-first view of the pixels, not a
+    second copy: the collator's stack makes the batch contiguous."""
     array = np.array(img, dtype=np.uint8)  # (height, width, channels), a writable copy for torch
-    return torch.from_numpy(array).permute(2, 0, 1).contiguous()  # (channels, height, width)
+    return torch.from_numpy(array).permute(2, 0, 1)  # (channels, height, width)
 
 
 def collect_image_files(inputs: Iterable[str | os.PathLike]) -> list[Path]:
