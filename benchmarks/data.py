@@ -1,12 +1,17 @@
 """The "data" section: vit_ft's training transform (the JPEG decoded for the crop) against the textbook full
-decode, on synthetic photos, in one worker; and the cost of a DeiT-style augmentation (RandAugment + random
-erasing) at the fine-tuning resolution, with the DataLoader workers it would take to feed an H100."""
+decode, on synthetic photos, in one worker; then, at the fine-tuning resolution (384 px), the worker path that
+feeds a GPU (decode + crop, uint8 out: `build_transforms(device_augmentation=True)`) against the old one (crop,
+flip, float32 normalisation, and with the `-strong` recipes RandAugment + random erasing, all in the worker),
+interleaved in one run; the per-batch augmentation that moved to the device (`BatchAugmentation`), timed on this
+CPU; the bytes per image that cross the workers' boundary; and the DataLoader workers each path needs to feed
+an H100 at 1,300 images/s."""
 
 from __future__ import annotations
 
 import io
 import logging
 import math
+import statistics
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,8 +19,10 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter
 
 from vit_ft.data.augmentation import AugmentationSpec
+from vit_ft.data.batch_augmentation import BatchAugmentation
 from vit_ft.data.images import random_resized_crop_box, to_normalized_tensor
-from vit_ft.data.transforms import build_transforms
+from vit_ft.data.mixup import MixupCutmix
+from vit_ft.data.transforms import INDEX_COLUMN, build_transforms
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
 
 from .common import MEAN, STD, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
@@ -24,8 +31,12 @@ from .gpu import BF16_PEAKS
 
 # DeiT's fine-tuning augmentation (timm rand-m9-n2, --reprob 0.25): the heaviest per-image work a recipe asks
 AUGMENTATION = AugmentationSpec("randaugment", 2, 9, random_erasing_prob=0.25, random_erasing_mode="pixel")
+# and its batch mix (DeiT: mixup 0.8, cutmix 1.0, label smoothing 0.1), as the -strong recipes
+MIXUP = {"mixup_alpha": 0.8, "cutmix_alpha": 1.0, "label_smoothing": 0.1}
 # the assumed H100 training rate: the gpu section's utilisation target (never measured here: no GPU lent)
 H100_UTILISATION = float(TARGETS["gpu_utilisation"].split()[1])
+# the images/s the workers must feed an H100 training ViT-B/16 at 384 px (issue 33; about h100_training_rate())
+H100_FEED_RATE = 1300
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +107,11 @@ def bench_data(settings: BenchmarkSettings) -> list[Row]:
                     TARGETS["data_large"] if largest else None,
                 )
             )
-        rows.append(augmented_row(settings))
+        rows.extend(worker_path_rows(settings))
+        rows.append(device_augmentation_row(settings))
     finally:
         torch.set_num_threads(threads)
+    rows.append(bytes_row(settings))
     return rows
 
 
@@ -110,36 +123,126 @@ def h100_training_rate() -> tuple[float, float]:
     return H100_UTILISATION * dict(BF16_PEAKS)["H100"] / (3 * forward), forward / 1e9
 
 
-def augmented_row(settings: BenchmarkSettings) -> Row:
-    """images/s of one worker: the train transform with RandAugment + random erasing against crop + flip only,
-    at the gpu section's resolution (384 px) on photo-sized JPEGs; the note says how many workers an H100
-    would need at that rate."""
-    width, height = settings.photo_sizes[0]  # 500x375: a typical photo
+def _workers(rate: float) -> int:
+    """DataLoader workers of `rate` images/s each to feed H100_FEED_RATE."""
+    return math.ceil(H100_FEED_RATE / rate)
+
+
+def worker_path_rows(settings: BenchmarkSettings) -> list[Row]:
+    """images/s of one worker (one torch thread) at the GPU resolution, per photo size: the new worker path
+    (decode + crop, uint8) against the old one with crop + flip (float32) and with the strong augmentation,
+    the three interleaved; the notes give the workers each needs to feed an H100 at 1,300 images/s."""
     size = settings.gpu_image_size
-    photos = [synthetic_photo(width, height, seed=i) for i in range(settings.photos_per_round)]
-    batch = {"image": [{"bytes": p, "path": None} for p in photos], "label": [0] * len(photos)}
-    augmented = build_transforms(size, MEAN, STD, train=True, augmentation=AUGMENTATION)
-    plain = build_transforms(size, MEAN, STD, train=True)
-    logger.info(
-        "train transform with %s on %dx%d JPEGs -> %d px", AUGMENTATION.describe(), width, height, size
+    new = build_transforms(size, MEAN, STD, train=True, augmentation=AUGMENTATION, device_augmentation=True)
+    old_plain = build_transforms(size, MEAN, STD, train=True)
+    old_strong = build_transforms(size, MEAN, STD, train=True, augmentation=AUGMENTATION)
+    rows = []
+    for index, (width, height) in enumerate(settings.photo_sizes):
+        logger.info("worker paths on %dx%d JPEGs -> %d px", width, height, size)
+        photos = [synthetic_photo(width, height, seed=i) for i in range(settings.photos_per_round)]
+        batch = {"image": [{"bytes": p, "path": None} for p in photos], "label": [0] * len(photos)}
+        times = interleave(
+            {
+                "new": lambda b=batch: new(b),
+                "old": lambda b=batch: old_plain(b),
+                "strong": lambda b=batch: old_strong(b),
+            },
+            settings.warmup,
+            settings.rounds,
+        )
+        source = f"{width}x{height} JPEG (q90) -> {size} px, one worker"
+        candidate = ("new: decode + crop, uint8 out", times["new"])
+        plain = throughput_row(
+            "data",
+            f"worker path, crop + flip, {source}",
+            len(photos),
+            candidate,
+            ("old: crop + flip + normalise, float32 out", times["old"]),
+            TARGETS["data_large"] if index == 0 else None,
+        )
+        strong = throughput_row(
+            "data",
+            f"worker path, crop + flip + {AUGMENTATION.describe()}, {source}",
+            len(photos),
+            candidate,
+            ("old: all of it in the worker (kornia per image), float32 out", times["strong"]),
+        )
+        plain.note = (
+            f"DataLoader workers to feed an H100 at {H100_FEED_RATE} images/s: "
+            f"{_workers(plain.candidate_value)} new, {_workers(plain.reference_value)} old"
+        )
+        strong.note = (
+            f"DataLoader workers to feed an H100 at {H100_FEED_RATE} images/s: "
+            f"{_workers(strong.candidate_value)} new (the augmentation runs per batch on the GPU), "
+            f"{_workers(strong.reference_value)} old"
+        )
+        rows += [plain, strong]
+    rate, gflop = h100_training_rate()
+    rows[-1].note += (
+        f"; {H100_FEED_RATE} images/s is about what an H100 SXM trains ViT-B/16 at 384 px (estimated {rate:.0f}:"
+        f" 3 x {gflop:.0f} GFLOP per image at {H100_UTILISATION:.2f} of the "
+        f"{dict(BF16_PEAKS)['H100'] / 1e12:.0f} TFLOP/s bf16 peak)"
     )
+    return rows
+
+
+def device_augmentation_row(settings: BenchmarkSettings) -> Row:
+    """images/s of the per-batch augmentation on one CPU thread (as the worker rows: robust to a busy host), one
+    batch of uint8 crops at the GPU resolution: flip + RandAugment + erasing + mixup (each image its own draws)
+    against flip + normalise."""
+    size, count = settings.gpu_image_size, settings.gpu_batch_size
+    device = build_transforms(size, MEAN, STD, train=True, seed=0, device_augmentation=True)
+    strong = build_transforms(
+        size, MEAN, STD, train=True, seed=0, augmentation=AUGMENTATION, device_augmentation=True
+    )
+    plain = BatchAugmentation(device)
+    augmented = BatchAugmentation(strong, MixupCutmix(num_classes=1000, seed=0, **MIXUP))
+    generator = torch.Generator().manual_seed(settings.seed)
+    batch = {
+        "pixel_values": torch.randint(0, 256, (count, 3, size, size), dtype=torch.uint8, generator=generator),
+        "labels": torch.randint(0, 1000, (count,), generator=generator),
+        INDEX_COLUMN: torch.arange(count),
+    }
+    logger.info("per-batch device augmentation on the CPU: batch %d at %d px", count, size)
     times = interleave(
-        {"augmented": lambda: augmented(batch), "plain": lambda: plain(batch)},
-        settings.warmup,
-        settings.rounds,
+        {"strong": lambda: augmented(batch), "plain": lambda: plain(batch)}, settings.warmup, settings.rounds
     )
     row = throughput_row(
         "data",
-        f"train transform + {AUGMENTATION.describe()}, {width}x{height} JPEG (q90) -> {size} px, one worker",
-        len(photos),
-        ("with the augmentation (kornia)", times["augmented"]),
-        ("crop + flip only", times["plain"]),
+        f"per-batch augmentation on the device, here one CPU thread, batch {count} "
+        f"of uint8 {size}-px crops",
+        count,
+        (f"flip + {AUGMENTATION.describe()} + mixup/CutMix, per-image draws", times["strong"]),
+        ("flip + normalise", times["plain"]),
     )
-    rate, gflop = h100_training_rate()
+    # its fixed cost per batch, whatever the device: the per-image draws and kornia's dispatch per op group,
+    # measured on tiny crops where the pixel work is negligible
+    tiny = {**batch, "pixel_values": batch["pixel_values"][:, :, :8, :8].contiguous()}
+    fixed = statistics.median(interleave({"tiny": lambda: augmented(tiny)}, settings.warmup, settings.rounds)["tiny"])
     row.note = (
-        f"at {row.candidate_value:.1f} images/s per worker ({size} px), an H100 SXM training ViT-B/16 at 384 px "
-        f"at about {rate:.0f} images/s (assumed: 3 x {gflop:.0f} GFLOP per image at {H100_UTILISATION:.2f} of "
-        f"the {dict(BF16_PEAKS)['H100'] / 1e12:.0f} TFLOP/s bf16 datasheet peak, the gpu section's target) "
-        f"needs {math.ceil(rate / row.candidate_value)} DataLoader workers"
+        f"on a GPU the pixel work is a few kernels per op group; the fixed cost per batch (draws and dispatch, on "
+        f"8-px crops) is {fixed * 1e3:.1f} ms on this CPU thread: at most {count / fixed:.0f} images/s from the "
+        "training process's thread at this batch size, whatever the device"
     )
     return row
+
+
+def bytes_row(settings: BenchmarkSettings) -> Row:
+    """Bytes per image crossing the DataLoader workers' boundary: the new uint8 crop against float32."""
+    size = settings.gpu_image_size
+    uint8_bytes, float_bytes = 3 * size * size, 4 * 3 * size * size
+    return Row(
+        section="data",
+        measurement=f"bytes per image across the worker boundary, {size} px",
+        unit="bytes",
+        candidate="new: uint8 crop",
+        candidate_value=float(uint8_bytes),
+        reference="old: float32 normalised",
+        reference_value=float(float_bytes),
+        ratio=uint8_bytes / float_bytes,
+        target="<= 0.25",
+        note=(
+            f"a batch of 32: {32 * uint8_bytes / 2**20:.1f} MiB of shared memory (old "
+            f"{32 * float_bytes / 2**20:.1f} MiB)"
+        ),
+    )

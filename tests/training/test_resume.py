@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from vit_ft.data.batch_augmentation import BatchAugmentation
 from vit_ft.training.checkpoints import checkpoint_is_complete, last_complete_checkpoint
 
 from ..cli_runner import run_script
@@ -212,13 +214,16 @@ def test_a_preempted_run_saves_at_the_next_step_and_resumes_to_the_same_result(
     assert_same_run(final_run(request.getfixturevalue("resumed_after_sigterm")), uninterrupted)
 
 
-# Every random draw of the fine-tuning toolkit on at once (issue 23): RandAugment, random erasing, mixup/cutmix
-# with label smoothing, drop path, EMA (the saved model) and layer decay; 2 epochs of 6 steps, checkpoint-8 mid-epoch.
+# Every random draw of the fine-tuning toolkit on at once (issue 23): flip, RandAugment, random erasing (noise fill),
+# mixup/cutmix with label smoothing (all per batch on the device, issue 33), drop path, EMA (the saved model) and
+# layer decay; 2 epochs of 6 steps, checkpoint-8 mid-epoch.
 TOOLKIT = {
     **SETTINGS,
     "num_train_epochs": 2,
+    "horizontal_flip": True,
     "auto_augment": "randaugment",
     "random_erasing_prob": 0.5,
+    "random_erasing_mode": "pixel",
     "mixup_alpha": 0.8,
     "cutmix_alpha": 1.0,
     "label_smoothing_factor": 0.1,
@@ -231,9 +236,18 @@ TOOLKIT = {
 }
 
 
-def test_resume_with_every_augmentation_drop_path_and_ema_is_exact(tmp_path):
+def test_resume_with_every_augmentation_drop_path_and_ema_is_exact(tmp_path, monkeypatch):
     """An uninterrupted run, then its checkpoint-8 (2 steps into epoch 2) resumed in a fresh folder: the same
-    metrics, losses and final weights (the EMA's), so every draw replays and the EMA comes back from the checkpoint."""
+    metrics, losses and final weights (the EMA's), so every draw replays and the EMA comes back from the checkpoint.
+    The augmentation runs per batch on the training device, on the workers' uint8 crops."""
+    seen = []
+    augment = BatchAugmentation.__call__
+
+    def spy(self, batch):
+        seen.append((batch["pixel_values"].dtype, self.describe()))
+        return augment(self, batch)
+
+    monkeypatch.setattr(BatchAugmentation, "__call__", spy)
     first = tmp_path / "first"
     first.mkdir()
     recipe = write_tiny_recipe(first, **TOOLKIT)
@@ -247,3 +261,6 @@ def test_resume_with_every_augmentation_drop_path_and_ema_is_exact(tmp_path):
     assert (out / "checkpoint-8" / "ema.safetensors").is_file()
     finetune(first, recipe, "--output_dir", str(out), "--resume")
     assert_same_run(final_run(out), uninterrupted)
+    assert len(seen) == 12 + 4  # every training batch of both runs, no evaluation batch
+    assert {dtype for dtype, _ in seen} == {torch.uint8}
+    assert all(("flip + RandAugment" in text and "erasing" in text and "mixup" in text) for _, text in seen)

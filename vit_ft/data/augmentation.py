@@ -282,9 +282,20 @@ class TimmRandomErasing(K.RandomErasing):
     def apply_transform(self, input, params, flags, transform=None):  # noqa: A002 (kornia's signature)
         if self.mode == "const":
             return super().apply_transform(input, params, flags, transform)
-        batch, channels, height, width = input.shape
-        shape = (batch, channels, height, width) if self.mode == "pixel" else (batch, channels, 1, 1)
-        fill = torch.randn(shape, dtype=input.dtype, device=input.device)
-        boxes = bbox_generator(params["xs"], params["ys"], params["widths"], params["heights"])
-        mask = bbox_to_mask(boxes.to(input.device), width, height).unsqueeze(1)  # (batch, 1, height, width)
-        return torch.where(mask == 1.0, fill, input)
+        fill = torch.randn(self.fill_shape(input.shape), dtype=input.dtype, device=input.device)
+        return erase_boxes(input, params, fill)
+
+    def fill_shape(self, shape: torch.Size) -> tuple[int, ...]:
+        """The shape of the normal fill of a (batch, channels, height, width) input: per pixel ("pixel") or
+        per channel ("rand")."""
+        batch, channels, height, width = shape
+        return (batch, channels, height, width) if self.mode == "pixel" else (batch, channels, 1, 1)
+
+
+def erase_boxes(input: torch.Tensor, params: dict[str, torch.Tensor], fill: torch.Tensor) -> torch.Tensor:  # noqa: A002
+    """(batch, channels, height, width) `input` with each image's box (kornia's erasing params xs, ys, widths,
+    heights) replaced by `fill` (broadcast to the input: zeros, a colour per channel or noise per pixel)."""
+    height, width = input.shape[-2:]
+    boxes = bbox_generator(params["xs"], params["ys"], params["widths"], params["heights"])
+    mask = bbox_to_mask(boxes.to(input.device), width, height).unsqueeze(1)  # (batch, 1, height, width)
+    return torch.where(mask == 1.0, fill.to(input.dtype), input)

@@ -14,6 +14,8 @@ off = smoothing / classes and on = 1 - smoothing + off, then lam * y + (1 - lam)
 Randomness: a numpy generator seeded by (seed, epoch, the batch's image indices), the indices the seeded
 train transform passes on (`INDEX_COLUMN`): a resumed run mixes its batches exactly as an uninterrupted one,
 whatever the workers. A batch without indices draws from a generator seeded by (seed, epoch) and its labels.
+The call works on the batch's device: the fine-tune mixes on the training device, after the per-image
+augmentation (`vit_ft.data.batch_augmentation`); `collate` mixes in the DataLoader workers instead.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def mixup_target(labels: torch.Tensor, num_classes: int, lam: float, smoothing: 
     vectors of each label mixed lam : 1 - lam with those of the reversed batch."""
     off = smoothing / num_classes
     on = 1.0 - smoothing + off
-    one_hot = torch.full((len(labels), num_classes), off, dtype=torch.float32)
+    one_hot = torch.full((len(labels), num_classes), off, dtype=torch.float32, device=labels.device)
     one_hot.scatter_(1, labels.long().view(-1, 1), on)
     return one_hot * lam + one_hot.flip(0) * (1.0 - lam)
 
@@ -109,7 +111,7 @@ class MixupCutmix:
         """The batch's numpy generator, seeded by (seed, epoch, indices), or by its labels without indices."""
         key = indices if indices is not None else labels
         text = f"{self.seed}/{self.epoch}/{'index' if indices is not None else 'labels'}/"
-        digest = hashlib.blake2b(text.encode() + key.to(torch.int64).numpy().tobytes(), digest_size=8)
+        digest = hashlib.blake2b(text.encode() + key.to("cpu", torch.int64).numpy().tobytes(), digest_size=8)
         return np.random.default_rng(int.from_bytes(digest.digest(), "little"))
 
     def draw(self, rng: np.random.Generator) -> tuple[float, bool]:

@@ -2,6 +2,9 @@
 
 `build_transforms` gives the batch transform for `datasets.Dataset.with_transform` (train: random resized crop
 and flip; eval: resize and centre crop; then normalise) and `collate_fn` stacks its output for the Trainer.
+With `device_augmentation=True` the train transform stops after the crop and returns uint8 (channels, height,
+width) crops, a quarter of float32's bytes across the DataLoader workers' boundary: the flip, the augmentation,
+the normalisation and mixup then run per batch on the training device (`vit_ft.data.batch_augmentation`).
 
 Decoding happens in the transform, so the image column should be cast to `datasets.Image(decode=False)`:
 then JPEGs are decoded at reduced size (draft mode) and a bad file cannot crash a worker.
@@ -15,6 +18,7 @@ The optional `augmentation` (RandAugment, TrivialAugment, colour jitter, random 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -36,6 +40,7 @@ from .images import (
     random_resized_crop,
     resize_and_center_crop,
     to_normalized_tensor,
+    to_uint8_tensor,
 )
 
 __all__ = [
@@ -81,6 +86,7 @@ class ImageClassificationTransform:
     draft: bool
     seed: int | None = None
     augmentation: AugmentationSpec | None = None
+    device_augmentation: bool = False
 
     def __post_init__(self) -> None:
         self.mean = tuple(float(m) for m in self.mean)
@@ -95,8 +101,10 @@ class ImageClassificationTransform:
         self.min_decode_size = (
             math.ceil(max(self.image_size) / self.crop_pct) if self.draft and not self.train else None
         )
-        # train only: eval never augments
-        self._augment = self.augmentation.build() if self.train and self.augmentation is not None else None
+        # train only: eval never augments; the device path augments per batch (vit_ft.data.batch_augmentation)
+        self.crops_only = self.train and self.device_augmentation
+        in_worker = self.train and not self.crops_only and self.augmentation is not None
+        self._augment = self.augmentation.build() if in_worker else None
         self._mean_t = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         self._std_t = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
 
@@ -106,8 +114,14 @@ class ImageClassificationTransform:
             f"{type(self).__name__}({mode}, image_size={self.image_size}, mean={self.mean}, std={self.std}, "
             f"crop_scale={self.crop_scale}, horizontal_flip={self.horizontal_flip}, crop_pct={self.crop_pct}, "
             f"resample={Image.Resampling(self.resample).name}, draft={self.draft}, seed={self.seed}"
-            + (f", augmentation={self.augmentation.describe()!r})" if self._augment is not None else ")")
+            + (f", augmentation={self.augmentation.describe()!r}" if self._augments else "")
+            + (", device_augmentation=True)" if self.crops_only else ")")
         )
+
+    @property
+    def _augments(self) -> bool:
+        """Whether the augmentation applies (in the workers, or per batch on the device)."""
+        return self.train and self.augmentation is not None and self.augmentation.active
 
     def describe(self) -> str:
         """What the transform does to an image, in a few words (figure titles, logs)."""
@@ -116,8 +130,13 @@ class ImageClassificationTransform:
         low, high = self.crop_scale
         parts = [f"random resized crop (scale {low:g}-{high:g}) to {self.image_size[0]}x{self.image_size[1]}"]
         parts += ["flip"] if self.horizontal_flip else []
-        parts += [self.augmentation.describe()] if self._augment is not None else []
+        parts += [self.augmentation.describe()] if self._augments else []
         return " + ".join(parts)
+
+    def on_workers(self) -> ImageClassificationTransform:
+        """This transform with everything in the workers again (float32 output, as without
+        `device_augmentation`): the per-image reference of what a batch sees, for figures and benchmarks."""
+        return dataclasses.replace(self, device_augmentation=False)
 
     @property
     def epoch(self) -> int:
@@ -137,7 +156,8 @@ class ImageClassificationTransform:
         return torch.Generator().manual_seed(augmentation_seed(self.seed, self.epoch, index))
 
     def transform_image(self, image: Any, generator: torch.Generator | None = None) -> torch.Tensor:
-        """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width).
+        """One image (PIL, {"bytes", "path"} dict, path or bytes) -> float32 (channels, height, width), or
+        the uint8 crop with `device_augmentation`.
 
         Train draws the crop, the flip and the augmentation from `generator`, or from torch's global RNG
         when None.
@@ -153,6 +173,8 @@ class ImageClassificationTransform:
                 self.draft,
                 generator,
             )
+            if self.crops_only:
+                return to_uint8_tensor(img)
             if self.horizontal_flip and torch.rand(1, generator=generator).item() < 0.5:
                 img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
             if self._augment is not None:
@@ -168,6 +190,13 @@ class ImageClassificationTransform:
         # one 32-bit seed (all a CPU generator keeps) for kornia, which draws from the global RNG
         seed = None if generator is None else int(torch.randint(2**32, (1,), generator=generator))
         return self._augment(pixels, self._mean_t, self._std_t, seed)
+
+    def _blank(self) -> torch.Tensor:
+        """A bad image's stand-in: the mean colour (zeros once normalised; uint8 on the device path)."""
+        if not self.crops_only:
+            return torch.zeros(3, *self.image_size)
+        mean = torch.tensor(self.mean) / self.rescale_factor
+        return mean.round().clamp(0, 255).to(torch.uint8).view(-1, 1, 1).expand(-1, *self.image_size).clone()
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         if self.image_column not in batch:
@@ -197,7 +226,7 @@ class ImageClassificationTransform:
                     type(error).__name__,
                     error,
                 )
-                pixel_values.append(torch.zeros(3, *self.image_size))
+                pixel_values.append(self._blank())
         output: dict[str, list] = {"pixel_values": pixel_values}
         if self.label_column in batch:
             output["labels"] = [_label_value(label) for label in batch[self.label_column]]
@@ -223,6 +252,7 @@ def build_transforms(
     draft: bool = True,
     seed: int | None = None,
     augmentation: AugmentationSpec | None = None,
+    device_augmentation: bool = False,
 ) -> ImageClassificationTransform:
     """Batch transform {image_column: [...], label_column: [...]} -> {"pixel_values": [(3, height, width)
     float32 tensor, ...], "labels": [int, ...]} for `Dataset.with_transform` / `set_transform`.
@@ -260,20 +290,26 @@ def build_transforms(
         augmentation: train only: RandAugment / TrivialAugment / colour jitter on the crop, then random
             erasing after normalisation (`vit_ft.data.augmentation`); its draws come from the same
             per-sample generator. None (default) or an inactive spec: crop and flip only, as before.
+        device_augmentation: train only: return the crop as uint8 (channels, height, width) and leave the
+            flip, the augmentation and the normalisation to `vit_ft.data.batch_augmentation.BatchAugmentation`
+            (per batch on the training device, each image its own draws); the eval transform is unchanged.
     """
     _check_statistics_and_crops(mean, std, crop_scale, crop_ratio, crop_pct)
     return ImageClassificationTransform(  # the fields in the signature's order
         _height_width(image_size), mean, std, train, crop_scale, crop_ratio, horizontal_flip, crop_pct,
-        rescale_factor, resample, image_column, label_column, max_pixels, draft, seed, augmentation)  # fmt: skip
+        rescale_factor, resample, image_column, label_column, max_pixels, draft, seed, augmentation,
+        device_augmentation)  # fmt: skip
 
 
-def augmentation_seed(seed: int, epoch: int, index: int) -> int:
+def augmentation_seed(seed: int, epoch: int, index: int, stream: str = "") -> int:
     """The generator seed of sample `index`'s augmentation in `epoch` of a run seeded with `seed`.
 
     A hash rather than arithmetic (seed + epoch * n + index) so that neighbouring triples give unrelated
-    streams. 32 bits, as torch's CPU generator keeps only the low 32 bits of a seed.
+    streams. 32 bits, as torch's CPU generator keeps only the low 32 bits of a seed. `stream` names another,
+    unrelated stream of the same sample ("" is the worker's crop; the device's per-batch draws use "batch").
     """
-    digest = hashlib.blake2b(f"{seed}/{epoch}/{index}".encode(), digest_size=8).digest()
+    key = f"{seed}/{epoch}/{index}" + (f"/{stream}" if stream else "")
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & 0xFFFF_FFFF
 
 

@@ -23,7 +23,7 @@ from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
 from ..data.streaming import TrainStream, load_streamed_datasets, streamed_max_steps
-from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms, collate_fn
+from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
@@ -295,7 +295,8 @@ def attach_transforms(
     resize + center crop for evaluation, normalised by the processor.
 
     The train split gains `INDEX_COLUMN` (its row positions) and its augmentation becomes a function of (seed,
-    epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets.
+    epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets. It returns uint8
+    crops: the rest runs per batch on the training device (`build_trainer`'s `BatchAugmentation`).
     """
     size = (processor.size["height"], processor.size["width"])
     common = {
@@ -310,6 +311,7 @@ def attach_transforms(
         horizontal_flip=data_args.horizontal_flip,
         seed=seed,
         **_augmentation_kwargs(data_args),
+        device_augmentation=True,  # uint8 crops; the rest per batch on the device (BatchAugmentation)
         **common,
     )
     eval_transform = build_transforms(size, train=False, **common)
@@ -392,7 +394,7 @@ def _finetune(
     mixup = build_mixup(data_args, training_args, len(names))
     if resume is None and training_args.process_index == 0:  # before its first file: the names are the run's
         claim_output_dir(training_args.output_dir)
-    write_augmentations(splits, train_transform, mixup, training_args)
+    write_augmentations(splits, train_transform.on_workers(), mixup, training_args)
     check_data_loading(training_args, splits["train"])  # the workers' shared memory; one log line
     # training images that do not decode: skipped by the collator, counted, named in the record
     if isinstance(splits["train"], TrainStream):  # counted against the images the run will read
@@ -404,9 +406,10 @@ def _finetune(
         model, processor, splits, training_args, data_args, task,
         epoch_targets=[train_transform, *([mixup] if mixup else [])],
         loss_weights=loss_weights,
-        train_collator=bad_images.collator(mixup.collate if mixup else collate_fn),
+        train_collator=mixup.collate if mixup else None,
         resume=resume,
         balanced_labels=balanced,
+        skip_bad_images=bad_images.collator,
     )  # fmt: skip
     trainer.add_callback(bad_images)
     preemption = PreemptionCallback()

@@ -3,7 +3,9 @@
 `FineTuneTrainer` adds, each only when its recipe key is on: parameter groups with layer-wise learning-rate decay
 and the weight-decay exemptions for whichever optimizer `optim` names (`optimizer`), the class-balanced sampler
 (`sampler`), a training-only collator (mixup / cutmix: evaluation batches are never mixed, so accuracy is measured
-on the hard labels), and the EMA's evaluation beside the model's (`ema`: `eval_ema_*` in the same log entry, so
+on the hard labels), the per-batch augmentation on the training device (`batch_augmentation`: flip,
+RandAugment, erasing, normalisation and mixup of each training micro-batch of uint8 crops, in `training_step`,
+which evaluation never calls), and the EMA's evaluation beside the model's (`ema`: `eval_ema_*` in the same log entry, so
 `metric_for_best_model: ema_accuracy` and early stopping can watch it). `build_trainer` puts it together from the
 arguments; `evaluate_final_model` reports the weights the run ends with.
 """
@@ -11,6 +13,7 @@ arguments; `evaluate_final_model` reports the weights the run ends with.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,8 @@ import torch
 from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
 from ..arguments.training_arguments import data_seed
+from ..data.batch_augmentation import BatchAugmentation
+from ..data.mixup import MixupCutmix
 from ..data.streaming import TrainStream, stream_dataloader
 from ..data.transforms import collate_fn
 from .callbacks import AugmentationEpochCallback, EvaluationTime
@@ -32,8 +37,10 @@ class FineTuneTrainer(Trainer):
     """Trainer with layer-decay parameter groups, a balanced sampler, a train-only collator and EMA evaluation.
 
     Args beyond Trainer's: `ema` (an `EMACallback`, also to be registered as a callback), `train_collator`
-    (the training batches' collator; `data_collator` stays the evaluation one), `balanced_labels` (the
-    training labels, for `ClassBalancedSampler`; None: Trainer's sampler).
+    (the training batches' collator; `data_collator` stays the evaluation one), `batch_augmentation` (a
+    `vit_ft.data.batch_augmentation.BatchAugmentation`: its `collate` becomes the training collator and it
+    runs on each training micro-batch once on the device), `balanced_labels` (the training labels, for
+    `ClassBalancedSampler`; None: Trainer's sampler).
     """
 
     # compute_loss_func (ClassificationLoss) returns a per-batch mean, as the model's own loss: Trainer divides
@@ -41,9 +48,21 @@ class FineTuneTrainer(Trainer):
     loss_is_scaled_for_ga = False
 
     def __init__(self, *args: Any, ema: EMACallback | None = None, train_collator: Any = None,
-                 balanced_labels: list[int] | None = None, **kwargs: Any) -> None:  # fmt: skip
+                 batch_augmentation: BatchAugmentation | None = None, balanced_labels: list[int] | None = None,
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
         self.ema, self.train_collator, self.balanced_labels = ema, train_collator, balanced_labels
+        self.batch_augmentation = batch_augmentation
+        if batch_augmentation is not None and train_collator is None:
+            self.train_collator = batch_augmentation.collate  # keeps the image indices the draws need
+
+    def training_step(self, model: torch.nn.Module, inputs: dict[str, Any],
+                      num_items_in_batch: Any = None) -> torch.Tensor:  # fmt: skip
+        # Here rather than in the collator: on the training device, once per micro-batch (gradient accumulation
+        # included), never in evaluation (prediction_step); Trainer's own _prepare_inputs is then a no-op.
+        if self.batch_augmentation is not None:
+            inputs = self.batch_augmentation(self._prepare_inputs(inputs))
+        return super().training_step(model, inputs, num_items_in_batch)
 
     def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is None and wants_own_groups(self.args):
@@ -115,13 +134,18 @@ def build_trainer(
     train_collator: Any = None,
     resume: str | None = None,
     balanced_labels: list[int] | None = None,
+    skip_bad_images: Callable[[Callable[[list[dict[str, Any]]], Any]], Any] | None = None,
 ) -> tuple[FineTuneTrainer, EvaluationTime]:
     """The Trainer over the train and validation splits, and the callback that times its evaluations.
 
     The `task` (`vit_ft.tasks`) gives the loss (with `loss_weights`: class weights, or BCE positive weights),
     and the metrics; `balanced_labels` (the task's `train_labels`, read before the transforms) feed the balanced
     sampler when the recipe asks for it; `epoch_targets` (the seeded train transform, the mixup collator) get each
-    epoch's number at its start; `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
+    epoch's number at its start. When the train transform (the first target) returns uint8 crops
+    (`device_augmentation`), its flip, augmentation and normalisation, and the mixup of the `MixupCutmix` among
+    the targets (then not in `train_collator`), run per batch on the device (`BatchAugmentation`, see
+    `FineTuneTrainer`). `skip_bad_images` (`BadImageCallback.collator`) wraps whichever training collator that
+    leaves, so that images that do not decode are dropped before it. `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
     command.
     """
     trainer_args = copy.copy(training_args)
@@ -131,6 +155,11 @@ def build_trainer(
     if loss is not None:
         trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
         trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
+    batch_augmentation = _batch_augmentation(epoch_targets)
+    if batch_augmentation is not None:  # the mix moves to the device; the collator keeps the images' indices
+        epoch_targets, train_collator = [*epoch_targets, batch_augmentation], batch_augmentation.collate
+    if skip_bad_images is not None:
+        train_collator = skip_bad_images(train_collator or collate_fn)
     evaluation_time = EvaluationTime()
     callbacks = [AugmentationEpochCallback(*epoch_targets), evaluation_time]
     ema = None
@@ -158,9 +187,20 @@ def build_trainer(
         callbacks=callbacks,
         ema=ema,
         train_collator=train_collator,
+        batch_augmentation=batch_augmentation,
         balanced_labels=balanced,
     )
     return trainer, evaluation_time
+
+
+def _batch_augmentation(epoch_targets: list[Any]) -> BatchAugmentation | None:
+    """The per-batch device augmentation for a train transform that returns uint8 crops, with the targets'
+    mixup; None for a transform that does everything in the workers."""
+    transform, *others = epoch_targets
+    if not getattr(transform, "crops_only", False):
+        return None
+    mixup = next((target for target in others if isinstance(target, MixupCutmix)), None)
+    return BatchAugmentation(transform, mixup)
 
 
 def evaluated_final_model(state: Any, args: Any) -> dict[str, float] | None:
