@@ -16,6 +16,7 @@ from vit_ft.commands import finetune, seeds
 from vit_ft.training import sweep
 from vit_ft.training.seeds import parse_seeds, to_markdown
 from vit_ft.training.sweep import sweep_runs
+from vit_ft.utils.output_dir import written_by
 from vit_ft.utils.run_record import RUN_RECORD_FILE, read_run_record, recorded_seed
 
 from ..conftest import write_tiny_recipe
@@ -63,10 +64,11 @@ def test_a_seed_sweep_summarises_its_seeds_and_copies_no_winner(seed_sweep):
         log = (seed_sweep / f"seed-{seed}.log").read_text()
         assert f"Results in {seed_sweep / f'seed-{seed}'}" in log and f"seed-{8 - seed}" not in log
     # no winner: no model, run record or sweep table in OUTPUT, only the seeds' folders, logs and summary
-    assert sorted(path.name for path in seed_sweep.iterdir()) == [
+    assert sorted(path.name for path in seed_sweep.iterdir() if not path.name.startswith(".")) == [
         "seed-3", "seed-3.log", "seed-5", "seed-5.log", "seeds.json", "seeds.md",
     ]  # fmt: skip
     assert not (seed_sweep / RUN_RECORD_FILE).exists()
+    assert written_by(seed_sweep, "finetune")  # the sweep's names in OUTPUT claimed (a rerun is not refused)
 
 
 def test_the_seeds_command_runs_each_seed_in_its_own_process(tmp_path, seed_sweep, monkeypatch, capsys):

@@ -192,11 +192,9 @@ class ImageClassificationTransform:
         return self._augment(pixels, self._mean_t, self._std_t, seed)
 
     def _blank(self) -> torch.Tensor:
-        """A bad image's stand-in: the mean colour (zeros once normalised; uint8 on the device path)."""
-        if not self.crops_only:
-            return torch.zeros(3, *self.image_size)
-        mean = torch.tensor(self.mean) / self.rescale_factor
-        return mean.round().clamp(0, 255).to(torch.uint8).view(-1, 1, 1).expand(-1, *self.image_size).clone()
+        """A bad evaluation image's stand-in: the mean colour (zeros once normalised); training skips its bad
+        images instead (`BadImage`)."""
+        return torch.zeros(3, *self.image_size)
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         if self.image_column not in batch:
