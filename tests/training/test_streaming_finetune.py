@@ -177,3 +177,54 @@ def test_dogs_recipe_streams_as_written(hub_runs):
     assert "held out 3 of the 30 images" in log
     out = hub_runs["tmp"] / "dogs" / "out"
     assert "test_accuracy" in json.loads((out / "all_results.json").read_text())
+
+
+# --- bad input met while the stream is read: an image that does not decode, a shard that is not a tar ---
+
+
+def small_stream(tmp: Path, bad: int, **overrides) -> Path:
+    """The streamed recipe on 2 shards of 8 digits images each, `bad` of them not images: 2 steps of 8 on 2
+    workers read each image once."""
+    recipe = streamed_recipe(tmp, max_steps=2, save_strategy="no", **overrides)
+    shards = tmp / "shards"
+    for shard in shards.glob("train-*.tar"):
+        shard.unlink()
+    files = sorted((tmp / "digits" / "train").glob("*/*.png"))[:16]
+    samples = [(f"{p.parent.name}_{p.stem}", {"png": b"not an image" if i < bad else p.read_bytes(),
+                                              "cls": p.parent.name.encode()}) for i, p in enumerate(files)]  # fmt: skip
+    for index in range(2):
+        (shards / f"train-{index:05d}.tar").write_bytes(tar_shard(samples[8 * index : 8 * index + 8]))
+    return recipe
+
+
+def test_a_streamed_image_that_does_not_decode_is_skipped_and_counted(tmp_path, capfd):
+    recipe = small_stream(tmp_path, bad=1, max_bad_image_fraction=0.1)
+    result = run_script(FINETUNE, ["--recipe", recipe], capfd, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    record = json.loads((tmp_path / "out" / "vit_ft_run.json").read_text())["bad_images"]
+    assert record["skipped"] == 1 and record["of"] == 16  # the reads of the run: 2 steps of 8
+    assert "Skipping image" in result.stdout + result.stderr
+
+
+def test_a_stream_with_too_many_bad_images_fails_with_one_line(tmp_path, capfd):
+    recipe = small_stream(tmp_path, bad=3, max_bad_image_fraction=0.1)
+    result = run_script(FINETUNE, ["--recipe", recipe], capfd, cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-4000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "of the 16 training images" in errors[0], result.stderr[-4000:]
+    assert "max_bad_image_fraction=0.1" in errors[0]
+
+
+def test_a_shard_that_is_not_a_tar_is_one_error_line_naming_it(tmp_path, capfd, monkeypatch):
+    """A Hub dataset's shards are read only as training reaches them: the local check before training is off
+    here, so that the stream's own reading meets the bad shard (in a DataLoader worker)."""
+    from vit_ft.data import streaming
+
+    monkeypatch.setattr(streaming, "_check_local_shards", lambda folder: None)
+    recipe = small_stream(tmp_path, bad=0)
+    (tmp_path / "shards" / "train-00001.tar").write_bytes(b"not a tar archive " * 40)
+    result = run_script(FINETUNE, ["--recipe", recipe], capfd, cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-4000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-4000:]
+    assert "train-00001.tar is not a tar archive" in errors[0] and "DataLoader worker" not in errors[0]

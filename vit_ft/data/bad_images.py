@@ -12,7 +12,9 @@ a resumed run, and records their rows in a `BadImageTally` shared with the DataL
 `BadImageCallback` (`vit_ft.training.callbacks`) counts them, fails the run with one line once more than
 `max_bad_image_fraction` of the split is bad (`check_bad_fraction`), and names them in the run's record.
 A streamed dataset uses the same path: its transform returns `BadImage.of(value, error)` (or its loop calls
-`decode_error`) and its collator is a `SkipBadImages`, with a tally sized by the split's stated length.
+`decode_error`) and its collator is a `SkipBadImages`, with a tally sized by the images the run reads at most
+(the split's stated length, or max_steps' reads), each bad image counted at a row of its own bytes
+(`streaming.bad_image_row`: once, however many passes read it).
 """
 
 from __future__ import annotations

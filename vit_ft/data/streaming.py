@@ -38,6 +38,7 @@ from typing import Any
 import datasets
 import torch
 
+from .bad_images import BadImage
 from .multilabel import MULTI_LABEL, SINGLE_LABEL, _is_value, _list_item, multi_hot_feature
 from .transforms import INDEX_COLUMN
 
@@ -45,6 +46,7 @@ __all__ = [
     "SHUFFLE_BUFFER",
     "StreamSource",
     "TrainStream",
+    "bad_image_row",
     "load_streamed_datasets",
     "resume_skip",
     "stream_dataloader",
@@ -105,6 +107,30 @@ def _open_splits(name: str, config: str | None, cache_dir: str | None) -> datase
     if isinstance(loaded, datasets.IterableDataset):
         loaded = datasets.IterableDatasetDict({"train": loaded})
     return loaded
+
+
+def _shard_of(error: BaseException) -> str | None:
+    """The shard being read when `error` was raised: the `tar_path` datasets' webdataset reader was at (its
+    error, tarfile's, does not name the file)."""
+    traceback = error.__traceback__
+    shard = None
+    while traceback is not None:
+        shard = traceback.tb_frame.f_locals.get("tar_path", shard)
+        traceback = traceback.tb_next
+    return None if shard is None else str(shard)
+
+
+def _named_shard_errors(rows: Iterator[Any], where: str) -> Iterator[Any]:
+    """`rows`, with a shard that is not a tar archive (found only when it is read: a Hub dataset's shards are
+    not checked before) as a one-line ValueError naming it; a DataLoader worker re-raises it as a ValueError."""
+    try:
+        yield from rows
+    except tarfile.TarError as error:
+        shard = _shard_of(error) or f"a shard of {where}"
+        raise ValueError(
+            f"{shard} is not a tar archive ({type(error).__name__}: {error}), read as a webdataset shard of "
+            f"{where}; replace or remove that shard (or rebuild the shards, e.g. with `tar cf`)."
+        ) from None
 
 
 def _stated_size(stream: datasets.IterableDataset) -> int | None:
@@ -201,7 +227,7 @@ def _standard_stream(
     """The image and label columns alone, named "image" and "label", the images undecoded."""
     features = stream.features
     if features is None:  # a builder that infers them from the first example
-        first = next(iter(stream), None)
+        first = next(_named_shard_errors(iter(stream), where), None)
         if first is None:
             raise ValueError(f"{where} is empty; choose a split with examples.")
         features = datasets.Features({k: _inferred(v) for k, v in first.items()})
@@ -214,17 +240,17 @@ def _standard_stream(
     if image_column == label_column:
         raise ValueError(f"image_column and label_column are both {image_column!r}; they must differ.")
     stream = stream.select_columns([image_column, label_column])
-    renames = {old: new for old, new in ((image_column, "image"), (label_column, "label")) if old != new}
-    if renames:
-        stream = stream.rename_columns(renames)
-    image = None if stream.features is None else stream.features["image"]
+    image = None if stream.features is None else stream.features[image_column]
     struct = isinstance(image, dict) and "bytes" in image  # {"bytes", "path"}, as datasets writes images
     if image is not None and not isinstance(image, datasets.Image) and image not in _IMAGE_VALUES and not struct:
         raise ValueError(
             f"image_column={image_column!r} of {where} holds {image}, not images; pass the column with the "
             "images as image_column."
         )
-    return stream.cast_column("image", datasets.Image(decode=False))
+    # undecoded before the renaming, which would otherwise decode every image (and fail on one that is bad)
+    stream = stream.cast_column(image_column, datasets.Image(decode=False))
+    renames = {old: new for old, new in ((image_column, "image"), (label_column, "label")) if old != new}
+    return stream.rename_columns(renames) if renames else stream
 
 
 _IMAGE_VALUES = (datasets.Value("string"), datasets.Value("binary"))
@@ -238,6 +264,14 @@ def _inferred(value: Any) -> Any:
     if isinstance(value, str):
         return datasets.Value("string")
     return datasets.Value("binary")
+
+
+def bad_image_row(image: dict[str, Any]) -> int:
+    """The row a stream's undecodable image is counted at (`bad_images.BadImageTally`): from its path (a
+    webdataset member's, a parquet row's) and bytes, the same in every pass, process and worker; two broken
+    files of the same bytes (empty downloads) count apart by their paths."""
+    identity = f"{image.get('path')}\0{image_key(image)}"
+    return int(hashlib.blake2b(identity.encode(), digest_size=7).hexdigest(), 16)
 
 
 def image_key(image: dict[str, Any]) -> str:
@@ -310,7 +344,8 @@ class TrainStream(torch.utils.data.IterableDataset):
             stream = stream.shard(num_shards=workers, index=worker, contiguous=False)
         stream.set_epoch(epoch)
         position = 0
-        for batch in stream.iter(batch_size=64):  # iter(): no worker split of its own
+        batches = _named_shard_errors(stream.iter(batch_size=64), self.source.describe())
+        for batch in batches:  # iter(): no worker split of its own
             for values in zip(*batch.values(), strict=True):
                 if by_shards or position % self.world_size == self.rank:
                     yield dict(zip(batch, values, strict=True))
@@ -345,7 +380,12 @@ class TrainStream(torch.utils.data.IterableDataset):
                 yield {"image": row["image"], "label": label, INDEX_COLUMN: row[INDEX_COLUMN]}
                 continue
             out = self.transform({"image": [row["image"]], "label": [label], INDEX_COLUMN: [row[INDEX_COLUMN]]})
-            yield {key: values[0] for key, values in out.items()}
+            example = {key: values[0] for key, values in out.items()}
+            if isinstance(example.get("pixel_values"), BadImage):
+                # dropped before any use of its augmentation index: the bad-image tally's row is the image's
+                # own, so that one bad image read in several passes counts once
+                example[INDEX_COLUMN] = bad_image_row(row["image"])
+            yield example
 
     def head(self, count: int) -> list[dict[str, Any]]:
         """The first `count` undecoded rows of pass 0 in the main process (the augmentation figure)."""
@@ -402,7 +442,7 @@ def _eval_rows(spec: str) -> Iterator[dict[str, Any]]:
     stream = _standard_stream(source.open(), values["image_column"], values["label_column"], where)
     if values["shuffle"]:
         stream = stream.shuffle(seed=values["seed"], buffer_size=SHUFFLE_BUFFER)
-    for row in itertools.islice(stream, values["count"]):
+    for row in itertools.islice(_named_shard_errors(iter(stream), where), values["count"]):
         yield {"image": row["image"], "label": coding(row["label"])}
 
 

@@ -397,9 +397,13 @@ def _finetune(
     write_augmentations(splits, train_transform.on_workers(), mixup, training_args)
     check_data_loading(training_args, splits["train"])  # the workers' shared memory; one log line
     # training images that do not decode: skipped by the collator, counted, named in the record
-    if isinstance(splits["train"], TrainStream):  # counted against the images the run will read
-        stated = splits["train"].num_examples or training_args.max_steps * training_args.train_batch_size
-        bad_images = BadImageCallback(stated, data_args.max_bad_image_fraction)
+    if isinstance(splits["train"], TrainStream):
+        # counted against the images the run reads at most: the split's stated size, or the reads of max_steps
+        # (a bad image counts once however many passes read it: `streaming.bad_image_row`)
+        reads = training_args.max_steps * training_args.gradient_accumulation_steps * training_args.world_size
+        reads *= training_args.per_device_train_batch_size
+        stated = splits["train"].num_examples
+        bad_images = BadImageCallback(min(reads, stated or reads), data_args.max_bad_image_fraction)
     else:
         bad_images = BadImageCallback.for_dataset(splits["train"], data_args.max_bad_image_fraction)
     trainer, evaluation_time = build_trainer(

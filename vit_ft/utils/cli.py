@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -82,9 +83,23 @@ def error_line(error: BaseException) -> str:
 
 
 def _message(error: BaseException) -> str:
-    """The error's text on one line (tracebacks of chained errors and multi-line messages folded)."""
+    """The error's text on one line (tracebacks of chained errors and multi-line messages folded; an error a
+    DataLoader worker raised, which torch re-raises with the worker's traceback in its message, as its own)."""
     text = error.args[0] if isinstance(error, KeyError) and error.args else error  # str(KeyError) adds quotes
-    return " ".join(str(text).split()) or type(error).__name__
+    return " ".join(_worker_message(str(text)).split()) or type(error).__name__
+
+
+# torch's `ExceptionWrapper.reraise`: "Caught <type> in DataLoader worker process <n>.\nOriginal Traceback ..."
+_WORKER_ERROR = re.compile(r"Caught (\w+) in DataLoader worker process \d+\.\s+Original Traceback")
+
+
+def _worker_message(text: str) -> str:
+    """The message of the exception a DataLoader worker raised: the last `<type>: ` line of its traceback."""
+    caught = _WORKER_ERROR.match(text)
+    if caught is None:
+        return text
+    lines = list(re.finditer(rf"\n(?:[\w.]+\.)?{caught.group(1)}: ", text))
+    return text[lines[-1].end() :] if lines else text
 
 
 def _close_progress_bars() -> None:
