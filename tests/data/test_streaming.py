@@ -125,3 +125,29 @@ def test_bad_input_is_one_error_line(shards, change, message):
         load(shards, **change(shards))
     line = error_line(caught.value)
     assert message in line and "\n" not in line and line.startswith("error: ")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_that_is_not_a_tar_met_while_reading_is_one_line_naming_it(shards, monkeypatch, workers):
+    """A Hub dataset's shards are not checked before training (only a local folder's are): the stream's reading
+    names the bad one, and a DataLoader worker's error reaches the user as the same one line."""
+    from vit_ft.data import streaming
+
+    monkeypatch.setattr(streaming, "_check_local_shards", lambda folder: None)
+    not_a_tar(shards)
+    splits, _ = load(shards)
+    splits["train"].passes = 1
+    with pytest.raises(ValueError) as caught:
+        read(splits["train"], 0, 1, workers)
+    line = error_line(caught.value)
+    assert "train-00005.tar is not a tar archive" in line and "\n" not in line
+    assert "DataLoader worker" not in line and "Traceback" not in line
+
+
+def test_a_bad_images_row_is_its_own_in_every_pass_and_apart_by_path():
+    from vit_ft.data.streaming import bad_image_row
+
+    image = {"bytes": b"", "path": "a.jpg"}
+    assert bad_image_row(dict(image)) == bad_image_row(image)
+    assert bad_image_row({"bytes": b"", "path": "b.jpg"}) != bad_image_row(image)
+    assert bad_image_row({"bytes": b"x", "path": "a.jpg"}) != bad_image_row(image)
