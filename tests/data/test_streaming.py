@@ -144,6 +144,17 @@ def test_a_shard_that_is_not_a_tar_met_while_reading_is_one_line_naming_it(shard
     assert "DataLoader worker" not in line and "Traceback" not in line
 
 
+def test_a_first_shard_that_is_not_a_tar_is_one_line_naming_it(shards, monkeypatch):
+    """The first shard of a webdataset is read for its features when the stream is opened."""
+    from vit_ft.data import streaming
+
+    monkeypatch.setattr(streaming, "_check_local_shards", lambda folder: None)
+    (shards / "train-00000.tar").write_bytes(b"this is not a tar archive")
+    with pytest.raises(ValueError) as caught:
+        load(shards)
+    assert "train-00000.tar is not a tar archive" in error_line(caught.value)
+
+
 def test_a_bad_images_row_is_its_own_in_every_pass_and_apart_by_path():
     from vit_ft.data.streaming import bad_image_row
 

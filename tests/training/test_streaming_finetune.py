@@ -228,3 +228,28 @@ def test_a_shard_that_is_not_a_tar_is_one_error_line_naming_it(tmp_path, capfd, 
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, result.stderr[-4000:]
     assert "train-00001.tar is not a tar archive" in errors[0] and "DataLoader worker" not in errors[0]
+
+
+@pytest.mark.slow
+def test_a_hub_shard_that_is_not_a_tar_fails_the_fine_tune_with_one_line(tmp_path):
+    """Through the fake Hub, as a user meets it (`vit-ft finetune`'s own process): the shard is found bad when it
+    is first read (a DataLoader worker's reading: tests/data/test_streaming.py)."""
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+    from ..fake_hub import FakeHub
+    from ..tools.test_hub import push_env
+
+    recipe = small_stream(tmp_path, bad=0, dataset_name="me/shards")
+    files = {path.name: path.read_bytes() for path in (tmp_path / "shards").glob("*.tar")}
+    files["train-00001.tar"] = b"not a tar archive " * 40
+    with FakeHub() as hub:
+        hub.add_repo("me/shards", files, repo_type="dataset")
+        env = {**push_env(hub, tmp_path), "HF_TOKEN": "", "PYTHONPATH": str(REPO)}
+        result = subprocess.run([sys.executable, "-m", "vit_ft", "finetune", "--recipe", str(recipe)], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-4000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-4000:]
+    assert "me/shards" in errors[0] and "train-00001.tar is not a tar archive" in errors[0]

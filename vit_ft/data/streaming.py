@@ -104,6 +104,8 @@ def _open_splits(name: str, config: str | None, cache_dir: str | None) -> datase
             f"({str(error).rstrip('.')}). Check the id or the path; for a gated dataset, accept its terms on "
             "the Hub and log in first (hf auth login)."
         ) from error
+    except tarfile.TarError as error:  # the first shard, read for the features of a Hub webdataset
+        raise _not_a_tar(error, f"dataset {name!r}") from None
     if isinstance(loaded, datasets.IterableDataset):
         loaded = datasets.IterableDatasetDict({"train": loaded})
     return loaded
@@ -126,11 +128,15 @@ def _named_shard_errors(rows: Iterator[Any], where: str) -> Iterator[Any]:
     try:
         yield from rows
     except tarfile.TarError as error:
-        shard = _shard_of(error) or f"a shard of {where}"
-        raise ValueError(
-            f"{shard} is not a tar archive ({type(error).__name__}: {error}), read as a webdataset shard of "
-            f"{where}; replace or remove that shard (or rebuild the shards, e.g. with `tar cf`)."
-        ) from None
+        raise _not_a_tar(error, where) from None
+
+
+def _not_a_tar(error: tarfile.TarError, where: str) -> ValueError:
+    shard = _shard_of(error) or f"a shard of {where}"
+    return ValueError(
+        f"{shard} is not a tar archive ({type(error).__name__}: {error}), read as a webdataset shard of "
+        f"{where}; replace or remove that shard (or rebuild the shards, e.g. with `tar cf`)."
+    )
 
 
 def _stated_size(stream: datasets.IterableDataset) -> int | None:
