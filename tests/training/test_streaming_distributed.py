@@ -10,6 +10,7 @@ unevenly over its 2 workers)."""
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,12 @@ def write_parquet_shards(tmp: Path) -> Path:
     return folder
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def launch_two_processes(runs: dict[str, tuple[Path, list[str]]], cwd: Path) -> None:
     """Each run (recipe, extra arguments) on 2 CPU processes, all at once (a parquet stream's reader sleeps 5 s
     each time it is closed, datasets' guard for arrow's threads: the launches overlap those waits)."""
@@ -50,6 +57,7 @@ def launch_two_processes(runs: dict[str, tuple[Path, list[str]]], cwd: Path) -> 
         command = [
             sys.executable, "-m", "accelerate.commands.launch",
             "--config_file", str(REPO / "recipes" / "accelerate_configs" / "cpu_2proc.yaml"),
+            "--main_process_port", str(free_port()),  # launches at once: each its own rendezvous port
             str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe), "--use_cpu", "true", *args,
         ]  # fmt: skip
         launches[name] = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
