@@ -49,7 +49,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def launch_two_processes(runs: dict[str, tuple[Path, list[str]]], cwd: Path) -> None:
+def launch_two_processes(runs: dict[str, tuple[Path, list[str]]], cwd: Path) -> dict[str, str]:
     """Each run (recipe, extra arguments) on 2 CPU processes, all at once (a parquet stream's reader sleeps 5 s
     each time it is closed, datasets' guard for arrow's threads: the launches overlap those waits)."""
     launches = {}
@@ -62,16 +62,18 @@ def launch_two_processes(runs: dict[str, tuple[Path, list[str]]], cwd: Path) -> 
         ]  # fmt: skip
         launches[name] = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    logs = {}
     try:
         for name, launch in launches.items():
             # a rank left waiting at the end would hang the launch: the timeout makes that a failure
-            log = launch.communicate(timeout=300)[0]
-            assert launch.returncode == 0, f"{name}: {log[-4000:]}"
+            logs[name] = launch.communicate(timeout=300)[0]
+            assert launch.returncode == 0, f"{name}: {logs[name][-4000:]}"
     finally:
         for launch in launches.values():
             if launch.poll() is None:
                 launch.kill()
                 launch.wait()
+    return logs
 
 
 KINDS = ("webdataset", "parquet")
@@ -86,7 +88,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     recipes = {kind: streamed_recipe(folders[kind], **SETTINGS, **(parquet if kind == "parquet" else {}))
                for kind in KINDS}  # fmt: skip
     write_parquet_shards(folders["parquet"])  # from the digits images the webdataset shards were written from
-    launch_two_processes({kind: (recipes[kind], []) for kind in KINDS}, folders["webdataset"])
+    logs = launch_two_processes({kind: (recipes[kind], []) for kind in KINDS}, folders["webdataset"])
+    for kind in KINDS:
+        (folders[kind] / "launch.log").write_text(logs[kind])
     for kind in KINDS:
         (folders[kind] / "killed").mkdir()
         shutil.copytree(folders[kind] / "out" / "checkpoint-2", folders[kind] / "killed" / "checkpoint-2")
@@ -104,6 +108,7 @@ def test_two_processes_two_workers_stream_and_resume_exactly(runs, kind):
     run = json.loads((out / "vit_ft_run.json").read_text())
     assert run["world_size"] == 2
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
+    assert "Data loading: 2 workers per process" in (runs[kind] / "launch.log").read_text()  # none capped
     assert (killed / "checkpoint-2" / "rng_state_1.pth").is_file()  # both processes' RNG states resumed
     resumed, uninterrupted = final_run(killed), final_run(out)
     assert sorted(resumed["losses"]) == [1, 2, 3, 4]
