@@ -248,3 +248,18 @@ def test_a_checkpoint_without_settings_resumes_with_a_line_saying_so(run, tmp_pa
     assert f"resume: {CHECKPOINT} records no settings (an older vit_ft wrote it)" in log
     assert "resume: logging_steps 1.0 -> 2" in log
     assert steps_after_checkpoint(out, "loss") == [4, 6, 8]
+
+
+def test_a_streamed_run_keeps_its_number_of_workers():
+    """Workers are free to change on resume, except for a stream, whose workers each read their own share of
+    its shards: another number of them would read the resumed pass in another order."""
+    from vit_ft.training.resume import STREAM_FIXED, compare_settings
+
+    state = {"global_step": 4, "max_steps": 8}
+    for streaming, expected in ((False, "applied"), (True, "refused")):
+        old = {"arguments": {"streaming": streaming, "dataloader_num_workers": 2}, "classes": None, "data": {}}
+        new = {"arguments": {"streaming": streaming, "dataloader_num_workers": 4}, "classes": None, "data": {}}
+        applied, refused = compare_settings(old, new, state)
+        assert (applied, refused) == ((["dataloader_num_workers 2 -> 4"], []) if expected == "applied"
+                                      else ([], ["dataloader_num_workers 2 -> 4"])), streaming  # fmt: skip
+    assert STREAM_FIXED <= FREE

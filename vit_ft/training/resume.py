@@ -8,6 +8,7 @@ May change, applied and stated in one log line each (`resume: logging_steps 10 -
   how batches are loaded (dataloader workers, pinning, prefetch), the evaluation batch size, where results go and
   who hears of them (output_dir, report_to, run_name, the Hub push, log levels, progress bars), the model cache,
   how the output is saved (merge_lora) and the test split (evaluated once, after training);
+  a streamed run (`streaming: true`) keeps its number of workers (`STREAM_FIXED`: each reads its own share);
 - `GROW`: `max_steps` and `num_train_epochs`, to a larger value only (training goes on longer; a decaying
   learning-rate schedule stretches to the new end, as the Trainer builds it from this run's arguments).
 
@@ -58,6 +59,9 @@ FREE = frozenset(
     }
 )  # fmt: skip
 GROW = ("max_steps", "num_train_epochs")
+# free, except for a stream: its DataLoader workers each read their own share of the shards, so another number of
+# them reads the resumed pass in another order (`data.streaming.TrainStream`)
+STREAM_FIXED = frozenset({"dataloader_num_workers"})
 # not recorded: a secret, a value that differs between the processes of one run, and how this run starts
 _NOT_RECORDED = frozenset({"hub_token", "local_rank", "resume_from_checkpoint"})
 _PATHS = ("model_name_or_path", "train_dir", "validation_dir", "test_dir", "output_dir", "cache_dir")
@@ -175,7 +179,7 @@ def compare_settings(
         if old == value:
             continue
         line = f"{name} {_shown(old)} -> {_shown(value)}"
-        if name in FREE:
+        if name in FREE and not (name in STREAM_FIXED and new_args.get("streaming")):
             applied.append(line)
         elif name in GROW and (problem := _growth_problem(name, old, value, state)) is not None:
             refused.append(problem)
@@ -226,6 +230,7 @@ def check_resume(checkpoint: str | Path, training_args: TrainingArguments, setti
 __all__ = [
     "FREE",
     "GROW",
+    "STREAM_FIXED",
     "check_resume",
     "compare_settings",
     "resolved_arguments",
