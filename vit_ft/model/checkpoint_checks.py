@@ -137,7 +137,7 @@ def model_shapes(config_dict: dict[str, Any]) -> tuple[Shapes, str]:
     """(key -> shape of every tensor, the base-model prefix) of the classifier `config_dict` describes, built on
     the meta device (no memory, milliseconds): the shapes its `from_pretrained` loads the weights into."""
     config = ViTFTConfig(**{k: v for k, v in config_dict.items() if k != "model_type"})
-    with torch.device("meta"), init.meta_device_safe_creation_ops(), init.no_init_weights():
+    with torch.device("meta"), init.no_init_weights():
         model = ViTFTForImageClassification(config)
     return {key: tuple(t.shape) for key, t in model.state_dict().items()}, model.base_model_prefix
 

@@ -309,8 +309,10 @@ class ViTFTModel(ViTFTPreTrainedModel):
         self.embeddings = ViTFTEmbeddings(config)
         hidden, eps = config.hidden_size, config.layer_norm_eps
         self.pre_layernorm = nn.LayerNorm(hidden, eps=eps) if config.pre_norm else None
-        # stochastic depth rising linearly with depth (DeiT, timm)
-        rates = [x.item() for x in torch.linspace(0, config.drop_path_rate, config.num_hidden_layers)]
+        # stochastic depth rising linearly with depth (DeiT, timm); on the CPU explicitly, as transformers' models
+        # do, so that the model also builds on the meta device (init_empty_weights, device_map, FSDP loading)
+        depth = config.num_hidden_layers
+        rates = [x.item() for x in torch.linspace(0, config.drop_path_rate, depth, device="cpu")]
         self.layers = nn.ModuleList([ViTFTLayer(config, rate) for rate in rates])
         self.layernorm = nn.LayerNorm(hidden, eps=eps)
         self.attn_pool = ViTFTAttentionPool(config) if config.pooling == "map" else None
