@@ -1,14 +1,20 @@
 """vit_ft.utils.lock: one run per output folder, held until the holder ends (however it ends), naming the holder."""
 
+import errno
+import fcntl
+import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from vit_ft.utils.lock import LOCK_FILE, OutputLocked, output_lock
+from vit_ft.utils.lock import FLOCK_UNSUPPORTED, LOCK_FILE, OutputLocked, output_lock
 
 HOLD = """import sys, time
 from vit_ft.utils.lock import output_lock
@@ -81,3 +87,88 @@ def test_a_lock_on_a_removed_file_is_not_kept(tmp_path, monkeypatch):
         with pytest.raises(OutputLocked, match="third"), output_lock(tmp_path):
             pass
     assert len(opened) == 2
+
+
+def no_flock(monkeypatch, code=errno.ENOLCK):
+    """The file system of Lustre mounted without -o flock: every fcntl.flock call fails."""
+
+    def flock(fd, operation):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+
+
+def holder_record(path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("code", FLOCK_UNSUPPORTED)
+def test_without_flock_the_lock_file_itself_is_the_lock_and_a_line_says_so(tmp_path, monkeypatch, caplog, code):
+    no_flock(monkeypatch, code)
+    with caplog.at_level(logging.INFO, logger="vit_ft"), output_lock(tmp_path / "out", "first") as lock_file:
+        record = holder_record(lock_file)
+        assert (record["pid"], record["host"], record["command"]) == (os.getpid(), socket.gethostname(), "first")
+        refusal = rf"pid {os.getpid()} on {socket.gethostname()}, first .*delete {lock_file}"
+        with pytest.raises(OutputLocked, match=refusal), output_lock(tmp_path / "out", "second"):
+            pass
+        assert holder_record(lock_file)["command"] == "first"  # the refused run left the holder's file alone
+    assert not (tmp_path / "out" / LOCK_FILE).exists()  # released: removed
+    lines = [r.getMessage() for r in caplog.records if "has no flock" in r.getMessage()]
+    assert len(lines) == 1 and str(tmp_path / "out" / LOCK_FILE) in lines[0]
+    with output_lock(tmp_path / "out", "third") as lock_file:  # free again
+        assert holder_record(lock_file)["command"] == "third"
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_without_flock_a_lock_left_by_a_dead_run_on_this_host_is_cleared_with_a_line(tmp_path, monkeypatch, caplog):
+    no_flock(monkeypatch)
+    pid = dead_pid()
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "command": "killed"}))
+    with caplog.at_level(logging.INFO, logger="vit_ft"), output_lock(tmp_path, "next") as lock_file:
+        assert holder_record(lock_file)["pid"] == os.getpid()
+    stale = [r.getMessage() for r in caplog.records if "stale lock" in r.getMessage()]
+    assert len(stale) == 1 and f"pid {pid} on {socket.gethostname()}, killed" in stale[0]
+    assert not list(tmp_path.iterdir())  # nothing left aside
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        {"pid": os.getpid(), "host": socket.gethostname(), "command": "alive here"},  # a live pid
+        {"pid": 2**22 + 7, "host": "another-node", "command": "elsewhere"},  # cannot be checked from here
+    ],
+)
+def test_without_flock_a_live_or_remote_holder_is_kept_and_the_refusal_says_how_to_clear_it(
+    tmp_path, monkeypatch, holder
+):
+    no_flock(monkeypatch)
+    (tmp_path / LOCK_FILE).write_text(json.dumps(holder))
+    message = rf"pid {holder['pid']} on {holder['host']}, {holder['command']}.*delete {tmp_path / LOCK_FILE}"
+    with pytest.raises(OutputLocked, match=message), output_lock(tmp_path):
+        pass
+    assert holder_record(tmp_path / LOCK_FILE) == holder
+
+
+def test_a_fresh_lock_made_while_a_stale_one_is_cleared_is_put_back(tmp_path, monkeypatch):
+    """Two runs meet the same stale file: the second renames aside the fresh lock the first has just made
+    in its place, sees it is not the stale one, and puts it back."""
+    no_flock(monkeypatch)
+    lock_path = tmp_path / LOCK_FILE
+    stale = {"pid": dead_pid(), "host": socket.gethostname(), "command": "killed"}
+    fresh = {"pid": os.getpid(), "host": socket.gethostname(), "command": "first"}
+    lock_path.write_text(json.dumps(stale))
+    real_rename = os.rename
+
+    def first_run_wins_meanwhile(source, target):
+        Path(source).write_text(json.dumps(fresh))  # the first run cleared the stale file and made its own
+        real_rename(source, target)
+
+    monkeypatch.setattr(os, "rename", first_run_wins_meanwhile)
+    with pytest.raises(OutputLocked, match="first"), output_lock(tmp_path, "second"):
+        pass
+    assert holder_record(lock_path) == fresh and sorted(tmp_path.iterdir()) == [lock_path]

@@ -119,7 +119,8 @@ class SingleLabel:
         return None
 
     def calibrate(self, trainer: Any) -> dict[str, Any] | None:
-        """The temperature fitted on the validation split (every process predicts), or None without one."""
+        """The temperature fitted on the validation split, or None without one: every process predicts its
+        shard, process zero fits on the gathered logits and every process receives its record."""
         if trainer.eval_dataset is None:
             return None
         from .temperature import fit_and_record_temperature

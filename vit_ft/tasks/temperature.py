@@ -19,6 +19,7 @@ from ..metrics.calibration import (
     negative_log_likelihood,
     softmax_with_temperature,
 )
+from ..utils.distributed import broadcast_object
 
 logger = logging.getLogger("vit_ft")
 
@@ -51,13 +52,16 @@ def fit_and_record_temperature(trainer: Any, eval_dataset: Any, split: str = "va
     """Predict `eval_dataset` (the validation split) with the trainer's final model and fit the calibration
     temperature on it; returns `calibration_record`'s dict for the run record's "calibration" key.
 
-    Every process must call it (Trainer.predict gathers the logits over processes); only process zero logs.
+    Every process must call it: each predicts its shard and Trainer.predict gathers the logits over processes;
+    process zero alone fits the temperature (one answer, not one copy per process) and broadcasts the record.
     """
     output = trainer.predict(eval_dataset, metric_key_prefix="calibration")
+    if not trainer.is_world_process_zero():
+        return broadcast_object(None)  # process zero's record
     logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     labels = output.label_ids[0] if isinstance(output.label_ids, tuple) else output.label_ids
-    record = calibration_record(logits, labels, split)
-    if trainer.is_world_process_zero() and "nll" in record:
+    record = broadcast_object(calibration_record(logits, labels, split))
+    if "nll" in record:
         logger.info(
             "Calibration on %d %s images: temperature %.3f (NLL %.4f -> %.4f, ECE %.4f -> %.4f).",
             record["images"],
