@@ -3,6 +3,8 @@ are built (`training_arguments.resolve_global_batch`), refused in one line when 
 explicit accumulation disagrees, checked once against the batch Trainer takes (`checks.check_global_batch`), and
 stated in one log line (`describe_batch`) and the run record (`batch_record`)."""
 
+import types
+
 import pytest
 from transformers import TrainingArguments
 
@@ -120,3 +122,15 @@ def test_arguments_built_in_python_are_checked_against_trainers_world_size(tmp_p
 def test_a_bad_global_batch_is_its_ranges_line(value):
     with pytest.raises(RecipeError, match=r"global_batch_size=.* must be a positive integer"):
         parse_args(["--recipe", "digits", "--global_batch_size", value])
+
+
+def test_one_process_driving_several_gpus_is_counted_as_transformers_counts_it():
+    """DataParallel (a plain `python` run on a machine with 2 GPUs): train_batch_size is 8 x 2, so the derived
+    accumulation would double the batch; refused with the launch that fixes it (args stand in for the GPUs')."""
+    args = types.SimpleNamespace(global_batch_size=32, per_device_train_batch_size=8, train_batch_size=16, n_gpu=2,
+                                 world_size=1, gradient_accumulation_steps=4)  # fmt: skip
+    with pytest.raises(RecipeError, match=r"drives 2 GPUs \(DataParallel\), so a step would see 64 images; launch"):
+        check_global_batch(args)
+    assert batch_record(args)["global_batch"] == 64
+    args.gradient_accumulation_steps = 2
+    check_global_batch(args)

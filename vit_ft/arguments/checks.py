@@ -247,13 +247,20 @@ def check_global_batch(training_args: Any) -> None:
     if total is None:
         return
     per_device, world = training_args.per_device_train_batch_size, training_args.world_size
-    made = per_device * world * training_args.gradient_accumulation_steps
-    if made != total:
+    # transformers' count: train_batch_size is a process's batch, x its GPUs where one process drives several
+    made = training_args.train_batch_size * world * training_args.gradient_accumulation_steps
+    if made == total:
+        return
+    if training_args.train_batch_size != per_device:
         raise RecipeError(
-            f"global_batch_size={total} but {per_device} per device x {world} process{'es' if world != 1 else ''} x "
-            f"{training_args.gradient_accumulation_steps} accumulation steps make {made}; set "
-            f"gradient_accumulation_steps to global_batch_size / ({per_device} x {world}), or leave it unset to derive it."
+            f"global_batch_size={total}: one process drives {training_args.n_gpu} GPUs (DataParallel), so a step "
+            f"would see {made} images; launch one process per GPU (accelerate launch scripts/finetune.py ...)."
         )
+    raise RecipeError(
+        f"global_batch_size={total} but {per_device} per device x {world} process{'es' if world != 1 else ''} x "
+        f"{training_args.gradient_accumulation_steps} accumulation steps make {made}; set gradient_accumulation_steps "
+        f"to global_batch_size / ({per_device} x {world}), or leave it unset to derive it."
+    )
 
 
 def check_push(training_args: Any) -> None:

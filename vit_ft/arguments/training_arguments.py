@@ -126,15 +126,15 @@ def resolve_global_batch(values: dict[str, Any], given: set[str], world_size: in
 
 
 def batch_record(args: TrainingArguments) -> dict[str, Any]:
-    """World size, per-device batch, accumulation and the global batch they make (the run record's `batch`);
+    """World size, per-device batch, accumulation and the global batch they make as transformers counts it
+    (`train_batch_size`: a process's batch, x its GPUs where one process drives several), the run record's `batch`;
     `global_batch_size` is the recipe's statement of it, None where the recipe stated none."""
-    per_device, world = args.per_device_train_batch_size, args.world_size
     accumulation = args.gradient_accumulation_steps
     return {
-        "world_size": world,
-        "per_device_train_batch_size": per_device,
+        "world_size": args.world_size,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
         "gradient_accumulation_steps": accumulation,
-        "global_batch": per_device * world * accumulation,
+        "global_batch": args.train_batch_size * args.world_size * accumulation,
         "global_batch_size": getattr(args, "global_batch_size", None),
     }
 
