@@ -44,7 +44,7 @@ PER_CLASS = {"train": 10, "test": 2}  # 30 train images: a stratified 10% hold-o
 CHECKPOINT_SIZE, PATCH, SIZE = 32, 8, 48
 PUSHED = {"dogs": "me/dogs-vit", "dogs-lora": "me/dogs-vit-lora"}
 # the recipe with only sizes changed: steps, batches, resolution, workers, CPU fp32, where to write and push
-SIZE_OVERRIDES = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+SIZE_OVERRIDES = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--global_batch_size", "8",
                   "--per_device_eval_batch_size", "16", "--image_size", str(SIZE), "--dataloader_num_workers", "0",
                   "--use_cpu", "true", "--bf16", "false", "--eval_steps", "2", "--save_steps", "2",
                   "--logging_steps", "1", "--push_to_hub", "true"]  # fmt: skip

@@ -115,7 +115,7 @@ def imagenet_files() -> dict[str, bytes]:
     return files
 
 
-HUB_OVERRIDES = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+HUB_OVERRIDES = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--global_batch_size", "4",
                  "--per_device_eval_batch_size", "16", "--image_size", "48", "--dataloader_num_workers", "0",
                  "--use_cpu", "true", "--bf16", "false", "--eval_steps", "2", "--save_steps", "2",
                  "--logging_steps", "1", "--report_to", "none"]  # fmt: skip

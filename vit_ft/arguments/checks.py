@@ -7,7 +7,8 @@ closed, and whether it is an integer; NaN and infinity are outside every interva
 a run or its record. The dataclasses walk it first thing in `__post_init__` (`FineTuneTrainingArguments` before
 transformers' own checks), so a bad number is one line naming the field, the value and the range, whether the
 arguments come from a recipe, a flag or Python. `validate` then checks a model path that does not exist, a
-pooling the checkpoint cannot do, a schedule that trains nothing, a launch Trainer does not join, a push while
+pooling the checkpoint cannot do, a schedule that trains nothing, a launch Trainer does not join, a global batch
+the launch does not make, a push while
 offline, the evaluation setup and the toolkit's keys (early stopping, EMA, class imbalance). What one dataclass
 can tell of its other fields (choices, names) is checked by its `__post_init__`, including the image size against
 the checkpoint and mixed precision against the hardware.
@@ -120,6 +121,7 @@ RANGES: dict[str, Range] = {
     "label_smoothing_factor": Range("[0, 1)", "e.g. 0.1, or 0 for none"),
     "neftune_noise_alpha": Range("(0, inf)", "NEFTune's noise scale, e.g. 5, or unset for none"),
     "gradient_accumulation_steps": Range("[1, inf)", "batches per optimizer step, e.g. 4", True),
+    "global_batch_size": Range("[1, inf)", "images per optimizer step over all processes, e.g. 512, or unset", True),
     "per_device_train_batch_size": Range("[1, inf)", "images per device and step, e.g. 32", True),
     "per_device_eval_batch_size": Range("[1, inf)", "images per device and step, e.g. 64", True),
     "seed": Range("[0, 4294967295]", "numpy's seed range, e.g. 42", True),
@@ -237,6 +239,30 @@ def check_world_size(training_args: TrainingArguments, environ: dict[str, str] |
         )
 
 
+def check_global_batch(training_args: Any) -> None:
+    """Fail when the batch Trainer will take differs from the stated `global_batch_size` (arguments built in Python
+    without `merge_values`, or a world size other than the launch's): its accumulation derives from the world size
+    (`training_arguments.resolve_global_batch`)."""
+    total = getattr(training_args, "global_batch_size", None)
+    if total is None:
+        return
+    per_device, world = training_args.per_device_train_batch_size, training_args.world_size
+    # transformers' count: train_batch_size is a process's batch, x its GPUs where one process drives several
+    made = training_args.train_batch_size * world * training_args.gradient_accumulation_steps
+    if made == total:
+        return
+    if training_args.train_batch_size != per_device:
+        raise RecipeError(
+            f"global_batch_size={total}: one process drives {training_args.n_gpu} GPUs (DataParallel), so a step "
+            f"would see {made} images; launch one process per GPU (accelerate launch scripts/finetune.py ...)."
+        )
+    raise RecipeError(
+        f"global_batch_size={total} but {per_device} per device x {world} process{'es' if world != 1 else ''} x "
+        f"{training_args.gradient_accumulation_steps} accumulation steps make {made}; set gradient_accumulation_steps "
+        f"to global_batch_size / ({per_device} x {world}), or leave it unset to derive it."
+    )
+
+
 def check_push(training_args: Any) -> None:
     """Fail early when --push_to_hub is set but the Hub is switched off (HF_HUB_OFFLINE)."""
     if not getattr(training_args, "push_to_hub", False):
@@ -348,7 +374,7 @@ def check_imbalance(training_args: Any) -> None:
 
 def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) -> None:
     """Every check across the arguments, once, cheapest first-to-fail order: model path, pooling against the
-    checkpoint, schedule, launch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
+    checkpoint, schedule, launch, global batch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
     imbalance). (Each number's range was checked when its dataclass was built: `check_ranges`.)
 
     Needs no network. Data folders are not required to exist yet: `vit_ft.data.datasets.load_image_datasets`
@@ -358,6 +384,7 @@ def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) 
     check_pooling(model_args)
     check_schedule(training_args)
     check_world_size(training_args)
+    check_global_batch(training_args)
     check_push(training_args)
     check_evaluation(data_args, training_args)
     if hasattr(training_args, "ema_decay"):  # a FineTuneTrainingArguments, as parse_args makes
@@ -376,6 +403,7 @@ __all__ = [
     "check_early_stopping",
     "check_ema",
     "check_evaluation",
+    "check_global_batch",
     "check_imbalance",
     "check_model_path",
     "check_pooling",

@@ -9,12 +9,14 @@ number against its range (`checks.RANGES`, transformers' fields too) and mixed p
 checks across fields (patience needs a metric to watch, ...) are in `checks`.
 `merge_values` layers a recipe and flags over the defaults the recipes rely on (`TRAINING_DEFAULTS`), the values
 `recipes.parse_args` builds the three argument dataclasses from, with the DataLoader's settings resolved
-(`resolve_data_loading`: `dataloader_num_workers: auto` becomes an int, persistent workers where a GPU trains).
+(`resolve_data_loading`: `dataloader_num_workers: auto` becomes an int, persistent workers where a GPU trains)
+and the accumulation derived from `global_batch_size` and the launch's world size (`resolve_global_batch`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from transformers import TrainingArguments
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
 from ..utils.hardware import accelerator_type, auto_dataloader_workers, cores_per_process
-from .checks import VALUE_RANGES, RecipeError, check_ranges
+from .checks import RANGES, VALUE_RANGES, RecipeError, check_ranges
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
 TRAINING_DEFAULTS: dict[str, Any] = {
@@ -75,6 +77,82 @@ def resolve_data_loading(values: dict[str, Any], given: set[str], cuda: bool | N
         # pinned host memory only speeds up copies to a GPU; without one, torch warns about it every epoch
         values["dataloader_pin_memory"] = gpu
     return values
+
+
+def launch_world_size(environ: dict[str, str] | None = None) -> int:
+    """The processes of this launch, before any TrainingArguments exists: WORLD_SIZE (torchrun and `accelerate
+    launch` set it), else the processes of an accelerate state already set up in this process, else 1."""
+    environ = os.environ if environ is None else environ
+    try:
+        return max(1, int(environ["WORLD_SIZE"]))
+    except (KeyError, ValueError):
+        pass
+    from accelerate.state import PartialState
+
+    return PartialState().num_processes if PartialState._shared_state else 1
+
+
+def resolve_global_batch(values: dict[str, Any], given: set[str], world_size: int | None = None) -> dict[str, Any]:
+    """`values` with `gradient_accumulation_steps` derived from `global_batch_size` (when set): global /
+    (per_device_train_batch_size x world size), the world size the launch's (`launch_world_size`). Refused in one
+    line when it does not divide, or when an accumulation in `given` (a flag or recipe key) disagrees; one that
+    agrees is kept. Unset: `values` unchanged (the global batch is then per device x processes x accumulation)."""
+    total = values.get("global_batch_size")
+    if total is None or not RANGES["global_batch_size"].allows(total):
+        return values  # unset, or a bad number the dataclass refuses by its range
+    per_device = values.get("per_device_train_batch_size", _TRAINING_FIELDS["per_device_train_batch_size"].default)
+    if not RANGES["per_device_train_batch_size"].allows(per_device):
+        return values
+    world = launch_world_size() if world_size is None else world_size
+    per_step = per_device * world
+    if total % per_step:
+        fits = [size for size in range(per_device, 0, -1) if total % (size * world) == 0]
+        hint = f"--per_device_train_batch_size {fits[0]}" if fits else f"a number of processes that divides {total}"
+        raise RecipeError(
+            f"global_batch_size={total} is not a multiple of per_device_train_batch_size {per_device} x {world} "
+            f"process{'es' if world != 1 else ''} = {per_step}; use {hint} (or a global_batch_size that is a multiple "
+            f"of {per_step}), so that every optimizer step sees {total} images."
+        )
+    accumulation = total // per_step
+    stated = values.get("gradient_accumulation_steps")
+    if "gradient_accumulation_steps" in given and stated is not None and stated != accumulation:
+        raise RecipeError(
+            f"gradient_accumulation_steps={stated} disagrees with global_batch_size={total}: {per_device} per device "
+            f"x {world} process{'es' if world != 1 else ''} needs {accumulation}; drop gradient_accumulation_steps "
+            f"(it is derived), or set --global_batch_size {per_step * stated} (none: no global batch, the "
+            "accumulation as given)."
+        )
+    return {**values, "gradient_accumulation_steps": accumulation}
+
+
+def batch_record(args: TrainingArguments) -> dict[str, Any]:
+    """World size, per-device batch, accumulation and the global batch they make as transformers counts it
+    (`train_batch_size`: a process's batch, x its GPUs where one process drives several), the run record's `batch`;
+    `global_batch_size` is the recipe's statement of it, None where the recipe stated none."""
+    accumulation = args.gradient_accumulation_steps
+    return {
+        "world_size": args.world_size,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": accumulation,
+        "global_batch": args.train_batch_size * args.world_size * accumulation,
+        "global_batch_size": getattr(args, "global_batch_size", None),
+    }
+
+
+def describe_batch(args: TrainingArguments) -> str:
+    """The batch in one log line: global = per device x processes x accumulation, and where it came from."""
+    record = batch_record(args)
+    source = (
+        f"global_batch_size: {record['global_batch_size']}, the accumulation derived"
+        if record["global_batch_size"] is not None
+        else "no global_batch_size: it grows with the number of processes"
+    )
+    return (
+        f"Batch: global {record['global_batch']} = {record['per_device_train_batch_size']} per device x "
+        f"{record['world_size']} process{'es' if record['world_size'] != 1 else ''} (world size) x "
+        f"{record['gradient_accumulation_steps']} accumulation step"
+        f"{'s' if record['gradient_accumulation_steps'] != 1 else ''} ({source})."
+    )
 
 
 def describe_data_loading(args: TrainingArguments) -> str:
@@ -273,6 +351,16 @@ class FineTuneTrainingArguments(TrainingArguments):
         },
     )
 
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Images per optimizer step over all processes (the recipe's contract: the ViT paper's 512). "
+            "gradient_accumulation_steps is derived: global_batch_size / (per_device_train_batch_size x processes); "
+            "refused when it does not divide, or beside a gradient_accumulation_steps that disagrees. None: "
+            "per_device_train_batch_size x processes x gradient_accumulation_steps (grows with the processes)."
+        },
+    )
+
     def __post_init__(self):
         check_ranges(self)  # before TrainingArguments' own checks, which an inf or a NaN can pass or crash
         check_precision(self)  # before TrainingArguments' own device errors, which say less
@@ -313,7 +401,9 @@ def _without_recipe_data(recipe_values: dict[str, Any], flags: dict[str, Any]) -
 def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None) -> dict[str, Any]:
     """The values of the argument dataclasses: TRAINING_DEFAULTS, then the recipe's values (less its data source
     when the flags name another), then the flags, keeping checkpoints on the eval schedule; the output folder
-    defaults to outputs/<recipe name>; the DataLoader's settings resolved last (`resolve_data_loading`).
+    defaults to outputs/<recipe name>; the DataLoader's settings and the accumulation resolved last
+    (`resolve_data_loading`, `resolve_global_batch`: a `--global_batch_size` flag replaces the recipe's
+    accumulation, a recipe's or flag's accumulation beside a global batch of the same layer or later must agree).
 
     load_best_model_at_end needs saving and evaluation on the same schedule, so when a layer sets only one side
     of a pair (eval_strategy/save_strategy, eval_steps/save_steps) and the other side was unset or equal, the other
@@ -336,7 +426,13 @@ def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None
         str(values["save_strategy"]),
     ):
         values["load_best_model_at_end"] = False
-    return resolve_data_loading(values, given)
+    # a global batch given as a flag replaces the recipe's accumulation; an accumulation flag beside it must agree
+    replaced = "global_batch_size" in flags and "gradient_accumulation_steps" not in flags
+    stated = given - {"gradient_accumulation_steps"} if replaced else given
+    return resolve_global_batch(resolve_data_loading(values, given), stated)
+
+
+_TRAINING_FIELDS = TrainingArguments.__dataclass_fields__
 
 
 __all__ = [
@@ -348,11 +444,15 @@ __all__ = [
     "TUNE",
     "TUNE_PER_CLASS",
     "FineTuneTrainingArguments",
+    "batch_record",
     "check_precision",
+    "describe_batch",
     "describe_data_loading",
+    "launch_world_size",
     "merge_values",
     "parse_class_weights",
     "parse_decision_threshold",
     "parse_num_workers",
     "resolve_data_loading",
+    "resolve_global_batch",
 ]

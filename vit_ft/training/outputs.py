@@ -12,6 +12,7 @@ from typing import Any
 from transformers import Trainer, TrainingArguments
 
 from ..arguments.fields import DataArguments, ModelArguments
+from ..arguments.training_arguments import batch_record
 from ..reports.examples import write_examples
 from ..utils.run_record import LABELS_FILE, write_run_record
 from .callbacks import BadImageCallback
@@ -59,6 +60,7 @@ def save_outputs(
         "seed": training_args.seed,
         "data_seed": training_args.data_seed,
         "world_size": training_args.world_size,
+        "batch": batch_record(training_args),  # world size, per device, accumulation, global batch
         "written_by_process": training_args.process_index,
         "metrics": metrics,
         "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode

@@ -17,7 +17,7 @@ from transformers import TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
 from ..arguments.fields import DataArguments, ModelArguments
-from ..arguments.training_arguments import data_seed
+from ..arguments.training_arguments import data_seed, describe_batch
 from ..data.bad_images import decode_error, prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
@@ -371,6 +371,8 @@ def _finetune(
     recipe: str | None,
 ) -> dict[str, float]:
     """`run_finetune`'s stages, in the locked output folder."""
+    # first: the global batch is the run's protocol (the run record's `batch` states it too)
+    logger.info(describe_batch(training_args))
     set_seed(training_args.seed)
     resume = resolve_resume(training_args)
     if resume is not None:
