@@ -56,6 +56,8 @@ FREE = frozenset(
         "include_num_input_tokens_seen", "push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo",
         "hub_always_push", "hub_revision", "do_train", "do_eval", "do_predict", "ddp_timeout",
         "cache_dir", "pretrain_if_missing", "merge_lora", "test_dir", "test_split",
+        # a restatement: what it sets (the accumulation, per-device batch, world size) is compared itself
+        "global_batch_size",
     }
 )  # fmt: skip
 GROW = ("max_steps", "num_train_epochs")
