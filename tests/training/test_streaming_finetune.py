@@ -204,6 +204,11 @@ def test_a_streamed_image_that_does_not_decode_is_skipped_and_counted(tmp_path, 
     record = json.loads((tmp_path / "out" / "vit_ft_run.json").read_text())["bad_images"]
     assert record["skipped"] == 1 and record["of"] == 16  # the reads of the run: 2 steps of 8
     assert "Skipping image" in result.stdout + result.stderr
+    # named as its batch named it in the DataLoader worker: a stream's row alone could not be named afterwards
+    (named,) = record["images"]
+    bad_file = sorted((tmp_path / "digits" / "train").glob("*/*.png"))[0]
+    assert f"{bad_file.parent.name}_{bad_file.stem}" in named["source"], named
+    assert named["reason"].startswith(("UnidentifiedImageError", "OSError", "ValueError")), named
 
 
 def test_a_stream_with_too_many_bad_images_fails_with_one_line(tmp_path, capfd):
@@ -213,6 +218,7 @@ def test_a_stream_with_too_many_bad_images_fails_with_one_line(tmp_path, capfd):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "of the 16 training images" in errors[0], result.stderr[-4000:]
     assert "max_bad_image_fraction=0.1" in errors[0]
+    assert " row " not in errors[0] and "_" in errors[0].split("e.g. ")[-1], errors[0]  # named, not "row N"
 
 
 def test_a_shard_that_is_not_a_tar_is_one_error_line_naming_it(tmp_path, capfd, monkeypatch):

@@ -30,6 +30,7 @@ import torch
 from .images import DEFAULT_MAX_PIXELS, describe_source, load_image
 
 __all__ = [
+    "BAD_IMAGES_KEY",
     "PRESCAN_MAX_IMAGES",
     "BadImage",
     "BadImageTally",
@@ -220,6 +221,11 @@ class BadImageTally:
         return int(self._rows.sum()) + int(self._unindexed)
 
 
+# The key of a training batch under which `SkipBadImages` names the images it dropped from it ({"row", "source",
+# "reason"} each): from a DataLoader worker to the main process, where the trainer takes it out before the model.
+BAD_IMAGES_KEY = "vit_ft_bad_images"
+
+
 class SkipBadImages:
     """A collator that drops the examples whose image did not decode (a `BadImage` as their `pixel_values`),
     records their rows (`index_key`) in `tally`, and collates the rest with `collate`.
@@ -232,13 +238,14 @@ class SkipBadImages:
         self.collate, self.tally, self.index_key = collate, tally, index_key
 
     def __call__(self, examples: list[dict[str, Any]]) -> Any:
-        kept = []
+        kept, skipped = [], []
         for example in examples:
             bad = example.get("pixel_values")
             if not isinstance(bad, BadImage):
                 kept.append(example)
                 continue
             self.tally.record(example.get(self.index_key))
+            skipped.append({"row": example.get(self.index_key), "source": bad.source, "reason": bad.reason})
             logger.warning("Skipping image %s, which does not decode (%s).", bad.source, bad.reason)
         if not kept:
             bad = examples[0]["pixel_values"]
@@ -246,7 +253,10 @@ class SkipBadImages:
                 f"none of the {len(examples)} images of a training batch decodes, e.g. {bad.source} ({bad.reason}); "
                 "remove or fix the broken files (vit_ft.data.bad_images.find_bad_images lists them)."
             )
-        return self.collate(kept)
+        batch = self.collate(kept)
+        if skipped:  # the names travel with the batch to the main process (the trainer hands them on)
+            batch[BAD_IMAGES_KEY] = skipped
+        return batch
 
 
 def check_bad_fraction(bad: int, total: int, max_fraction: float, example: str = "") -> None:

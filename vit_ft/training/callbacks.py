@@ -95,6 +95,15 @@ class BadImageCallback(TrainerCallback):
         self.describe = describe or (lambda rows: [{"row": row} for row in rows])
         self.skipped: list[int] | None = None  # every process's bad rows, once training ended
         self.from_step = 0  # the step training started at (a resumed run's checkpoint)
+        self.named: dict[int, dict[str, Any]] = {}  # row -> {"row", "source", "reason"}, as the batches said
+
+    def note(self, skipped: list[dict[str, Any]]) -> None:
+        """Keep the names of the images a training batch dropped (`bad_images.BAD_IMAGES_KEY`, handed on by the
+        trainer): a stream's rows cannot be named afterwards, a split's can but need not be."""
+        for item in skipped:
+            if item.get("row") is not None:
+                row = int(item["row"]) % max(self.total, 1)  # the tally's row (a stream's hash folds into it)
+                self.named[row] = {**item, "row": row}
 
     @classmethod
     def for_dataset(cls, dataset: Any, max_fraction: float, image_column: str = "image") -> BadImageCallback:
@@ -115,6 +124,8 @@ class BadImageCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.skipped = _joined_across_processes(self.tally.rows())
+        for part in _gathered(self.named):  # the names other processes' batches gave
+            self.named.update({int(row): item for row, item in part.items()})
         if not self.skipped:
             return
         example = self._example(self.skipped)
@@ -128,8 +139,14 @@ class BadImageCallback(TrainerCallback):
         """The first bad row as "source (reason)" for a message; "" when there is none."""
         if not rows:
             return ""
-        named = self.describe(rows[:1])[0]
+        named = self._names(rows[:1])[0]
         return f"{named.get('source', f'row {rows[0]}')} ({named.get('reason', 'did not decode')})"
+
+    def _names(self, rows: list[int]) -> list[dict[str, Any]]:
+        """Each row's {"row", "source", "reason"}: as its batch named it, else as `describe` does."""
+        missing = [row for row in rows if row not in self.named]
+        described = dict(zip(missing, self.describe(missing), strict=True)) if missing else {}
+        return [self.named.get(row) or described[row] for row in rows]
 
     def record(self, max_listed: int = 100) -> dict[str, Any]:
         """The run record's `bad_images`: how many training images were skipped, of how many, since which step
@@ -141,19 +158,24 @@ class BadImageCallback(TrainerCallback):
             "of": self.total,
             "max_bad_image_fraction": self.max_fraction,
             "counted_from_step": self.from_step,
-            "images": self.describe(skipped[:max_listed]),
+            "images": self._names(skipped[:max_listed]),
         }
+
+
+def _gathered(value: Any) -> list[Any]:
+    """Every process's `value` (a several-process run); [`value`] in one process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [value]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return [part for part in gathered if part is not None]
 
 
 def _joined_across_processes(rows: list[int]) -> list[int]:
     """Every process's `rows`, joined and sorted (a several-process run); `rows` itself in one process."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return sorted(rows)
-    gathered: list[list[int] | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, rows)
-    return sorted({row for part in gathered for row in part or []})
+    return sorted({row for part in _gathered(rows) for row in part or []})
 
 
 __all__ = ["AugmentationEpochCallback", "BadImageCallback", "EvaluationTime", "StepsFromArguments"]

@@ -418,6 +418,7 @@ def _finetune(
         skip_bad_images=bad_images.collator,
     )  # fmt: skip
     trainer.add_callback(bad_images)
+    trainer.bad_images = bad_images  # the batches' names of the images they dropped reach the callback
     preemption = PreemptionCallback()
     if isinstance(splits["train"], TrainStream):
         # the stream skips the trained batches itself, before decoding them (`TrainStream.resume_from_batch`)

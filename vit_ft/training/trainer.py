@@ -22,6 +22,7 @@ import torch
 from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
 from ..arguments.training_arguments import data_seed
+from ..data.bad_images import BAD_IMAGES_KEY
 from ..data.batch_augmentation import BatchAugmentation
 from ..data.mixup import MixupCutmix
 from ..data.streaming import TrainStream, stream_dataloader
@@ -53,6 +54,7 @@ class FineTuneTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.ema, self.train_collator, self.balanced_labels = ema, train_collator, balanced_labels
         self.batch_augmentation = batch_augmentation
+        self.bad_images: Any = None  # the run's BadImageCallback, which keeps the skipped images' names
         if batch_augmentation is not None and train_collator is None:
             self.train_collator = batch_augmentation.collate  # keeps the image indices the draws need
 
@@ -60,6 +62,9 @@ class FineTuneTrainer(Trainer):
                       num_items_in_batch: Any = None) -> torch.Tensor:  # fmt: skip
         # Here rather than in the collator: on the training device, once per micro-batch (gradient accumulation
         # included), never in evaluation (prediction_step); Trainer's own _prepare_inputs is then a no-op.
+        skipped = inputs.pop(BAD_IMAGES_KEY, None)  # images the collator dropped, named: not the model's input
+        if skipped and self.bad_images is not None:
+            self.bad_images.note(skipped)
         if self.batch_augmentation is not None:
             inputs = self.batch_augmentation(self._prepare_inputs(inputs))
         return super().training_step(model, inputs, num_items_in_batch)
