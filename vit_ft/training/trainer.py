@@ -31,7 +31,7 @@ from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .ema import EMACallback
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
-from .workers import with_own_generator
+from .workers import shielded_from_preemption, with_own_generator
 
 
 class FineTuneTrainer(Trainer):
@@ -86,7 +86,8 @@ class FineTuneTrainer(Trainer):
 
     def _get_dataloader(self, *args: Any, **kwargs: Any) -> torch.utils.data.DataLoader:
         # every loader (train, eval, test) with its own generator: the workers then change no draw of dropout
-        return with_own_generator(super()._get_dataloader(*args, **kwargs), self.args.seed)
+        loader = with_own_generator(super()._get_dataloader(*args, **kwargs), self.args.seed)
+        return shielded_from_preemption(loader)  # its workers leave SIGTERM to this process, which saves first
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
         # with persistent workers Trainer caches one loader under "eval" whatever dataset it is given: the test
@@ -103,7 +104,8 @@ class FineTuneTrainer(Trainer):
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
         if isinstance(self.train_dataset, TrainStream):  # split per process already: not re-sharded
-            return stream_dataloader(self.train_dataset, self.train_collator or self.data_collator, self.args)
+            loader = stream_dataloader(self.train_dataset, self.train_collator or self.data_collator, self.args)
+            return shielded_from_preemption(loader)
         if self.train_collator is None:
             return super().get_train_dataloader()
         eval_collator, self.data_collator = self.data_collator, self.train_collator

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import signal
 from typing import Any
 
 import datasets
@@ -21,6 +22,7 @@ from transformers import TrainingArguments
 
 from ..arguments.training_arguments import describe_data_loading
 from ..utils.hardware import SHARED_MEMORY, free_shared_memory, local_processes
+from .preemption import SIGNALS
 
 logger = logging.getLogger("vit_ft")
 
@@ -113,6 +115,31 @@ def with_own_generator(loader: torch.utils.data.DataLoader, seed: int) -> torch.
     return loader
 
 
+class _PreemptionShield:
+    """A DataLoader's `worker_init_fn` that makes its workers ignore the preemption signals before running the
+    loader's own: Slurm and `kill -- -PGID` send SIGTERM to the whole process group, and a worker killed by it
+    takes the run down (torch raises "DataLoader worker ... is killed by signal") before the main process has
+    saved its checkpoint (`preemption.PreemptionCallback`); the main process stops its workers itself."""
+
+    def __init__(self, init: Any = None) -> None:
+        self.init = init
+
+    def __call__(self, worker_id: int) -> None:
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        if self.init is not None:
+            self.init(worker_id)
+
+
+def shielded_from_preemption(loader: Any) -> Any:
+    """`loader` (a DataLoader, or accelerate's prepared one) whose workers ignore SIGTERM / SIGUSR1 (see
+    `_PreemptionShield`); a loader without workers is left as it is."""
+    base = getattr(loader, "base_dataloader", loader)
+    if getattr(base, "num_workers", 0) and not isinstance(base.worker_init_fn, _PreemptionShield):
+        base.worker_init_fn = _PreemptionShield(base.worker_init_fn)
+    return loader
+
+
 def _size(count: int) -> str:
     """Bytes in binary units, e.g. "57.0 MiB"."""
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -128,5 +155,6 @@ __all__ = [
     "prefetch_factor",
     "sample_example",
     "shared_memory_need",
+    "shielded_from_preemption",
     "with_own_generator",
 ]
