@@ -21,6 +21,7 @@ import torch
 from transformers import TrainingArguments
 
 from ..arguments.training_arguments import describe_data_loading
+from ..utils.files import byte_size
 from ..utils.hardware import SHARED_MEMORY, free_shared_memory, local_processes
 from .preemption import SIGNALS
 
@@ -87,19 +88,19 @@ def check_data_loading(args: TrainingArguments, train_dataset: Any, free: int | 
     workers, prefetch, batch = args.dataloader_num_workers, prefetch_factor(args), args.per_device_train_batch_size
     sum_up = (
         f"batch {batch} x prefetch {prefetch} x {workers} workers x {processes} process"
-        f"{'es' if processes != 1 else ''} x {_size(per_image)} an image"
+        f"{'es' if processes != 1 else ''} x {byte_size(per_image, binary=True)} an image"
     )
     if free is not None and need > free:
         fitting = free // max(1, batch * prefetch * per_image * processes)
         shm_size = max(1, math.ceil(need * 1.25 / 2**30))
         raise ValueError(
-            f"the DataLoader workers need about {_size(need)} of shared memory ({sum_up}) but {SHARED_MEMORY} has "
-            f"{_size(free)} free; use fewer workers (--dataloader_num_workers {min(fitting, workers - 1)}), a "
+            f"the DataLoader workers need about {byte_size(need, binary=True)} of shared memory ({sum_up}) but {SHARED_MEMORY} has "
+            f"{byte_size(free, binary=True)} free; use fewer workers (--dataloader_num_workers {min(fitting, workers - 1)}), a "
             f"smaller prefetch (--dataloader_prefetch_factor 1), or give the container more shared memory "
             f"(docker run --shm-size={shm_size}g)."
         )
-    where = f" of {_size(free)} free in {SHARED_MEMORY}" if free is not None else ""
-    logger.info("%s Shared memory for the workers' batches: %s (%s)%s.", line, _size(need), sum_up, where)
+    where = f" of {byte_size(free, binary=True)} free in {SHARED_MEMORY}" if free is not None else ""
+    logger.info("%s Shared memory for the workers' batches: %s (%s)%s.", line, byte_size(need, binary=True), sum_up, where)
 
 
 def with_own_generator(loader: torch.utils.data.DataLoader, seed: int) -> torch.utils.data.DataLoader:
@@ -138,15 +139,6 @@ def shielded_from_preemption(loader: Any) -> Any:
     if getattr(base, "num_workers", 0) and not isinstance(base.worker_init_fn, _PreemptionShield):
         base.worker_init_fn = _PreemptionShield(base.worker_init_fn)
     return loader
-
-
-def _size(count: int) -> str:
-    """Bytes in binary units, e.g. "57.0 MiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"  # pragma: no cover
 
 
 __all__ = [

@@ -147,12 +147,14 @@ def is_disk_full(error: BaseException, folder: str | os.PathLike = ".") -> bool:
     return False
 
 
-def _size(n: float) -> str:
-    """A byte count for people: 512 B, 3.2 kB, 41.0 MB, 1.5 GB."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
+def byte_size(n: float, binary: bool = False) -> str:
+    """A byte count for people: 512 B, 3.2 kB, 41.0 MB, 1.5 GB; `binary`: 1024-based units (57.0 MiB), as
+    memory is counted."""
+    step, units = (1024, ("B", "KiB", "MiB", "GiB")) if binary else (1000, ("B", "kB", "MB", "GB"))
+    for unit in units:
+        if n < step or unit == units[-1]:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+        n /= step
     raise AssertionError("unreachable")
 
 
@@ -161,9 +163,9 @@ def disk_full_error(path: str | os.PathLike, state: str, advice: str, needed: in
     `needed` where known and the space free there, what `state` the user's files are in, and the `advice`."""
     path = Path(path)
     folder = next((p for p in (path, *path.parents) if p.is_dir()), Path.cwd())
-    need = f"at least {_size(needed)} needed, " if needed else ""
+    need = f"at least {byte_size(needed)} needed, " if needed else ""
     full = OSError(
-        f"no space left on the disk holding {path} ({need}{_size(shutil.disk_usage(folder).free)} free there); "
+        f"no space left on the disk holding {path} ({need}{byte_size(shutil.disk_usage(folder).free)} free there); "
         f"{state}. {advice}."
     )
     full.errno = errno.ENOSPC  # set after: OSError(errno, text) would print "[Errno 28]" in the line
@@ -171,6 +173,7 @@ def disk_full_error(path: str | os.PathLike, state: str, advice: str, needed: in
 
 
 __all__ = [
+    "byte_size",
     "disk_full_error",
     "is_disk_full",
     "MAX_STEM_BYTES",
