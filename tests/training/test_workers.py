@@ -22,6 +22,7 @@ from vit_ft.utils import hardware
 
 from ..conftest import write_tiny_recipe
 from ..sample_images import encoded, photo
+from .test_resume import SETTINGS as RESUME_SETTINGS
 from .test_resume import assert_same_run, final_run, finetune
 
 DiskUsage = namedtuple("DiskUsage", "total used free")
@@ -203,13 +204,8 @@ def test_loaders_leave_the_global_rng_alone():
 # random erasing and mixup / cutmix in the workers, dropout in the main process: each must be what it is
 # without workers, so no draw may depend on a worker's id or seed, or on how many iterators the loader made.
 SETTINGS = {
+    **RESUME_SETTINGS,  # checkpoints every 4 steps, random crops and dropout
     "num_train_epochs": 2,
-    "save_strategy": "steps",
-    "save_steps": 4,
-    "save_total_limit": None,
-    "load_best_model_at_end": False,
-    "hidden_dropout_prob": 0.1,
-    "crop_scale_min": 0.5,
     "auto_augment": "randaugment",
     "random_erasing_prob": 0.5,
     "mixup_alpha": 0.8,
