@@ -19,7 +19,7 @@ import pytest
 
 from ..conftest import REPO
 from ..fake_hub import parquet_bytes
-from .test_streaming_finetune import final_run, streamed_recipe
+from .test_streaming_finetune import final_run, streamed_recipe, write_shards
 
 PARQUET_SHARDS = (17, 9, 23, 5, 30, 12)  # unequal; 96 rows
 SETTINGS = {"max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1}
@@ -33,14 +33,7 @@ def write_parquet_shards(tmp: Path) -> Path:
         return [{"image": {"bytes": p.read_bytes(), "path": p.name}, "label": int(p.parent.name)} for p in files]
 
     train, validation = rows(tmp / "digits" / "train"), rows(tmp / "digits" / "test")
-    folder = tmp / "parquet"
-    folder.mkdir()
-    start = 0
-    for index, size in enumerate(PARQUET_SHARDS):
-        (folder / f"train-{index:05d}.parquet").write_bytes(parquet_bytes(train[start : start + size]))
-        start += size
-    (folder / "validation-00000.parquet").write_bytes(parquet_bytes(validation[::8]))
-    return folder
+    return write_shards(tmp / "parquet", train, validation, PARQUET_SHARDS, "parquet", parquet_bytes)
 
 
 def free_port() -> int:

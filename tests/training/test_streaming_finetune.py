@@ -26,14 +26,19 @@ def write_digit_shards(tmp: Path) -> Path:
         return [(f"{p.parent.name}_{p.stem}", {"png": p.read_bytes(), "cls": p.parent.name.encode()}) for p in files]
 
     train, validation = samples(tmp / "digits" / "train"), samples(tmp / "digits" / "test")
-    shards = tmp / "shards"
-    shards.mkdir()
+    return write_shards(tmp / "shards", train, validation, TRAIN_SHARDS, "tar", tar_shard)
+
+
+def write_shards(folder: Path, train: list, validation: list, sizes: tuple[int, ...], suffix: str, encode) -> Path:
+    """`folder`/train-0000N.SUFFIX, shard N holding the next sizes[N] of `train`, and validation-00000.SUFFIX
+    with every 8th of `validation`; `encode` writes a shard's bytes (a tar, a parquet file)."""
+    folder.mkdir()
     start = 0
-    for index, size in enumerate(TRAIN_SHARDS):
-        (shards / f"train-{index:05d}.tar").write_bytes(tar_shard(train[start : start + size]))
+    for index, size in enumerate(sizes):
+        (folder / f"train-{index:05d}.{suffix}").write_bytes(encode(train[start : start + size]))
         start += size
-    (shards / "validation-00000.tar").write_bytes(tar_shard(validation[::8]))
-    return shards
+    (folder / f"validation-00000.{suffix}").write_bytes(encode(validation[::8]))
+    return folder
 
 
 def streamed_recipe(tmp: Path, **overrides) -> Path:
