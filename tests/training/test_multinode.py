@@ -98,3 +98,69 @@ def test_two_machines_are_preempted_and_resume_to_the_one_machine_run(tmp_path):
     assert json.loads((out / "vit_ft_run.json").read_text())["batch"]["world_size"] == 2
     assert "x 2 processes (world size)" in (tmp_path / "resumed-machine0.log").read_text()
     assert_same_run(final_run(out), final_run(tmp_path / "one_machine"))
+
+
+# ---- the Slurm job script, with srun / scontrol / accelerate stood in ----------------------------------------------
+
+STUBS = {
+    # srun: one task a node (two here), each running the job's command with its own SLURM_NODEID
+    "srun": """#!/bin/bash
+while [ "$1" != bash ]; do shift; done; shift
+trap 'echo "srun: SIGTERM passed on" >> "$LOG"; kill -TERM $(jobs -p)' TERM
+for node in 0 1; do SLURM_NODEID=$node bash "$@" & done
+wait; wait
+""",
+    "scontrol": """#!/bin/bash
+if [ "$1" = show ]; then printf 'gpu-a17\\ngpu-b03\\n'; else echo "scontrol $*" >> "$LOG"; fi
+""",
+    "accelerate": """#!/bin/bash
+echo "accelerate $*" >> "$LOG"
+trap 'echo "launcher $$: SIGTERM" >> "$LOG"; kill $!; exit 1' TERM
+sleep "${LAUNCH_SECONDS:-0}" & wait
+""",
+}
+
+
+def run_job(tmp_path: Path, *args: str, preempt: bool = False) -> tuple[int, list[str]]:
+    """recipes/slurm/finetune.sbatch as Slurm runs its batch shell (job 4242 on 2 nodes of 4 GPUs), with the
+    cluster's commands stood in; with `preempt`, SIGTERM to the batch shell while the launchers run."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in STUBS.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(log), "SLURM_JOB_ID": "4242",
+           "SLURM_NNODES": "2", "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_NODELIST": "gpu-[a17,b03]",
+           "LAUNCH_SECONDS": "30" if preempt else "0"}  # fmt: skip
+    job = subprocess.Popen(["bash", str(REPO / "recipes" / "slurm" / "finetune.sbatch"), *args], cwd=tmp_path,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    if preempt:
+        deadline = time.monotonic() + 10
+        while log.read_text().count("accelerate ") < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        job.send_signal(signal.SIGTERM)
+    job.communicate(timeout=20)
+    return job.returncode, log.read_text().splitlines()
+
+
+def test_the_slurm_job_launches_one_machine_rank_a_node_and_resumes_once_a_checkpoint_exists(tmp_path):
+    status, calls = run_job(tmp_path, "dogs", "outputs/dogs", "--learning_rate", "0.003")
+    assert status == 0
+    launches = sorted(call for call in calls if call.startswith("accelerate "))
+    common = ("--config_file recipes/accelerate_configs/multi_node.yaml --num_machines 2 --num_processes 8 "
+              "--machine_rank {} --main_process_ip gpu-a17 --main_process_port 29742 scripts/finetune.py "
+              "--recipe dogs --output_dir outputs/dogs --learning_rate 0.003")  # fmt: skip
+    assert launches == [f"accelerate launch {common.format(rank)}" for rank in (0, 1)]
+    (tmp_path / "outputs" / "dogs" / "checkpoint-300").mkdir(parents=True)  # what a preempted start left
+    _, calls = run_job(tmp_path, "dogs", "outputs/dogs")
+    assert all(call.endswith("--output_dir outputs/dogs --resume") for call in calls if "accelerate" in call)
+
+
+def test_sigterm_before_the_time_limit_reaches_the_launchers_and_requeues_the_job(tmp_path):
+    status, calls = run_job(tmp_path, "dogs", preempt=True)
+    assert status == 0, calls
+    assert "srun: SIGTERM passed on" in calls
+    assert sum(call.startswith("launcher ") and call.endswith("SIGTERM") for call in calls) == 2, calls
+    assert calls[-1] == "scontrol requeue 4242"
