@@ -1,5 +1,5 @@
 """The Python half of scripts/gpu_check.sh: each step's work that is not a fine-tune or the benchmark, and each
-step's key figure for summary.md. `python -m benchmarks.gpu_check STEP ARGS` (the script calls it; `--cpu` for its
+step's key figure for summary.md. `python benchmarks/gpu_check.py STEP ARGS` (the script calls it; `--cpu` for its
 tiny CPU mode):
 
   env                          the modules the fine-tune needs (one line naming the first missing one, exit 2),
@@ -24,6 +24,11 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+if __name__ == "__main__" and not __package__:
+    # run as a file, as the check runs it (its figures then import no torch: the package's __init__ does): the
+    # repository, not this folder, goes first on the path (benchmarks/profile.py would shadow the standard library's)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 # what a fine-tune imports beyond torch; a GPU image lacks some (datasets, evaluate, kornia: carry their wheels)
 NEEDED = ("transformers", "accelerate", "peft", "datasets", "evaluate", "kornia", "safetensors", "sklearn",
@@ -79,11 +84,13 @@ def _write_jpeg(job: tuple[str, str, int, int, int, int]) -> None:
 def write_data(work: Path, cpu: bool, per_class: int) -> str:
     """A random ViT-B/16 (224 px, the in21k checkpoint's shape; tiny on the CPU) with its image processor, and
     train / test class folders of synthetic JPEGs."""
+    import torch
     from transformers import ViTConfig, ViTImageProcessor, ViTModel
 
     tiny = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
             "image_size": 32, "patch_size": 8}  # fmt: skip
     config = ViTConfig(**tiny) if cpu else ViTConfig()
+    torch.manual_seed(0)  # the same random backbone in every check
     ViTModel(config, add_pooling_layer=False).save_pretrained(work / "vit")
     ViTImageProcessor(size={"height": config.image_size, "width": config.image_size}).save_pretrained(work / "vit")
     classes, (width, height) = (CPU_CLASSES, (64, 48)) if cpu else (CLASSES, (500, 375))
@@ -222,7 +229,7 @@ FIGURES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/gpu_check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("env", "data", "loader", "figure"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--cpu", action="store_true", help="the tiny CPU mode")

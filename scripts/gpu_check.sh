@@ -5,16 +5,16 @@
 # Writes $OUT/summary.md (one line per step: ok or failed, its time, its key figure) and each step's log beside it;
 # exits 0 when every step is ok, 1 when one failed (the later steps still run), 2 when the set-up is missing.
 # Steps, each under its own `timeout` (seconds, GPU mode):
-#   env      35   the wheels in wheels/ installed (pip --no-index --no-deps --target, never torch); the modules a
+#   env      30   the wheels in wheels/ installed (pip --no-index --no-deps --target, never torch); the modules a
 #                 fine-tune imports (one line naming a missing one, exit 2); versions, GPU, cores, /dev/shm
-#   data     35   a random ViT-B/16 (224 px, as the in21k checkpoint) and 20 classes x 200 synthetic 500x375 JPEGs
-#   loader   50   the fine-tune's worker path (decode + crop to uint8) at 384 px with 8 and 14 DataLoader workers
-#   dogs    140   `--recipe dogs` as written (bf16, 384 px, 32 per device, global batch 512 = 16 accumulation
+#   data     25   a random ViT-B/16 (224 px, as the in21k checkpoint) and 20 classes x 200 synthetic 500x375 JPEGs
+#   loader   30   the fine-tune's worker path (decode + crop to uint8) at 384 px with 8 and 14 DataLoader workers
+#   dogs    120   `--recipe dogs` as written (bf16, 384 px, 32 per device, global batch 512 = 16 accumulation
 #                 steps, 8 workers) for 80 steps (1,280 micro-batches) on those JPEGs; GPU memory and utilisation
 #                 sampled by nvidia-smi every 0.5 s
-#   resume   60   checkpoint-70 copied to a fresh folder and --resume'd to step 80: the last loss against dogs'
-#   compile 100   torch.compile + EMA + fused AdamW + tf32 + gradient checkpointing, 40 steps of batch 32
-#   bench   120   scripts/bench.py --sections gpu: ours against transformers' ViT (and timm's where installed),
+#   resume   50   checkpoint-70 copied to a fresh folder and --resume'd to step 80: the last loss against dogs'
+#   compile 125   torch.compile + EMA + fused AdamW + tf32 + gradient checkpointing, 40 steps of batch 32
+#   bench   140   scripts/bench.py --sections gpu: ours against transformers' ViT (and timm's where installed),
 #                 eager and compiled, inference and training step, model FLOP utilisation
 # The GPU image has torch (CUDA), transformers, accelerate, peft, torchvision, timm, pyarrow, huggingface_hub but
 # not datasets, evaluate or kornia: download their wheels (22 MB, the versions this project is tested with) on a
@@ -23,8 +23,11 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d wheels \
 #     datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 evaluate==0.4.6 kornia==0.9.0 \
 #     kornia_rs==0.2.0 transformers==5.24.0
-# (--python-version: the image's Python; keep wheels/ out of git, e.g. in .git/info/exclude.) Settings: PY (the
-# Python, python3), GPU_CHECK_WORK (scratch, /tmp/vit-ft-gpu-check), GPU_CHECK_WHEELS (wheels).
+# (--python-version: the image's Python; keep wheels/ out of git, e.g. in .git/info/exclude.) Should the env line
+# name another module (scikit-learn, matplotlib: most images have them), download its wheel the same way.
+# Settings: PY (the Python, python3), GPU_CHECK_WORK (scratch, emptied first: /tmp/vit-ft-gpu-check),
+# GPU_CHECK_WHEELS (wheels). The limits, with 20 s for installing the wheels, add up to 9 minutes (x3 in the CPU
+# mode: a busy 2-core machine); a step past its limit is stopped (SIGTERM, then SIGKILL 10 s later), its line says so.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 CPU=${GPU_CHECK_CPU:-0}
@@ -45,12 +48,12 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISA
 
 if [ "$CPU" = 1 ]; then
   MODE="CPU mode (tiny)"; DEVICE="--gpu-device cpu --quick --rounds 2"; STEPS=6; SAVE=4; PER_CLASS=10; SIZE=32
-  WORKERS="1 2"; BATCHES=4; TF32=""
+  WORKERS="1 2"; BATCHES=4; TF32=""; SCALE=3
   TINY="--image_size 32 --use_cpu true --bf16 false --per_device_train_batch_size 4 --global_batch_size 8
         --per_device_eval_batch_size 8 --dataloader_num_workers 1 --logging_steps 1 --torch_compile_backend eager"
 else
   MODE="GPU mode"; DEVICE="--rounds 3"; STEPS=80; SAVE=70; PER_CLASS=200; SIZE=384
-  WORKERS="8 14"; BATCHES=40; TF32="--tf32 true"; TINY=""
+  WORKERS="8 14"; BATCHES=40; TF32="--tf32 true"; TINY=""; SCALE=1
 fi
 FAILED=0
 printf '# GPU check, %s, %s\n\n' "$MODE" "$(date -u '+%Y-%m-%d %H:%M UTC')" > "$SUMMARY"
@@ -58,7 +61,7 @@ printf '# GPU check, %s, %s\n\n' "$MODE" "$(date -u '+%Y-%m-%d %H:%M UTC')" > "$
 # step NAME SECONDS FIGURE_COMMAND -- COMMAND...: COMMAND under `timeout`, its output in $OUT/NAME.log; then one
 # summary line: ok with FIGURE_COMMAND's output, or failed with the exit status and the log's last line
 step() {
-  local name=$1 seconds=$2 figure=$3 start status line figures why
+  local name=$1 seconds=$(($2 * SCALE)) figure=$3 start status line figures why
   shift 4
   start=$SECONDS
   timeout --kill-after=10 "$seconds" "$@" > "$OUT/$name.log" 2>&1
@@ -89,19 +92,19 @@ if compgen -G "$WHEELS/*.whl" > /dev/null; then
     echo "gpu_check: $WHEELS/ holds a torch wheel; remove it: the image's own CUDA build of torch must stay" | tee -a "$SUMMARY" >&2
     exit 2
   fi
-  if ! timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$WHEELS"/*.whl > "$OUT/wheels.log" 2>&1; then
+  if ! timeout 20 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$WHEELS"/*.whl > "$OUT/wheels.log" 2>&1; then
     echo "gpu_check: installing $WHEELS/*.whl failed: $(tail -n 1 "$OUT/wheels.log")" | tee -a "$SUMMARY" >&2
     exit 2
   fi
 fi
-step env 35 "tail -n 1 '$OUT/env.log'" -- "$PY" -m benchmarks.gpu_check env
+step env 30 "tail -n 1 '$OUT/env.log'" -- "$PY" benchmarks/gpu_check.py env
 if [ "$FAILED" = 1 ]; then
   tail -n 1 "$OUT/env.log" >&2
   exit 2
 fi
 
-step data 35 "tail -n 1 '$OUT/data.log'" -- "$PY" -m benchmarks.gpu_check data "$W" --per-class "$PER_CLASS" $([ "$CPU" = 1 ] && echo --cpu)
-step loader 50 "tail -n 1 '$OUT/loader.log'" -- "$PY" -m benchmarks.gpu_check loader "$W" "$SIZE" $WORKERS --batches "$BATCHES"
+step data 25 "tail -n 1 '$OUT/data.log'" -- "$PY" benchmarks/gpu_check.py data "$W" --per-class "$PER_CLASS" $([ "$CPU" = 1 ] && echo --cpu)
+step loader 30 "tail -n 1 '$OUT/loader.log'" -- "$PY" benchmarks/gpu_check.py loader "$W" "$SIZE" $WORKERS --batches "$BATCHES"
 
 FINETUNE=("$PY" -m accelerate.commands.launch --config_file recipes/accelerate_configs/single_gpu.yaml scripts/finetune.py
           --recipe dogs --model_name_or_path "$W/vit" --train_dir "$W/data/train" --test_dir "$W/data/test"
@@ -109,24 +112,24 @@ FINETUNE=("$PY" -m accelerate.commands.launch --config_file recipes/accelerate_c
 # shellcheck disable=SC2206  # TINY is words
 FINETUNE+=($TINY)
 sample_gpu dogs
-step dogs 140 "$PY -m benchmarks.gpu_check figure run '$W/dogs'; $PY -m benchmarks.gpu_check figure gpu '$OUT/dogs.gpu.csv'" \
+step dogs 120 "$PY benchmarks/gpu_check.py figure run '$W/dogs'; $PY benchmarks/gpu_check.py figure gpu '$OUT/dogs.gpu.csv'" \
   -- "${FINETUNE[@]}" --output_dir "$W/dogs"
 stop_sampling
 
 mkdir -p "$W/resumed" && cp -r "$W/dogs/checkpoint-$SAVE" "$W/resumed/" 2> /dev/null
-step resume 60 "$PY -m benchmarks.gpu_check figure resume '$W/resumed' '$W/dogs'" \
+step resume 50 "$PY benchmarks/gpu_check.py figure resume '$W/resumed' '$W/dogs'" \
   -- "${FINETUNE[@]}" --output_dir "$W/resumed" --resume
 
 sample_gpu compile
 # shellcheck disable=SC2086  # TF32 is words
-step compile 100 "$PY -m benchmarks.gpu_check figure run '$W/compiled'; $PY -m benchmarks.gpu_check figure gpu '$OUT/compile.gpu.csv'" \
+step compile 125 "$PY benchmarks/gpu_check.py figure run '$W/compiled'; $PY benchmarks/gpu_check.py figure gpu '$OUT/compile.gpu.csv'" \
   -- "${FINETUNE[@]}" --output_dir "$W/compiled" --max_steps $((STEPS / 2)) --eval_strategy no --save_strategy no \
   --global_batch_size "$([ "$CPU" = 1 ] && echo 4 || echo 32)" --torch_compile true --ema_decay 0.999 \
   --optim adamw_torch_fused --learning_rate 1e-4 --gradient_checkpointing true $TF32
 stop_sampling
 
 # shellcheck disable=SC2086  # DEVICE is words
-step bench 120 "$PY -m benchmarks.gpu_check figure bench '$OUT/bench/benchmark.json'" \
+step bench 140 "$PY benchmarks/gpu_check.py figure bench '$OUT/bench/benchmark.json'" \
   -- "$PY" scripts/bench.py --sections gpu $DEVICE --output-dir "$OUT/bench"
 
 echo "Summary: $SUMMARY"

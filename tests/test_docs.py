@@ -42,6 +42,7 @@ SKIPPED = [
     (r"--model (google|me|timm)/|uoft-cs/|--model_name_or_path \S+(/|\.npz)", "downloads from the Hub, or "
      "names a checkpoint file of the reader's"),
     (r"outputs/dogs", "needs the dogs recipe's output, which downloads its data"),
+    (r"scripts/gpu_check\.sh", "the GPU check (minutes); tests/test_gpu_check.py runs its --cpu mode"),
 ]
 
 
