@@ -30,7 +30,7 @@ def run_check(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_cpu_mode_runs_every_step_and_writes_one_summary_line_each(tmp_path):
-    """About 2 minutes on 2 busy cores (each step starts its own interpreter, torch and transformers: 10-20 s
+    """About 3 minutes on 2 busy cores (each step starts its own interpreter, torch and transformers: 10-20 s
     each here), hence slow; the same steps on a GPU are the check itself."""
     result = run_check(tmp_path, "--cpu")
     summary = (tmp_path / "out" / "summary.md").read_text()
