@@ -210,3 +210,12 @@ def test_reliability_diagram_names_each_bins_count_and_fades_the_sparse_ones(sav
     assert f"bin of < {SPARSE_BIN_IMAGES} images (faded)" in legend and legend[0] == "accuracy"
     assert bottom.get_yscale() == "log" and bottom.get_ylim()[0] < 1  # a one-image bin still shows
     assert "346 of 360 in (0.93, 1.00]" in bottom.get_title()
+
+
+def test_predict_figure_titles_name_how_many_of_all_the_images_they_show():
+    from vit_ft.tasks.multi_label import MultiLabel
+    from vit_ft.tasks.single_label import SingleLabel
+
+    assert SingleLabel().figure_title(24, 37) == "Top-1 predictions (24 shown of 37)"
+    assert MultiLabel().figure_title(24, 37).endswith("24 images shown of 37")
+    assert SingleLabel().figure_title(5) == "Top-1 predictions (5 shown of 5)"
