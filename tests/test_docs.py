@@ -122,7 +122,7 @@ def quoted_elsewhere(measured: set[float]) -> list[str]:
 def test_digits_numbers_come_from_one_measured_table():
     rows = measured_table()
     assert len(rows) >= 5
-    for what, seeds, result, measured, _command in rows:
+    for what, seeds, _result, measured, _command in rows:
         assert seeds and re.search(r"20\d\d-\d\d", measured), f"{what!r} states no seeds or date"
     numbers = {float(value) for row in rows for value in PERCENT.findall(row[2])}
     assert {98.33, 97.44, 94.9, 97.4} <= numbers  # the headline, the seeds' mean, the few-shot ends

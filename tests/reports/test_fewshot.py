@@ -51,7 +51,8 @@ def test_fewshot_figure_is_zoomed_with_chance_named_and_edge_choices_ringed(tmp_
     monkeypatch.setattr(fewshot.plt, "close", saved.append)
     try:
         fewshot.plot_fewshot(EDGE_RESULTS, tmp_path / "zoomed.png", "digits", num_classes=10, l2_grid=GRID)
-        random = [dict(r, mean_accuracy=a, std_accuracy=0.05, l2=[1.0]) for r, a in zip(EDGE_RESULTS, (0.25, 0.7))]
+        random = [dict(r, mean_accuracy=a, std_accuracy=0.05, l2=[1.0])
+                  for r, a in zip(EDGE_RESULTS, (0.25, 0.7), strict=True)]  # fmt: skip
         fewshot.plot_fewshot(random, tmp_path / "whole.png", "random init", num_classes=10, l2_grid=GRID)
         zoomed, whole = (figure.axes[0] for figure in saved)
         assert zoomed.get_ylim() == pytest.approx((90, 100.5))  # 94-97 % fills the axis, not 0-100
