@@ -78,6 +78,68 @@ def test_every_document_has_commands_and_some_run():
         assert any(needed in command for command in runnable), needed
 
 
+# One number per fact: the digits recipe's measured numbers live in one table (recipes/README.md, "digits:
+# measured"), with date, host and seeds; the other pages link to it. A percentage of that table quoted in a
+# paragraph about digits anywhere else (the docs, the README, the recipes' comments, the rest of recipes/README.md
+# outside its digits section) is a copy that will go stale, and fails here.
+MEASURED_HEADING = "### digits: measured"
+PERCENT = re.compile(r"(?<![\d.])(\d{1,3}\.\d{1,2}) ?%")  # with decimals: "10 %" hold-outs are no result
+
+
+def measured_table() -> list[list[str]]:
+    """The cells of each row of recipes/README.md's digits table (the header and the rule left out)."""
+    text = (REPO / "recipes/README.md").read_text(encoding="utf-8")
+    assert MEASURED_HEADING in text, "recipes/README.md lost its measured digits table"
+    after = text.split(MEASURED_HEADING, 1)[1].lstrip("\n")
+    table = after[after.index("\n|") + 1 :].split("\n\n", 1)[0]  # the first table under the heading
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in table.splitlines()[2:]]
+
+
+def quoted_elsewhere(measured: set[float]) -> list[str]:
+    """'file:line: number' for each of the `measured` percentages quoted in a paragraph about digits (or right
+    after one: a table under its sentence) outside
+    the digits section of recipes/README.md (a number written with fewer decimals matches its rounding)."""
+    places = []
+    for document in [*DOCUMENTS, *sorted((REPO / "recipes").glob("*.yaml"))]:
+        text = document.read_text(encoding="utf-8")
+        if document.name == "README.md" and document.parent.name == "recipes":  # its digits section is the source
+            start = text.index("## digits\n")
+            end = text.index("\n## ", start + 1)
+            text = text[:start] + "\n" * text[start:end].count("\n") + text[end:]
+        line, previous = 1, ""
+        for paragraph in re.split(r"\n(?=\s*\n)", text):  # a table is read with the paragraph before it
+            about = paragraph + previous
+            previous = paragraph
+            if "digits" in about and "digits-multilabel" not in about:
+                for match in PERCENT.finditer(paragraph):
+                    decimals = len(match.group(1).split(".")[1])
+                    if float(match.group(1)) in {round(value, decimals) for value in measured}:
+                        at = line + paragraph[: match.start()].count("\n")
+                        places.append(f"{document.relative_to(REPO)}:{at}: {match.group(0)}")
+            line += paragraph.count("\n") + 1
+    return places
+
+
+def test_digits_numbers_come_from_one_measured_table():
+    rows = measured_table()
+    assert len(rows) >= 5
+    for what, seeds, _result, measured, _command in rows:
+        assert seeds and re.search(r"20\d\d-\d\d", measured), f"{what!r} states no seeds or date"
+    numbers = {float(value) for row in rows for value in PERCENT.findall(row[2])}
+    assert {98.33, 97.44, 94.9, 97.4} <= numbers  # the headline, the seeds' mean, the few-shot ends
+    assert quoted_elsewhere(numbers) == []
+
+
+def test_a_digits_number_copied_out_of_its_table_is_found(monkeypatch, tmp_path):
+    copy = tmp_path / "copy.md"
+    copy.write_text("# A page\n\nThe digits recipe reaches 98.3 % on test.\n\nCIFAR-10:\n\n| 98.3 % |\n\n"
+                    "Measured on digits:\n\n| 97.44 % |\n")
+    monkeypatch.setattr(sys.modules[__name__], "DOCUMENTS", [*DOCUMENTS, copy])
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path.parent)
+    found = quoted_elsewhere({98.33, 97.44})
+    assert found == [f"{tmp_path.name}/copy.md:3: 98.3 %", f"{tmp_path.name}/copy.md:11: 97.44 %"]  # not CIFAR's
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A folder holding what the docs' commands read: the digits images and a one-epoch built-in pre-training."""

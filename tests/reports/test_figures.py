@@ -4,6 +4,7 @@ and the reliability diagram."""
 import itertools
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from vit_ft.reports.charts import normalize_rows, plot_confusion_matrix
@@ -125,11 +126,33 @@ def test_per_class_chart_has_precision_and_recall_bars_and_its_legend_off_them(s
     widths = [round(patch.get_width(), 3) for patch in ax.patches]
     assert widths == [0.889, 0.818, 0.8, 0.9]  # precision of cat, dog, then recall of cat, dog
     assert [t.get_text() for t in ax.get_yticklabels()] == ["cat (n=10)", "dog (n=10)"]
-    assert "test split, 20 images" in ax.get_title() and ax.get_xlim() == (0, 1)
+    assert "test split, 20 images" in ax.get_title()
+    # zoomed to the bars (lowest 0.8), from a round step below, and the start named
+    assert ax.get_xlim() == pytest.approx((0.75, 1.0)) and "axis from 0.75" in ax.get_xlabel()
+    (baseline,) = ax.get_lines()  # recall of all 20 images together: 17 right, the accuracy
+    assert list(baseline.get_xdata()) == pytest.approx([0.85, 0.85])
     renderer = fig.canvas.get_renderer()
     legend = ax.get_legend().get_window_extent(renderer)
     assert legend.y0 >= ax.get_window_extent(renderer).y1 - 1  # above the bars
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["precision", "recall"]
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
+        "all classes: recall 0.850", "precision", "recall"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "floor", "limits"),
+    [
+        ([0.91, 0.97, 1.0], 1.0, (0.85, 1.0)),  # 0.91-1.0 fills the axis
+        ([0.96, 1.0], 0.93, (0.9, 1.0)),  # the baseline below the bars kept in view
+        ([0.3, 0.99], 1.0, (0.0, 1.0)),  # far from 1: the whole range
+        ([0.6, 0.99], 0.2, (0.0, 1.0)),  # a baseline far below: the whole range
+        ([], 1.0, (0.0, 1.0)),
+    ],
+)
+def test_fraction_axes_are_zoomed_to_their_values(values, floor, limits):
+    from vit_ft.reports.charts import zoomed_fraction_limits
+
+    assert zoomed_fraction_limits(np.array(values), floor) == pytest.approx(limits)
 
 
 def test_per_class_chart_of_many_classes_shows_the_lowest_f1(saved_figures, tmp_path):
@@ -164,4 +187,35 @@ def test_reliability_diagram_draws_the_bins_the_diagonal_and_states_the_ece(save
     assert [round(bar.get_height(), 3) for bar in gaps] == [0.5, 0.6, 0.38, 0.46]
     (diagonal,) = top.get_lines()
     assert list(diagonal.get_xdata()) == [0, 1] and list(diagonal.get_ydata()) == [0, 1]
-    assert [p.get_height() for p in bottom.patches] == bins.counts.tolist()  # the images per bin
+    assert [p.get_height() for p in bottom.patches] == [1, 1, 1, 2]  # the images of each filled bin
+    assert bottom.get_yscale() == "log" and "2 of 5 in (0.93, 1.00]" in bottom.get_title()
+
+
+def test_reliability_diagram_names_each_bins_count_and_fades_the_sparse_ones(saved_figures, tmp_path):
+    from vit_ft.metrics.calibration import reliability_bins
+    from vit_ft.reports.charts import SPARSE_BIN_IMAGES, plot_reliability_diagram
+
+    # as a well-trained model: nearly all images in the top bin, a few scattered below
+    confidences = np.r_[np.full(346, 0.99), np.full(10, 0.9), 0.5, 0.7, 0.78, 0.78]
+    correct = np.r_[np.ones(346), np.ones(7), np.zeros(3), 0, 1, 1, 0].astype(bool)
+    plot_reliability_diagram(reliability_bins(confidences, correct), tmp_path / "rel.png", "test split")
+    (fig,) = saved_figures
+    top, bottom = fig.axes
+    accuracy, gaps = top.containers
+    counts = [int(t.get_text()) for t in top.texts]
+    assert counts == [1, 1, 2, 10, 346]  # over each filled bar, lowest confidence first
+    faded = [bar.get_alpha() < 1 for bar in accuracy]
+    assert faded == [count < SPARSE_BIN_IMAGES for count in counts] == [True, True, True, False, False]
+    legend = [t.get_text() for t in top.get_legend().get_texts()]
+    assert f"bin of < {SPARSE_BIN_IMAGES} images (faded)" in legend and legend[0] == "accuracy"
+    assert bottom.get_yscale() == "log" and bottom.get_ylim()[0] < 1  # a one-image bin still shows
+    assert "346 of 360 in (0.93, 1.00]" in bottom.get_title()
+
+
+def test_predict_figure_titles_name_how_many_of_all_the_images_they_show():
+    from vit_ft.tasks.multi_label import MultiLabel
+    from vit_ft.tasks.single_label import SingleLabel
+
+    assert SingleLabel().figure_title(24, 37) == "Top-1 predictions (24 shown of 37)"
+    assert MultiLabel().figure_title(24, 37).endswith("24 images shown of 37")
+    assert SingleLabel().figure_title(5) == "Top-1 predictions (5 shown of 5)"

@@ -46,3 +46,58 @@ def test_attention_distance_draws_the_uniform_reference_and_keeps_its_legend_off
     finally:
         for figure in saved:
             close(figure)
+
+
+def test_grey_data_is_told_from_colour_data():
+    from PIL import Image
+
+    from vit_ft.reports.inspection_figures import grey_images
+
+    grey = Image.fromarray(np.arange(64, dtype=np.uint8).reshape(8, 8), "L")
+    grey_rgb = grey.convert("RGB")  # R = G = B: grey stored as colour
+    colour = Image.fromarray(np.dstack([np.zeros((8, 8)), np.full((8, 8), 200), np.zeros((8, 8))]).astype(np.uint8))
+    assert grey_images([grey, grey_rgb, b"not an image"])  # an image that does not decode says nothing
+    assert not grey_images([grey, colour])
+    assert grey_images([grey] * 8 + [colour])  # the first 8 are looked at
+    assert not grey_images([b"not an image"])
+
+
+@pytest.mark.parametrize(("channels", "title"), [(3, "RGB embedding filters"), (1, "Grey embedding filters")])
+def test_patch_embedding_components_are_grey_for_one_channel(tmp_path, monkeypatch, channels, title):
+    from vit_ft.reports import inspection_figures
+    from vit_ft.tools.inspect.run import patch_embedding_components
+
+    saved, close = [], inspection_figures.plt.close
+    monkeypatch.setattr(inspection_figures.plt, "close", saved.append)
+    try:
+        weight = torch.randn(32, 3, 4, 4)  # as the grey input meets it: summed over the channels
+        components, explained = patch_embedding_components(weight if channels == 3 else weight.sum(1, keepdim=True))
+        inspection_figures.plot_patch_embedding_components(components, explained, tmp_path / "pca.png")
+        (fig,) = saved
+        assert fig._suptitle.get_text().startswith(title)
+        shapes = {ax.get_images()[0].get_array().shape for ax in fig.axes if ax.get_images()}
+        assert shapes == ({(4, 4, 3)} if channels == 3 else {(4, 4)})  # colour only where the input has it
+        if channels == 1:
+            assert {ax.get_images()[0].get_cmap().name for ax in fig.axes if ax.get_images()} == {"gray"}
+    finally:
+        for figure in saved:
+            close(figure)
+
+
+def test_image_grid_draws_the_colour_scale_of_its_heat_maps(saved_figures, tmp_path):
+    from PIL import Image
+
+    from vit_ft.reports.figures import plot_image_grid
+
+    images = [Image.new("RGB", (30, 30), "red")] * 3
+    plot_image_grid(images, ["a", "b", "c"], tmp_path / "plain.png", suptitle="three")
+    plot_image_grid(images, ["a", "b", "c"], tmp_path / "scaled.png", suptitle="three",
+                    colorbar=("jet", "rollout, scaled to each map"))  # fmt: skip
+    plain, scaled = saved_figures
+    assert len(scaled.axes) == len(plain.axes) + 1
+    scale = scaled.axes[-1]
+    assert scale.get_xlabel() == "rollout, scaled to each map" and scale.get_xlim() == (0, 1)
+    renderer = scaled.canvas.get_renderer()
+    lowest_image = min(ax.get_window_extent(renderer).y0 for ax in scaled.axes[:-1] if ax.get_images())
+    label = scale.xaxis.label.get_window_extent(renderer)
+    assert label.y0 >= 0 and label.y1 <= lowest_image  # under the images, inside the figure

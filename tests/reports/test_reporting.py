@@ -7,6 +7,7 @@ from PIL import Image
 
 from vit_ft.reports import reporting
 from vit_ft.reports.reporting import (
+    KEPT_COLOR,
     NO_LOGS,
     markdown_table,
     plot_training_curves,
@@ -39,8 +40,14 @@ def test_training_curves_draw_accuracy_and_f1_apart(tmp_path, saved_figures):
         assert image.format == "PNG" and image.size == (1200, 880)
     (fig,) = saved_figures
     lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
-    marks = {"best: step 5, accuracy 0.800", "final: step 10, accuracy 0.800"}  # equal accuracies: the first
+    # equal accuracies: the first is the best; each panel names its own number at the marked steps
+    marks = {"best accuracy: step 5, eval loss 0.500", "final: step 10, eval loss 0.500", "best accuracy: step 5",
+             "final: step 10", "best accuracy: step 5, top-1 0.800", "final: step 10, top-1 0.800",
+             "best accuracy: step 5, macro-F1 0.800", "final: step 10, macro-F1 0.800"}  # fmt: skip
     assert set(lines) == {"train loss", "eval loss", "learning rate", "top-1", "top-5", "macro-F1", *marks}
+    assert [ax.get_ylabel() for ax in fig.axes] == [
+        "loss", "learning rate", "top-1 / top-5 (evaluation)", "macro-F1 (evaluation)"
+    ]
     top1, f1 = lines["top-1"], lines["macro-F1"]
     assert list(top1.get_ydata()) == list(f1.get_ydata())  # the same values ...
     assert top1.axes is not f1.axes and top1.get_marker() != f1.get_marker()  # ... drawn where both show
@@ -53,21 +60,29 @@ def test_training_curves_legends_off_the_data_axes_zoomed_best_and_final_marked(
          "eval_runtime": 0.5, "eval_samples_per_second": 288.0}
         for s, acc in ((10, 0.88), (20, 0.98), (30, 0.95))
     ]  # fmt: skip
-    plot_training_curves(history, tmp_path / "curves.png")
-    plot_training_curves(history, tmp_path / "named.png", evaluated_on="test split, 9 images", best_step=30)
-    fig, named = saved_figures
+    plot_training_curves(history, tmp_path / "curves.png", kept_step=30)
+    plot_training_curves(
+        history, tmp_path / "named.png", evaluated_on="test split, 9 images", best_step=30, kept_step=30
+    )
+    plot_training_curves(history, tmp_path / "between.png", kept_step=25)
+    fig, named, between = saved_figures
     assert (
         fig._suptitle.get_text() == "Training curves; evaluation on validation, 144 images"
     )  # 0.5 s x 288/s
     assert named._suptitle.get_text().endswith("evaluation on test split, 9 images")
     renderer = fig.canvas.get_renderer()
-    for ax in fig.axes:
+    numbers = ([", eval loss 0.100", ", eval loss 0.000"], ["", ""], [", top-1 0.980", ", top-1 0.950"],
+               [", macro-F1 0.970", ", macro-F1 0.940"])  # each panel's own, at steps 20 and 30  # fmt: skip
+    for ax, (best, final) in zip(fig.axes, numbers, strict=True):
         marks = {
-            line.get_label(): line.get_xdata()[0]
+            line.get_label(): (line.get_xdata()[0], line.get_color())
             for line in ax.get_lines()
             if line.get_label()[:4] in ("best", "fina")
         }
-        assert marks == {"best: step 20, accuracy 0.980": 20, "final: step 30, accuracy 0.950": 30}
+        assert marks == {  # the final model was kept: green
+            f"best accuracy: step 20{best}": (20, "0.4"),
+            f"final: step 30{final}; kept model": (30, KEPT_COLOR),
+        }
         legend, panel = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
         assert legend.y0 >= panel.y1 - 1  # above the panel: on no curve
         assert ax.title.get_window_extent(renderer).y0 >= legend.y1 - 1  # and under the title
@@ -76,8 +91,13 @@ def test_training_curves_legends_off_the_data_axes_zoomed_best_and_final_marked(
     assert 0.8 < low < 0.88 and 0.99 <= high <= 1.01  # zoomed to 0.88..0.99, not 0..1
     assert 0.8 < f1.get_ylim()[0] < 0.87 and f1.get_ylim()[1] < 0.99
     assert {line.get_label() for line in named.axes[2].get_lines()} >= {
-        "best = final: step 30, accuracy 0.950"
+        "best accuracy = final: step 30, top-1 0.950; kept model"
     }
+    # a kept step that was not evaluated gets a line of its own
+    kept = [line for line in between.axes[0].get_lines() if line.get_color() == KEPT_COLOR]
+    assert [(line.get_label(), line.get_xdata()[0]) for line in kept] == [
+        ("kept model: step 25 (not evaluated)", 25)
+    ]
 
 
 def test_short_run_panels_say_there_are_no_training_logs(tmp_path, saved_figures):
@@ -88,7 +108,7 @@ def test_short_run_panels_say_there_are_no_training_logs(tmp_path, saved_figures
     short, empty = saved_figures
     loss, lr, accuracy, f1 = short.axes
     assert not lr.get_lines() and NO_LOGS in panel_texts(lr)
-    mark = "best = final: step 3, accuracy 0.800"
+    mark = "best accuracy = final: step 3, eval loss 0.500"
     assert [line.get_label() for line in loss.get_lines()] == ["eval loss", mark] and NO_LOGS in panel_texts(
         loss
     )

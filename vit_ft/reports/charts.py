@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from mpl_toolkits.axes_grid1 import make_axes_locatable  # noqa: E402
 
 from ..metrics.calibration import ReliabilityBins  # noqa: E402
@@ -106,32 +107,55 @@ def _cell_numbers(ax: Any, matrix: np.ndarray, counts: np.ndarray, error_max: fl
 PER_CLASS_CHART_MAX_CLASSES = 30  # above this, the chart shows the classes with the lowest F1
 
 
+def zoomed_fraction_limits(values: np.ndarray, floor: float = 0.0) -> tuple[float, float]:
+    """x or y limits for fractions in 0..1 fitted to `values`: from a round 0.05 step below the lowest (with
+    `floor`, e.g. a baseline line, kept in view when it is not far below) to 1, so 0.91-1.0 fills the axis
+    instead of a tenth of it; 0 to 1 when the values reach below 0.5."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    low = min(float(values.min()) if values.size else 0.0, floor)
+    if low < 0.5:
+        return 0.0, 1.0
+    return math.floor((low - 0.02) / 0.05) * 0.05, 1.0
+
+
 def plot_per_class(table: Sequence[dict[str, Any]], path: str | os.PathLike, split: str) -> Path:
     """Per-class precision and recall as paired horizontal bars, one row per class with support, from
     `evaluation.per_class_table` rows; above 30 classes only the 30 with the lowest F1. `split` names what was
-    evaluated ("test split, 360 images"). The legend sits above the bars, never on them."""
+    evaluated ("test split, 360 images"). The axis is zoomed to the bars (`zoomed_fraction_limits`; its start
+    named in the axis label) with a dashed line at the recall of all classes together (the accuracy of a
+    single-label model) as the baseline a class is read against. The legend sits above the bars, never on
+    them."""
     present = [row for row in table if row["support"] > 0 or row["predicted"] > 0]
+    support = sum(row["support"] for row in present)
+    overall = sum(row["recall"] * row["support"] for row in present) / support if support else None
     if len(present) > PER_CLASS_CHART_MAX_CLASSES:
+        heading = f"Precision and recall of the {PER_CLASS_CHART_MAX_CLASSES} classes with the lowest F1, of {len(present)}"
         present = sorted(present, key=lambda row: (row["f1"], -row["support"]))[:PER_CLASS_CHART_MAX_CLASSES]
-        heading = f"Precision and recall of the {len(present)} classes with the lowest F1"
     else:
         heading = "Precision and recall per class"
     n = max(1, len(present))
     fig, ax = plt.subplots(figsize=(8, 1.4 + 0.32 * n))
     rows = np.arange(n)
+    drawn = []
     for offset, key, color in ((-0.2, "precision", "tab:blue"), (0.2, "recall", "tab:orange")):
         values = [row[key] for row in present]
+        drawn += values
         ax.barh(rows + offset, values, height=0.38, color=color, label=key)
+    if overall is not None:
+        ax.axvline(overall, linestyle="--", color="0.25", linewidth=1,
+                   label=f"all classes: recall {overall:.3f}")  # fmt: skip
     ax.set_yticks(
         rows, [f"{short(str(row['class']), 24)} (n={row['support']})" for row in present], fontsize=8
     )
     ax.invert_yaxis()  # the first class on top
-    ax.set_xlim(0, 1)  # fractions: a bar's length is read against the whole
-    ax.set_xlabel("fraction")
+    low, high = zoomed_fraction_limits(np.array(drawn), overall if overall is not None else 1.0)
+    ax.set_xlim(low, high)
+    ax.set_xlabel("fraction" if low == 0 else f"fraction (axis from {low:.2f}, not 0)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{heading}\n{split}", fontsize=10)
     ax.legend(
-        loc="lower center", bbox_to_anchor=(0.5, 1.0 + 0.45 / fig.get_figheight()), ncol=2, frameon=False
+        loc="lower center", bbox_to_anchor=(0.5, 1.0 + 0.45 / fig.get_figheight()), ncol=3, frameon=False
     )
     fig.tight_layout()
     path = Path(path)
@@ -140,35 +164,64 @@ def plot_per_class(table: Sequence[dict[str, Any]], path: str | os.PathLike, spl
     return path
 
 
+SPARSE_BIN_IMAGES = 10  # a bin with fewer images is faded: one image moves its accuracy by 10 points or more
+
+
 def plot_reliability_diagram(
     bins: ReliabilityBins, path: str | os.PathLike, split: str, temperature: float = 1.0,
     uncalibrated_ece: float | None = None,
 ) -> Path:  # fmt: skip
     """The reliability diagram of Guo et al. 2017: per confidence bin, the accuracy (bars) against the mean
-    confidence (the diagonal is perfect calibration; the red part of a bar is its gap), and below it how many
-    images fall in each bin. The title states the expected calibration error, the temperature the
+    confidence (the diagonal is perfect calibration; the red part of a bar is its gap), each bar's image count
+    over it, bins of fewer than SPARSE_BIN_IMAGES images faded (their accuracy is a handful of images); below,
+    how many images fall in each bin on a log scale (a well-trained model puts nearly all in the top bin), and
+    the fullest bin's share named. The title states the expected calibration error, the temperature the
     probabilities were divided by, and the ECE before it (`uncalibrated_ece`) when one was applied."""
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(5.5, 6.2), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+        2, 1, figsize=(5.5, 6.6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
     )
     width = np.diff(bins.edges)
     left = bins.edges[:-1]
     filled = bins.counts > 0
-    top.bar(left[filled], bins.accuracy[filled], width=width[filled], align="edge", color="tab:blue",
-            edgecolor="white", label="accuracy")  # fmt: skip
+    alpha = np.where(bins.counts >= SPARSE_BIN_IMAGES, 1.0, 0.3)[filled]
+    accuracy = top.bar(left[filled], bins.accuracy[filled], width=width[filled], align="edge",
+                       color="tab:blue", edgecolor="white", label="accuracy")  # fmt: skip
     gap_bottom = np.minimum(bins.accuracy, bins.confidence)[filled]
-    top.bar(left[filled], np.abs(bins.accuracy - bins.confidence)[filled], bottom=gap_bottom,
-            width=width[filled], align="edge", color="tab:red", alpha=0.35, label="gap to confidence")  # fmt: skip
+    gaps = top.bar(left[filled], np.abs(bins.accuracy - bins.confidence)[filled], bottom=gap_bottom,
+                   width=width[filled], align="edge", color="tab:red", label="gap to confidence")  # fmt: skip
+    for bar, gap, fade, count in zip(accuracy, gaps, alpha, bins.counts[filled], strict=True):
+        bar.set_alpha(fade)
+        gap.set_alpha(0.35 * fade)
+        top.text(bar.get_x() + bar.get_width() / 2, max(bar.get_height(), gap.get_y() + gap.get_height()) + 0.01,
+                 str(count), ha="center", va="bottom", fontsize=7, color="0.2" if fade == 1 else "0.55")  # fmt: skip
     top.plot([0, 1], [0, 1], "--", color="0.3", label="perfect calibration")
-    top.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy")
-    top.legend(loc="upper left", fontsize=8)  # the empty triangle above the diagonal
+    handles = [  # drawn apart from the bars: the first bar may be a faded one
+        Patch(color="tab:blue", label="accuracy"),
+        Patch(color="tab:red", alpha=0.35, label="gap to confidence"),
+        *top.get_lines(),
+    ]
+    if (alpha < 1).any():
+        handles.append(Patch(color="tab:blue", alpha=0.3, label=f"bin of < {SPARSE_BIN_IMAGES} images (faded)"))
+    top.set(xlim=(0, 1), ylim=(0, 1.08), ylabel="accuracy")
+    top.legend(handles=handles, loc="upper left", fontsize=8)  # the empty triangle above the diagonal
     calibration = f"temperature {temperature:.2f}" if temperature != 1.0 else "no temperature fitted"
     before = (
         f", ECE {uncalibrated_ece:.3f} before" if uncalibrated_ece is not None and temperature != 1.0 else ""
     )
     ece = f"ECE {bins.ece:.3f} ({len(bins.counts)} bins; {calibration}{before})"
-    top.set_title(f"Reliability diagram, {split}\n{ece}", fontsize=10)
-    bottom.bar(left, bins.counts, width=width, align="edge", color="0.5", edgecolor="white")
+    top.set_title(f"Reliability diagram, {split}\n{ece}\nthe number over a bar: its images", fontsize=10)
+    bottom.bar(left[filled], bins.counts[filled], width=width[filled], align="edge", color="0.5",
+               edgecolor="white")  # fmt: skip
+    bottom.set_yscale("log")
+    total = int(bins.counts.sum())
+    if total:
+        bottom.set_ylim(0.7, 2 * float(bins.counts.max()))
+        fullest = int(np.argmax(bins.counts))
+        bottom.set_title(
+            f"images per bin (log scale): {bins.counts[fullest]} of {total} in "
+            f"({bins.edges[fullest]:.2f}, {bins.edges[fullest + 1]:.2f}]",
+            fontsize=9,
+        )
     bottom.set(xlabel="confidence (top-1 probability)", ylabel="images")
     fig.tight_layout()
     path = Path(path)
@@ -249,10 +302,12 @@ def plot_precision_recall_curves(
 
 __all__ = [
     "PER_CLASS_CHART_MAX_CLASSES",
+    "SPARSE_BIN_IMAGES",
     "normalize_rows",
     "plot_confusion_matrix",
     "plot_per_class",
     "plot_precision_recall_curves",
     "plot_reliability_diagram",
     "precision_recall_curve",
+    "zoomed_fraction_limits",
 ]

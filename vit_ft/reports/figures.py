@@ -50,11 +50,13 @@ def plot_image_grid(
     title_colors: Sequence[str] | None = None,
     columns: int | None = None,
     title_fontsize: float = TITLE_FONTSIZE,
+    colorbar: tuple[str, str] | None = None,
 ) -> Path:
     """Images in a grid (about square) with a title over each; None shows an empty panel. Saves a PNG.
 
     Titles are wrapped to the panel's width at `title_fontsize` (`wrap_title`), so that long class names never
-    run into the neighbouring titles; the rows get the height their titles need.
+    run into the neighbouring titles; the rows get the height their titles need. `colorbar` (colour map name,
+    label) adds a 0-to-1 colour scale under the grid, for images coloured by a map (heat maps).
     """
     n = max(1, len(images))
     columns = columns or math.ceil(math.sqrt(n))
@@ -76,7 +78,16 @@ def plot_image_grid(
     height = fig.get_figheight()
     if suptitle:
         fig.suptitle(suptitle, fontsize=11, y=1 - 0.1 / height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / height if suptitle else 1))  # keep the titles off the suptitle
+    bottom = 0.0
+    if colorbar:  # 0.9 inch more at the bottom for the scale and its label
+        fig.set_figheight(height + 0.9)
+        height, bottom = height + 0.9, 0.9 / (height + 0.9)
+    top = 1 - 0.3 / height if suptitle else 1
+    fig.tight_layout(rect=(0, bottom, 1, top))  # keep the titles off the suptitle, the images off the scale
+    if colorbar:
+        cax = fig.add_axes((0.2, 0.5 / height, 0.6, 0.14 / height))
+        scale = matplotlib.cm.ScalarMappable(matplotlib.colors.Normalize(0, 1), plt.get_cmap(colorbar[0]))
+        fig.colorbar(scale, cax=cax, orientation="horizontal", label=colorbar[1])
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)

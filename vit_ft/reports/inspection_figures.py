@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -15,12 +17,37 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from ..data.images import load_image  # noqa: E402
+
+GREY_SAMPLE_IMAGES = 8  # images looked at to tell grey data from colour
+
+
+def grey_images(sources: Sequence[Any], limit: int = GREY_SAMPLE_IMAGES) -> bool:
+    """Whether the first `limit` images of `sources` that decode (paths, bytes, {"bytes", "path"} or PIL
+    images) are all grey: one channel, or red, green and blue equal in every pixel. None decodes: False."""
+    seen = 0
+    for source in sources:
+        if seen == limit:
+            break
+        try:
+            image = load_image(source)
+        except Exception:  # noqa: BLE001 - an image that does not decode says nothing of the colours
+            continue
+        seen += 1
+        if image.mode not in ("L", "I", "I;16", "F", "1", "LA"):
+            pixels = np.asarray(image.convert("RGB"))
+            if not ((pixels[..., 0] == pixels[..., 1]).all() and (pixels[..., 1] == pixels[..., 2]).all()):
+                return False
+    return seen > 0
+
 
 def plot_patch_embedding_components(
     components: torch.Tensor, explained: torch.Tensor, path: str | os.PathLike, columns: int = 7
 ) -> Path:
-    """The components `(k, 3, patch_h, patch_w)` as small RGB images (each min-max scaled), 7 per row."""
-    k = len(components)
+    """The components `(k, channels, patch_h, patch_w)` as small images (each min-max scaled), 7 per row: in
+    colour for 3 channels (RGB filters), in grey for one (the filters of a model fed grey images, summed over
+    their channels by the caller: what a grey pixel, equal in R, G and B, meets)."""
+    k, channels = len(components), components.shape[1]
     rows = math.ceil(k / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(1.3 * columns, 1.45 * rows + 0.6), squeeze=False)
     for i, ax in enumerate(axes.flat):
@@ -29,9 +56,14 @@ def plot_patch_embedding_components(
             continue
         image = components[i].permute(1, 2, 0).numpy()  # (patch_h, patch_w, channels)
         image = (image - image.min()) / max(float(image.max() - image.min()), 1e-12)
-        ax.imshow(image if image.shape[-1] == 3 else image.mean(-1), interpolation="nearest", cmap="gray")
+        grey = image.mean(-1)
+        ax.imshow(image if channels == 3 else grey, interpolation="nearest", cmap="gray", vmin=0, vmax=1)
         ax.set_title(f"PC{i + 1} {100 * float(explained[i]):.1f}%", fontsize=7)
-    fig.suptitle(f"RGB embedding filters (first {k} principal components)", fontsize=10)
+    kind = "RGB embedding filters" if channels == 3 else (
+        "Grey embedding filters (grey input: channels summed)" if channels == 1
+        else f"{channels}-channel embedding filters (channel mean)"
+    )  # fmt: skip
+    fig.suptitle(f"{kind}, first {k} principal components", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
@@ -136,6 +168,7 @@ def plot_attention_distance(
 
 __all__ = [
     "count_mosaic_panels",
+    "grey_images",
     "plot_attention_distance",
     "plot_patch_embedding_components",
     "plot_position_similarity",

@@ -34,12 +34,15 @@ def plot_training_curves(
     best_step: int | None = None,
     panels: Sequence[tuple[str, Sequence[tuple[str, str, str]]]] = ACCURACY_PANELS,
     metric: str = "accuracy",
+    kept_step: int | None = None,
 ) -> Path:
     """One PNG of four panels against the optimizer step: loss, learning rate and the task's two metric
     `panels` (default: accuracy (top-1 and top-5) and macro-F1; a multi-label run's task gives mAP / exact match
-    and micro / macro-F1), each panel's legend above it (off the curves) and the metric panels zoomed to their
-    values. The best and the final evaluated step are marked on every panel; `best_step` is the checkpoint the
-    run kept (default: the first step with the highest `metric`, as the recipes' metric_for_best_model).
+    and micro / macro-F1), each panel's legend above it (off the curves), its metric named on its y axis, and
+    the metric panels zoomed to their values. The best and the final evaluated step are marked on every panel
+    with that panel's own number there, the best by `metric` ("best accuracy: step 697, top-1 0.986"); `best_step` is the best checkpoint the Trainer chose (default: the
+    first step with the highest `metric`, as the recipes' metric_for_best_model) and `kept_step` the step of the
+    model the run saved (its best checkpoint, or the final step), drawn in green and named "kept model".
     `evaluated_on` names the evaluation data ("validation, 144 images"; default: the size the Trainer's logs
     imply). A panel with nothing to draw says so ("no training logs yet" and why), as after a run shorter than
     its logging_steps."""
@@ -49,17 +52,26 @@ def plot_training_curves(
     loss_ax, lr_ax, accuracy_ax, f1_ax = axes.flat
     _curves(loss_ax, "Loss", [("train loss", "-", train, "loss"), ("eval loss", "o-", evals, "eval_loss")],
             "the run stopped before its first logging step")  # fmt: skip
+    loss_ax.set_ylabel("loss")
     lr = [e for e in train if "learning_rate" in e]
     _curves(lr_ax, "Learning rate", [("learning rate", "-", lr, "learning_rate")],
             "the run stopped before its first logging step")  # fmt: skip
+    lr_ax.set_ylabel("learning rate")
     for ax, (title, curves) in zip((accuracy_ax, f1_ax), panels, strict=True):
         _curves(ax, title, [(label, fmt, evals, key) for key, label, fmt in curves], "no evaluation has run")
+        ax.set_ylabel(" / ".join(label for _, label, _ in curves) + (" (evaluation)" if evals else ""))
         _zoom_to_fractions(ax)
-    steps = _marked_steps(evals, best_step, metric)
-    for ax in axes.flat:
-        for step, (label, style) in steps.items():
+    marks = _marked_steps(evals, best_step, metric, kept_step)
+    # each panel's own number at a marked step: (its name, its log key), none on the learning-rate panel
+    shown = [("eval loss", "eval_loss"), None, *((curves[0][1], curves[0][0]) for _, curves in panels)]
+    values = {e["step"]: e for e in evals}
+    for ax, number in zip(axes.flat, shown, strict=True):
+        for step, label, style, color in marks:
+            value = values.get(step, {}).get(number[1]) if number else None
+            if value is not None:
+                label = label.replace(f"step {step}", f"step {step}, {number[0]} {value:.3f}", 1)
             if ax.get_lines():
-                ax.axvline(step, linestyle=style, color="0.4", linewidth=1, label=label)
+                ax.axvline(step, linestyle=style, color=color, linewidth=1.6 if color != "0.4" else 1, label=label)
         entries = len(ax.get_legend_handles_labels()[1])
         if entries:  # the legend above the panel, under its title: never on the curves
             columns = entries if entries <= 3 else math.ceil(entries / 2)
@@ -74,24 +86,36 @@ def plot_training_curves(
     return path
 
 
+KEPT_COLOR = "tab:green"  # the vertical line of the model the run saved
+
+
 def _marked_steps(
-    evals: list[dict[str, Any]], best_step: int | None, metric: str = "accuracy"
-) -> dict[int, tuple[str, str]]:
-    """{step: (legend label, line style)} of the best and the final evaluated step (one line when equal), by
-    `metric` (accuracy; mAP for a multi-label run)."""
+    evals: list[dict[str, Any]], best_step: int | None, metric: str = "accuracy", kept_step: int | None = None
+) -> list[tuple[int, str, str, str]]:
+    """(step, legend label, line style, colour) of the best evaluated step by `metric` (accuracy; mAP for a
+    multi-label run), the final one (one line when equal) and, in green, the model the run kept (`kept_step`),
+    a line of its own when it is neither. Each panel adds its own number at the step to the label."""
     key = f"eval_{metric}"
     scored = [e for e in evals if key in e]
     if not scored:
-        return {}
+        return []
     final = scored[-1]
     best = max(scored, key=lambda e: e[key])  # max keeps the first of equals, as the Trainer
     best = next((e for e in scored if e["step"] == best_step), best) if best_step is not None else best
+
+    def mark(entry: dict[str, Any], name: str, style: str) -> tuple[int, str, str, str]:
+        kept = entry["step"] == kept_step
+        return entry["step"], f"{name}: step {entry['step']}" + ("; kept model" if kept else ""), style, (
+            KEPT_COLOR if kept else "0.4"
+        )
+
     if best["step"] == final["step"]:
-        return {final["step"]: (f"best = final: step {final['step']}, {metric} {final[key]:.3f}", "--")}
-    return {
-        best["step"]: (f"best: step {best['step']}, {metric} {best[key]:.3f}", "--"),
-        final["step"]: (f"final: step {final['step']}, {metric} {final[key]:.3f}", ":"),
-    }
+        marks = [mark(final, f"best {metric} = final", "--")]
+    else:
+        marks = [mark(best, f"best {metric}", "--"), mark(final, "final", ":")]
+    if kept_step is not None and kept_step not in (best["step"], final["step"]):
+        marks.append((kept_step, f"kept model: step {kept_step} (not evaluated)", "-", KEPT_COLOR))
+    return marks
 
 
 def _zoom_to_fractions(ax: Any) -> None:
@@ -225,6 +249,7 @@ def copy_training_curves(folder: Path | None, output_dir: Path) -> str | None:
 
 __all__ = [
     "ACCURACY_PANELS",
+    "KEPT_COLOR",
     "PER_CLASS_COLUMNS",
     "copy_training_curves",
     "markdown_table",

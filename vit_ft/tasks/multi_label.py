@@ -206,10 +206,11 @@ class MultiLabel:
         found = [f"{short(label, 14)}\u00a0{score:.2f}" for label, score in zip(labels, scores, strict=True)]
         return ", ".join(found) if found else "none ≥ threshold"  # no line break inside a pair
 
-    def figure_title(self, count: int) -> str:
+    def figure_title(self, count: int, total: int | None = None) -> str:
         value = None if self.threshold is None else self.threshold_summary()
         said = f"{value:.2f}" if isinstance(value, float) else "per label"
-        return f"Labels at or above the decision threshold ({said}), {count} images shown"
+        total = count if total is None else total
+        return f"Labels at or above the decision threshold ({said}), {count} images shown of {total}"
 
     # ---- evaluation -------------------------------------------------------------------------------------
 

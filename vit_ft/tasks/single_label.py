@@ -183,8 +183,8 @@ class SingleLabel:
         """predict's figure caption of an image: `label (p)` of the top label."""
         return f"{short(labels[0] if labels else '?')} ({scores[0] if scores else 0.0:.2f})"
 
-    def figure_title(self, count: int) -> str:
-        return f"Top-1 predictions ({count} shown)"
+    def figure_title(self, count: int, total: int | None = None) -> str:
+        return f"Top-1 predictions ({count} shown of {total if total is not None else count})"
 
     # ---- evaluation -------------------------------------------------------------------------------------
 

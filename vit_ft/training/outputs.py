@@ -87,19 +87,20 @@ def _bad_images(trainer: Trainer) -> dict[str, Any] | None:
 
 
 def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir: Path, task: Any) -> None:
-    """training_curves.png with the task's metric panels, the kept checkpoint marked when the run loaded its
-    best one."""
+    """training_curves.png with the task's metric panels and the model the run kept marked: its best checkpoint
+    when it loaded that, else the final step."""
     from ..reports.reporting import plot_training_curves
 
     best = trainer.state.best_model_checkpoint
-    kept = int(Path(best).name.rsplit("-", 1)[-1]) if best and training_args.load_best_model_at_end else None
+    best_step = int(Path(best).name.rsplit("-", 1)[-1]) if best and training_args.load_best_model_at_end else None
     plot_training_curves(
         trainer.state.log_history,
         output_dir / "training_curves.png",
         evaluated_on=f"validation, {len(trainer.eval_dataset)} images" if trainer.eval_dataset else None,
-        best_step=kept,
+        best_step=best_step,
         panels=task.curve_panels,
         metric=task.best_metric,
+        kept_step=best_step if best_step is not None else trainer.state.global_step,
     )
 
 

@@ -27,6 +27,7 @@ from ...data.images import collect_image_files
 from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.figures import display_image, plot_image_grid, short
 from ...reports.inspection_figures import (
+    grey_images,
     plot_attention_distance,
     plot_patch_embedding_components,
     plot_position_similarity,
@@ -217,7 +218,9 @@ def plot_rollout(
         if len(maps) > len(panels) - 1
         else "Attention rollout on the centre crop the model sees"
     )
-    return plot_image_grid(panels, titles, path, suptitle=suptitle, columns=min(4, len(panels))), records
+    scale = ("jet", "attention rollout, each map scaled from its lowest (0) to its highest patch (1)")
+    figure = plot_image_grid(panels, titles, path, suptitle=suptitle, columns=min(4, len(panels)), colorbar=scale)
+    return figure, records
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -250,11 +253,15 @@ def _sample_sources(
     return list(data.dataset["image"]), data.description, folders_read(trained.origin, data)
 
 
-def _embedding_figures(network: torch.nn.Module, output_dir: Path, figures: dict[str, str]) -> dict[str, Any]:
-    """Figure 7 (left and centre): the patch-embedding filters' principal components and the position
-    embeddings' similarity; their file names go into `figures`, their numbers are returned for inspection.json."""
+def _embedding_figures(
+    network: torch.nn.Module, output_dir: Path, figures: dict[str, str], grey: bool = False
+) -> dict[str, Any]:
+    """Figure 7 (left and centre): the patch-embedding filters' principal components (of the filters summed over
+    their channels when the data is `grey`: what a grey pixel meets) and the position embeddings' similarity;
+    their file names go into `figures`, their numbers are returned for inspection.json."""
     embeddings = network.vit.embeddings
-    components, explained = patch_embedding_components(embeddings.patch_embeddings.projection.weight)
+    weight = embeddings.patch_embeddings.projection.weight  # (hidden, channels, patch_h, patch_w)
+    components, explained = patch_embedding_components(weight.sum(dim=1, keepdim=True) if grey else weight)
     figures["patch_embedding_pca"] = plot_patch_embedding_components(
         components, explained, output_dir / "patch_embedding_pca.png"
     ).name
@@ -264,6 +271,7 @@ def _embedding_figures(network: torch.nn.Module, output_dir: Path, figures: dict
     figures["position_similarity"] = path.name
     return {
         "patch_embedding_pca": {
+            "grey": grey,
             "components": len(components),
             "explained_variance_ratio": explained.tolist(),
         },
@@ -329,7 +337,7 @@ def run_inspection(
     check_output_dir(output_dir, inputs=read)  # the recorded data's folders too
     figures: dict[str, str] = {}
     with INSPECTION_FILES.staged(output_dir, overwrite) as staging:
-        embedding = _embedding_figures(trained.model, staging, figures)
+        embedding = _embedding_figures(trained.model, staging, figures, grey=grey_images(sources))
         path = staging / "attention_distance.png"
         distance = _distance_figure(trained, sources, sample, batch_size, progress, path)
         figures["attention_distance"] = path.name

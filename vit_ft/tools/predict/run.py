@@ -76,15 +76,17 @@ def predict_files(
 
 
 def plot_predictions(
-    predictions: Sequence[Prediction], image_size: tuple[int, int], path: str | os.PathLike
-) -> Path:
+    predictions: Sequence[Prediction], image_size: tuple[int, int], path: str | os.PathLike,
+    total: int | None = None,
+) -> Path:  # fmt: skip
     """A grid of predicted images titled "label (p)" (a multi-label model's: every label at or above its
     threshold, "label p, ...", or "none ≥ threshold"), written to a hidden temporary file in the same folder and
-    renamed to `path` when complete (an existing file at `path` stays as it was if drawing fails). It carries
-    predict's mark (`mark_figure`), so that the next run may replace it."""
+    renamed to `path` when complete (an existing file at `path` stays as it was if drawing fails); the title
+    names how many of the `total` predicted images it shows. It carries predict's mark (`mark_figure`), so
+    that the next run may replace it."""
     images = [display_image(p.path, image_size) for p in predictions]
     titles = [f"{p.task.caption(p.labels, p.scores)}\n{short(Path(p.path).name, 24)}" for p in predictions]
-    suptitle = predictions[0].task.figure_title(len(predictions)) if predictions else "No predictions"
+    suptitle = predictions[0].task.figure_title(len(predictions), total) if predictions else "No predictions"
     path = Path(path)
     try:
         with staged_file(path, suffix=".part.png") as partial:
@@ -183,7 +185,9 @@ def run_prediction(
                 shown.append(prediction)
     summary: dict[str, Any] = {"rows": rows, "errors": errors, "output": str(writer.path), "figure": None}
     if figure_path is not None and shown:
-        summary["figure"] = str(plot_predictions(shown, classifier.preprocessing.image_size, figure_path))
+        summary["figure"] = str(
+            plot_predictions(shown, classifier.preprocessing.image_size, figure_path, total=rows - errors)
+        )
     logger.info("Wrote %d rows (%d with errors) to %s.", rows, errors, writer.path)
     return summary
 
