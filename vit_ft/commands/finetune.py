@@ -57,6 +57,7 @@ from ..training.sweep import run_sweep, sweep_interrupted_message
 from ..utils.cli import run_tool
 from ..utils.distributed import end_process_group
 from ..utils.logs import setup_logging
+from .model_flags import check_finished
 
 RESUME_LAST = ("--resume_from_checkpoint", "last")
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -241,6 +242,7 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     """Parse, train (one run, or a --sweep of runs) and push; `on_interrupt` receives what writes the Ctrl-C line."""
     command = parse_command(argv)
     model_args, data_args, training_args = parse_args(list(command.flags))  # validated before any work
+    check_finished(model_args.model_name_or_path, "model_name_or_path")  # an unfinished run's folder
     setup_training_logging(training_args)
     finished = finished_run_message(training_args) if command.sweep is None else None
     if finished is not None:  # --resume of a finished run: nothing to do, nothing written, nothing pushed
