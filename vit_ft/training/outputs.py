@@ -15,6 +15,7 @@ from transformers import Trainer, TrainingArguments
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import batch_record
 from ..reports.examples import write_examples
+from ..utils.files import usual_modes
 from ..utils.run_record import LABELS_FILE, write_run_record
 from .callbacks import BadImageCallback
 
@@ -46,6 +47,8 @@ def save_outputs(
         save_lora_outputs(trainer, model_args, output_dir)
     else:
         trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        usual_modes(output_dir)  # safetensors writes 0600: the model readable like every other file (checkpoints too)
     # every process: predict gathers across them; T is fitted on validation, never on test
     calibration = task.calibrate(trainer)
     if not trainer.is_world_process_zero():
