@@ -1,6 +1,7 @@
-"""The one check of the model a command is given (`--model`, the fine-tune's `--model_name_or_path`), before
-the command loads anything: `vit-ft <command>` runs it before importing the command (so that a mistyped folder
-fails in well under a second), and every command's own function runs it again (scripts/*.py, tests).
+"""The one check of the model a command is given (the tools' `--model`; the fine-tune's model_name_or_path is
+checked with its recipe, where `pretrain_if_missing` may build a missing one), before the command loads
+anything: `vit-ft <command>` runs it before importing the command (so that a mistyped folder fails in well under
+a second), and every command's own function runs it again (scripts/*.py, tests).
 
 - a local path that does not exist: one line naming the closest folder (`model.checks` / `utils.hub_ids`: the
   path rule, the did-you-mean, and a Hub id looked up once, without huggingface_hub's retries);
@@ -18,7 +19,7 @@ from ..utils.hub_ids import check_model_reference
 from ..utils.lock import LOCK_FILE, lock_holder
 from ..utils.run_record import RUN_RECORD_FILE, read_run_record
 
-MODEL_FLAGS = ("--model", "--model_name_or_path")
+MODEL_FLAGS = ("--model",)
 # what makes a folder a model vit_ft can load (a model's weights, sharded or not, or a LoRA adapter)
 MODEL_FILES = (
     "model.safetensors",
@@ -35,7 +36,7 @@ class UnfinishedModelFolder(FileNotFoundError):
 
 
 def model_flags(argv: Sequence[str]) -> list[tuple[str, str]]:
-    """The (flag, value) pairs of `--model X` / `--model=X` (and `--model_name_or_path`) in `argv`."""
+    """The (flag, value) pairs of `--model X` / `--model=X` in `argv`."""
     found = []
     for i, arg in enumerate(argv):
         flag, eq, value = arg.partition("=")
@@ -103,7 +104,7 @@ def check_finished(path: str | os.PathLike, flag: str = "--model") -> None:
 
 
 def check_model_flags(argv: Sequence[str]) -> None:
-    """`check_model` for each `--model` / `--model_name_or_path` on the command line."""
+    """`check_model` for each `--model` on the command line."""
     for flag, value in model_flags(argv):
         check_model(value, flag)
 
