@@ -120,7 +120,7 @@ __all__ = [
     "check_hub_reachable",
     "check_model_reference",
     "closest_path",
-        "is_hub_id",
+    "is_hub_id",
     "is_hub_model",
     "looks_like_path",
-    ]
+]
