@@ -461,17 +461,17 @@ def launch(
     max_file_size: str | int | None = "50mb",
     **kwargs: Any,
 ) -> tuple[Any, str, str | None]:
-    """`demo.launch` with the demo's settings (offline theme, no SSR, an upload size limit)."""
-    return demo.launch(
-        server_name=host,
-        server_port=port,
-        share=share,
-        max_file_size=max_file_size,
-        theme=THEME,
-        css=CSS,
-        ssr_mode=False,
-        **kwargs,
-    )
+    """`demo.launch` with the demo's settings (offline theme, no SSR, an upload size limit); our own lines for
+    where it runs, naming `--share` instead of Gradio's "set share=True in launch()"."""
+    quiet, block = kwargs.pop("quiet", False), not kwargs.pop("prevent_thread_lock", False)
+    result = demo.launch(server_name=host, server_port=port, share=share, max_file_size=max_file_size,
+                         theme=THEME, css=CSS, ssr_mode=False, quiet=True, prevent_thread_lock=True, **kwargs)  # fmt: skip
+    if not quiet:
+        print(f"* Running on local URL:  {demo.local_url}")
+        print(f"* Public URL: {demo.share_url}" if demo.share_url else "* For a public link, add --share.")
+    if block:
+        demo.block_thread()
+    return result
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,31 +1,40 @@
-"""vit-ft: fine-tune Vision Transformers on the Hugging Face stack."""
+"""vit-ft: fine-tune Vision Transformers on the Hugging Face stack.
 
-from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+The names below are imported on first use (PEP 562), so that `vit-ft <command> --help` and a command's first
+checks answer without importing torch or transformers; importing `vit_ft.model` (which every use of a model
+does) registers the model with transformers' Auto classes.
+"""
 
-from .model.configuration_vit_ft import ViTFTConfig
-from .model.conversion import to_hf_vit_state_dict
-from .model.loading_report import LoadingReport
-from .model.modeling_vit_ft import ViTFTForImageClassification, ViTFTModel, ViTFTPreTrainedModel
-from .model.pos_embed import resample_position_embeddings
-from .model.sizes import VIT_SIZES
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-AutoConfig.register("vit_ft", ViTFTConfig, exist_ok=True)
-AutoModel.register(ViTFTConfig, ViTFTModel, exist_ok=True)
-AutoModelForImageClassification.register(ViTFTConfig, ViTFTForImageClassification, exist_ok=True)
-# save_pretrained copies the model code and writes auto_map, so folders load with trust_remote_code=True
-ViTFTConfig.register_for_auto_class()
-ViTFTModel.register_for_auto_class("AutoModel")
-ViTFTForImageClassification.register_for_auto_class("AutoModelForImageClassification")
+# name -> the module that defines it
+_EXPORTS = {
+    "VIT_SIZES": "vit_ft.model.sizes",
+    "LoadingReport": "vit_ft.model.loading_report",
+    "ViTFTConfig": "vit_ft.model.configuration_vit_ft",
+    "ViTFTForImageClassification": "vit_ft.model.modeling_vit_ft",
+    "ViTFTModel": "vit_ft.model.modeling_vit_ft",
+    "ViTFTPreTrainedModel": "vit_ft.model.modeling_vit_ft",
+    "resample_position_embeddings": "vit_ft.model.pos_embed",
+    "to_hf_vit_state_dict": "vit_ft.model.conversion",
+}
 
-__all__ = [
-    "VIT_SIZES",
-    "LoadingReport",
-    "ViTFTConfig",
-    "ViTFTForImageClassification",
-    "ViTFTModel",
-    "ViTFTPreTrainedModel",
-    "resample_position_embeddings",
-    "to_hf_vit_state_dict",
-]
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'vit_ft' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = sorted(_EXPORTS)

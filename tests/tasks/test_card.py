@@ -2,8 +2,11 @@
 tests/tools/test_multilabel_share.py)."""
 
 import pytest
+import torch
 import yaml
+from PIL import Image
 
+from vit_ft import ViTFTForImageClassification
 from vit_ft.tasks.card import model_card, write_model_card
 
 RUN = {
@@ -37,7 +40,8 @@ def test_model_card_metadata_holds_the_test_metrics(tmp_path):
         and "| test | 0.9500 | 1.0000 | 0.9400 | 0.2000 |" in body
     )
     assert 'model_dir = "path/to/run"  # the folder\'s path' in body
-    assert "from_pretrained(model_dir, trust_remote_code=True)" in body and '"run"' not in body
+    assert 'pipeline("image-classification", model=model_dir, trust_remote_code=True)' in body
+    assert "`trust_remote_code=True` is needed" in body and '"run"' not in body
 
 
 CARD_FACTS = ("- Recipe: `beans`", "- Base model: [`google/vit-base-patch16-224-in21k`]", "- Resolution: 224x224",
@@ -50,8 +54,7 @@ def test_model_card_snippet_names_the_hub_id_when_pushed_and_the_folders_path_ot
     _, local = front_matter(str(model_card(RUN, "beans-run", tmp_path, format)))
     assert '"me/vit-beans"' in pushed and "path/to" not in pushed
     assert 'model_dir = "path/to/beans-run"  # the folder\'s path' in local and '"beans-run"' not in local
-    loads = "model=" if format == "transformers" else "from_pretrained("
-    assert f'{loads}"me/vit-beans"' in pushed and f"{loads}model_dir" in local
+    assert 'model="me/vit-beans"' in pushed and "model=model_dir" in local  # pipeline(), either format
     for body in (pushed, local):
         assert all(fact in body for fact in CARD_FACTS), body
 
@@ -63,9 +66,20 @@ def test_output_folders_card_snippet_runs_with_the_folders_path(tiny_finetuned_d
     code = body.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'model_dir = "path/to/out"' in code
     monkeypatch.chdir(tmp_path)
-    scope: dict = {}
-    exec(code.replace("path/to/out", str(tiny_finetuned_dir)), scope)  # noqa: S102 - our own card's snippet
-    assert scope["model"].config.num_labels == 10 and scope["processor"].size["height"] == 32
+    code = code.replace("path/to/out", str(tiny_finetuned_dir)).replace('"image.jpg"', "image")
+    image = sorted((tiny_finetuned_dir / "examples").glob("*.png"))[0]
+    scope: dict = {"image": str(image)}
+    exec(code, scope)  # noqa: S102 - our own card's snippet: pipeline() with trust_remote_code=True
+    classifier = scope["classifier"]
+    assert classifier.model.config.num_labels == 10 and classifier.image_processor.size["height"] == 32
+    # the pipeline's answer is the model's: the folder loaded by vit_ft's own class, on the same pixels
+    reference = ViTFTForImageClassification.from_pretrained(tiny_finetuned_dir).eval()
+    pixels = classifier.image_processor(Image.open(image).convert("RGB"), return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        top = reference(pixel_values=pixels).logits.softmax(-1)[0].topk(5)
+    answer = classifier(str(image), top_k=5)
+    assert [a["label"] for a in answer] == [reference.config.id2label[int(i)] for i in top.indices]
+    assert [a["score"] for a in answer] == pytest.approx(top.values.tolist(), abs=1e-5)
 
 
 def test_model_card_without_test_metrics_reports_validation_and_hides_local_paths(tmp_path):

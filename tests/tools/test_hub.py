@@ -154,7 +154,7 @@ def test_push_sends_a_complete_vit_ft_repo(pushed, tiny_finetuned_dir):
     assert index["results"][0]["dataset"]["split"] == "test"
     assert "Recipe: `tiny`" in body and "32x32" in body and "Fine-tuning: full" in body
     assert f"| test | {run['metrics']['test_accuracy']:.4f} |" in body
-    assert 'from_pretrained("me/vit-digits", trust_remote_code=True)' in body
+    assert 'model="me/vit-digits", trust_remote_code=True)' in body
     assert "- Format: vit_ft" in body and "asked for with `--format vit_ft`" in body
 
 

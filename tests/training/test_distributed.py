@@ -47,7 +47,7 @@ def test_two_cpu_processes_and_an_exact_resume(tmp_path):
     run = json.loads((out / "vit_ft_run.json").read_text())
     assert run["world_size"] == 2
     # only process 0 wrote the output, once
-    assert run["written_by_process"] == 0 and log.count("INFO vit_ft: Results in") == 1
+    assert run["written_by_process"] == 0 and log.count("INFO vit_ft: Finished: ") == 1
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 3 * 3
     losses = [e["loss"] for e in state["log_history"] if "loss" in e]

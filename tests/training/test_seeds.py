@@ -62,7 +62,7 @@ def test_a_seed_sweep_summarises_its_seeds_and_copies_no_winner(seed_sweep):
     assert "in one process" in (seed_sweep / "seeds.md").read_text()
     for seed in (3, 5):  # each seed's log is its own run's, not the other's
         log = (seed_sweep / f"seed-{seed}.log").read_text()
-        assert f"Results in {seed_sweep / f'seed-{seed}'}" in log and f"seed-{8 - seed}" not in log
+        assert f"In {seed_sweep / f'seed-{seed}'}: " in log and f"seed-{8 - seed}" not in log
     # no winner: no model, run record or sweep table in OUTPUT, only the seeds' folders, logs and summary
     assert sorted(path.name for path in seed_sweep.iterdir() if not path.name.startswith(".")) == [
         "seed-3", "seed-3.log", "seed-5", "seed-5.log", "seeds.json", "seeds.md",

@@ -50,6 +50,22 @@ def test_paths(name):
     assert looks_like_path(name)
 
 
+@pytest.mark.parametrize(
+    "name, is_path",
+    [
+        ("outputs/digitz", True),  # its namespace, outputs/, is a folder here: a path, even though it is missing
+        ("outputs", False),  # a bare name is a Hub id unless it exists
+        ("me/vit", False),  # no folder me/ here: a Hub id
+        ("./me/vit", True),
+        ("outputs/digits/checkpoint-5", True),  # more than one slash
+    ],
+)
+def test_a_namespace_that_is_a_local_folder_makes_a_path(tmp_path, monkeypatch, name, is_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs" / "digits").mkdir(parents=True)
+    assert looks_like_path(name) is is_path
+
+
 def test_a_local_folder_is_not_a_hub_model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs" / "digits").mkdir(parents=True)

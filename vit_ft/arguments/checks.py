@@ -182,7 +182,7 @@ def check_model_path(model_args: Any) -> None:
     if model_args.pretrain_if_missing is None:
         name = model_args.model_name_or_path
         expected = "a checkpoint folder or a Hub id (e.g. google/vit-base-patch16-224-in21k)"
-        check_path(name, f"model_name_or_path={name!r}", expected, RecipeError)
+        check_path(name, f"model_name_or_path={name!r}", expected, RecipeError, model_args.cache_dir)
 
 
 def check_schedule(training_args: Any) -> None:

@@ -6,7 +6,8 @@
 
 Each command is `vit_ft.commands.<command>.main(argv)`, also runnable as `python -m vit_ft.commands.<command>`
 (and `accelerate launch -m vit_ft.commands.finetune`); `scripts/*.py` are thin wrappers over the same mains. A
-command's module is imported only when it runs, so `vit-ft predict` does not load the training code.
+command's module is imported only when it runs, so `vit-ft predict` does not load the training code, and its
+`--model` is checked before that (`model_flags`: a missing folder fails at once).
 """
 
 from __future__ import annotations
@@ -60,7 +61,21 @@ def main(argv: list[str] | None = None) -> None:
     name, rest = argv[0], argv[1:]
     if sys.argv[1:] == argv:  # run as the command: its --help and usage lines name it as the user typed it
         sys.argv = [f"{PROG} {name}", *rest]
+    if not {"-h", "--help", "--help-all"} & set(rest):
+        _check_model_first(rest)
     importlib.import_module(f"{__name__}.{name}").main(rest)
+
+
+def _check_model_first(argv: list[str]) -> None:
+    """The command's --model checked before the command (and torch) is imported: a mistyped folder fails in
+    well under a second (`model_flags`), as the one `error:` line `cli.run_tool` prints."""
+    from ..utils.cli import USER_ERRORS, run_tool
+    from .model_flags import check_model_flags
+
+    try:
+        check_model_flags(argv)
+    except USER_ERRORS:
+        run_tool(lambda _: check_model_flags(argv), argv)  # prints the line (or, with --debug, the traceback)
 
 
 __all__ = ["COMMANDS", "main", "usage"]

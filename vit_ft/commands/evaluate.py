@@ -26,6 +26,7 @@ from typing import Any
 from ..tools.arguments import add_data_arguments, add_inference_arguments
 from ..utils.cli import run_tool, tool_parser
 from ..utils.logs import setup_logging
+from .model_flags import check_model
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def evaluate(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the flags and run `vit_ft.tools.evaluate.run.run_evaluation`; returns metrics.json's contents."""
     args = parse_args(argv)
+    check_model(args.model)  # a missing or unfinished folder: one line, before loading anything
     setup_logging()
     from ..tools.evaluate.run import run_evaluation
 

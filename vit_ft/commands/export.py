@@ -20,6 +20,7 @@ import argparse
 
 from ..utils.cli import run_tool, tool_parser
 from ..utils.logs import setup_logging
+from .model_flags import check_model
 
 FORMATS = ("onnx",)
 
@@ -44,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def export(argv: list[str] | None = None) -> str:
     """Parse the flags and run `vit_ft.tools.export.onnx.export_onnx`; returns its summary line."""
     args = parse_args(argv)
+    check_model(args.model)  # a missing or unfinished folder: one line, before loading anything
     setup_logging(timestamps=False)
     from ..tools.export.onnx import (
         check_evaluation,

@@ -23,6 +23,7 @@ from typing import Any
 from ..tools.arguments import add_inference_arguments
 from ..utils.cli import run_tool, tool_parser
 from ..utils.logs import setup_logging
+from .model_flags import check_model
 
 DEFAULT_SHOTS = "1,5,10,25"  # the ViT paper's few-shot settings (`vit_ft.tools.fewshot.DEFAULT_SHOTS`)
 
@@ -99,6 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def fewshot(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the flags, run `vit_ft.tools.fewshot.run_fewshot`, print the table; returns fewshot.json's contents."""
     args = parse_args(argv)
+    check_model(args.model)  # a missing or unfinished folder: one line, before loading anything
     shots = parse_shots(args.shots)
     l2 = {} if args.l2 is None else {"l2_grid": parse_l2(args.l2)}
     from ..reports.fewshot import results_table

@@ -30,42 +30,42 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from transformers import TrainingArguments
-
-from ..arguments.recipes import (
-    PROCESS_PER_RUN_FLAG,
-    RECIPES_ENV_VAR,
-    SWEEP_FLAG,
-    FinetuneCommand,
-    RecipeError,
-    RecipeParser,
-    build_parser,
-    list_recipes,
-    load_recipe,
-    parse_args,
-    recipe_name,
-    recipes_dir,
-    resolve_recipe,
-)
-from ..tools.export.hub import push_output_dir
-from ..training.checkpoints import finished_run_message, interrupted_message
-from ..training.preemption import PREEMPTED_EXIT, Preempted
-from ..training.stages import run_finetune
-from ..training.sweep import run_sweep, sweep_interrupted_message
-from ..utils.cli import run_tool
-from ..utils.distributed import end_process_group
+from ..utils.cli import DEBUG_FLAG, run_tool
 from ..utils.logs import setup_logging
+from .model_flags import check_finished
 
+if TYPE_CHECKING:  # the rest is imported where it is used: `--help` imports neither torch nor transformers
+    from transformers import TrainingArguments
+
+    from ..arguments.recipes import FinetuneCommand
+
+# the flags spelled as arguments.recipes spells them (a test checks they agree; importing it costs seconds)
+SWEEP_FLAG = "--sweep"
+PROCESS_PER_RUN_FLAG = "--process_per_run"
+HELP_ALL_FLAG = "--help-all"
+DESCRIPTION = (
+    "Fine-tune a ViT from a recipe; every flag below is also a recipe key, and a flag overrides the recipe's "
+    "value. The same command runs as python scripts/finetune.py or, one process per GPU, accelerate launch -m "
+    "vit_ft.commands.finetune."
+)
 RESUME_LAST = ("--resume_from_checkpoint", "last")
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-EPILOG = (
-    "The fine-tune command (vit-ft finetune, scripts/finetune.py) also takes: --resume (continue from the last "
-    "complete checkpoint-* in output_dir), --overwrite_output_dir (replace a finished run there), --sweep "
-    "ARG=V1,V2,... (one fine-tune per value into output_dir/sweep-ARG-V/, the best on validation copied to "
-    "output_dir; --sweep seed=0,1,2 summarises the seeds in seeds.md instead), --process_per_run (each run of the "
-    "sweep as its own command) and --debug (a traceback instead of the one-line error)."
+# the command's own switches, for both helps: (flag, what it does)
+SWITCHES = [
+    ("--recipe NAME", "a recipe in recipes/ (--list-recipes lists them) or a .yaml file; flags override its values"),
+    ("--list-recipes", "print the recipes and exit"),
+    ("--resume", "continue from the last complete checkpoint-* in output_dir"),
+    ("--overwrite_output_dir", "replace a finished run in output_dir"),
+    (f"{SWEEP_FLAG} ARG=V1,V2,...", "one fine-tune per value into output_dir/sweep-ARG-V/, the best on validation "
+     f"copied to output_dir ({SWEEP_FLAG} seed=0,1,2 summarises the seeds in seeds.md instead)"),
+    (PROCESS_PER_RUN_FLAG, "each run of the sweep as its own command"),
+    (DEBUG_FLAG, "a traceback instead of the one-line error"),
+    ("--help", "this help; --help-all: every flag with its default and help, the Trainer's included"),
+]  # fmt: skip
+EPILOG = "The fine-tune command (vit-ft finetune, scripts/finetune.py) also takes: " + "; ".join(
+    f"{flag} ({what})" for flag, what in SWITCHES if not flag.startswith(("--recipe", "--list", "--help"))
 )
 
 
@@ -77,6 +77,8 @@ class _Switch(argparse.Action):
 
     def __call__(self, parser, namespace, value, option_string=None) -> None:
         if value is not None and value.lower() not in _BOOLEANS:
+            from ..arguments.checks import RecipeError
+
             raise RecipeError(
                 f"{option_string}={value.lower()!r} is not true or false; pass {option_string} alone to turn it on."
             )
@@ -89,6 +91,8 @@ class _Sweep(argparse.Action):
 
     def __call__(self, parser, namespace, value, option_string=None) -> None:
         if value is None:
+            from ..arguments.checks import RecipeError
+
             raise RecipeError(
                 f"{SWEEP_FLAG} needs a value; write e.g. {SWEEP_FLAG} learning_rate=0.001,0.003."
             )
@@ -103,6 +107,8 @@ def _add_list_recipes(parser: argparse.ArgumentParser) -> None:
 
 
 def _command_parser() -> argparse.ArgumentParser:
+    from ..arguments.recipes import RecipeParser
+
     # no --help here: `print_help` prints the full help (every flag, these switches in its epilog)
     parser = RecipeParser((), add_help=False, allow_abbrev=False)
     parser.add_argument("--recipe")
@@ -114,9 +120,20 @@ def _command_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def print_short_help() -> None:
+    """vit-ft's own flags, each with the first sentence of its help, and the command's switches (no torch, no
+    transformers: `arguments.help`); then exit 0."""
+    from ..arguments.help import short_help
+
+    print(short_help("vit-ft finetune", "--recipe NAME [--flag value ...]", DESCRIPTION, SWITCHES))
+    raise SystemExit(0)
+
+
 def print_help() -> None:
     """Every flag of the argument dataclasses with its default, `--recipe`, `--list-recipes` and, as the epilog,
     the command's switches; then exit 0."""
+    from ..arguments.recipes import build_parser
+
     parser = build_parser(epilog=EPILOG)
     _add_list_recipes(parser)
     parser.parse_args(["--help"])
@@ -125,12 +142,16 @@ def print_help() -> None:
 def parse_command(argv: Sequence[str]) -> FinetuneCommand:
     """Read the command's own switches from `argv` (everything else is kept, in order, for `parse_args`).
 
-    `--help` and `--list-recipes` print and exit 0. Raises RecipeError for a switch with a bad value or a second
+    `--help` (vit-ft's own flags, short), `--help-all` (every flag) and `--list-recipes` print and exit 0. Raises RecipeError for a switch with a bad value or a second
     `--sweep`; the dataclass flags are checked later, by `FinetuneCommand.parse`.
     """
     argv = list(argv)
-    if "-h" in argv or "--help" in argv:
+    if HELP_ALL_FLAG in argv:
         print_help()
+    if "-h" in argv or "--help" in argv:
+        print_short_help()
+    from ..arguments.recipes import FinetuneCommand, RecipeError, recipe_name
+
     namespace = argparse.Namespace(sweep=[], given=set())
     namespace, rest = _command_parser().parse_known_args(argv, namespace)
     if namespace.list_recipes:
@@ -175,6 +196,8 @@ class RecipeInfo:
 
 def recipe_info(name_or_path: str) -> RecipeInfo:
     """Name, one-line description, launch command and dataset of a recipe, read from its first line and values."""
+    from ..arguments.recipes import load_recipe, recipe_name, resolve_recipe
+
     path = resolve_recipe(name_or_path)
     first_line = path.read_text(encoding="utf-8").splitlines()[:1]
     header = first_line[0].lstrip("#").strip() if first_line and first_line[0].startswith("#") else ""
@@ -193,6 +216,8 @@ def recipe_info(name_or_path: str) -> RecipeInfo:
 
 def print_recipes(file: TextIO | None = None) -> None:
     """Print every recipe with its dataset and one-line description (what `--list-recipes` shows)."""
+    from ..arguments.recipes import RECIPES_ENV_VAR, list_recipes, recipes_dir
+
     file = file or sys.stdout
     infos = [recipe_info(name) for name in list_recipes()]
     if not infos:
@@ -221,6 +246,8 @@ def setup_training_logging(training_args: TrainingArguments) -> None:
 
 def push_finished_run(training_args: TrainingArguments) -> None:
     """One complete push of the finished output folder, with our model card, by process 0."""
+    from ..tools.export.hub import push_output_dir
+
     folder = Path(training_args.output_dir)
     try:
         url = push_output_dir(
@@ -240,7 +267,15 @@ def push_finished_run(training_args: TrainingArguments) -> None:
 def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     """Parse, train (one run, or a --sweep of runs) and push; `on_interrupt` receives what writes the Ctrl-C line."""
     command = parse_command(argv)
+    from ..arguments.recipes import parse_args
+    from ..training.checkpoints import finished_run_message, interrupted_message
+    from ..training.preemption import PREEMPTED_EXIT, Preempted
+    from ..training.stages import run_finetune
+    from ..training.sweep import run_sweep, sweep_interrupted_message
+    from ..utils.distributed import end_process_group
+
     model_args, data_args, training_args = parse_args(list(command.flags))  # validated before any work
+    check_finished(model_args.model_name_or_path, "model_name_or_path")  # an unfinished run's folder
     setup_training_logging(training_args)
     finished = finished_run_message(training_args) if command.sweep is None else None
     if finished is not None:  # --resume of a finished run: nothing to do, nothing written, nothing pushed
@@ -276,16 +311,21 @@ def main(argv: list[str] | None = None) -> None:
     """`vit-ft finetune ARGS` (and `python -m vit_ft.commands.finetune`, `scripts/finetune.py`): exits 0, 1, 130
     (Ctrl-C) or 75 (preempted by SIGTERM / SIGUSR1, saved: continue with --resume)."""
     on_interrupt: list[Callable[[], str]] = []
+
+    def interrupted() -> str:
+        from ..training.checkpoints import interrupted_message
+
+        return on_interrupt[0]() if on_interrupt else interrupted_message("the output folder")
+
     run_tool(
         finetune,
         argv,
-        interrupted=lambda: on_interrupt[0]() if on_interrupt else interrupted_message("the output folder"),
+        interrupted=interrupted,
         on_interrupt=on_interrupt,
     )
 
 
 __all__ = [
-    "FinetuneCommand",
     "RecipeInfo",
     "finetune",
     "main",

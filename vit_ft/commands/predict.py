@@ -26,6 +26,7 @@ from ..data.images import DEFAULT_MAX_PIXELS
 from ..tools.arguments import add_inference_arguments
 from ..utils.cli import optional_int, run_tool, tool_parser
 from ..utils.logs import setup_logging
+from .model_flags import check_model
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,6 +56,7 @@ def _terminated(signum: int, frame: object) -> None:
 def predict(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the flags and run `vit_ft.tools.predict.run.run_prediction`; returns its summary."""
     args = parse_args(argv)
+    check_model(args.model)  # a missing or unfinished folder: one line, before loading anything
     setup_logging()
     from ..tools.predict.run import run_prediction
 

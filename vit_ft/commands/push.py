@@ -18,6 +18,7 @@ import argparse
 from ..tools.export.hub import AUTO, FORMAT_CHOICES, push_output_dir, stage_for_hub
 from ..utils.cli import ToolArgumentParser, run_tool
 from ..utils.logs import setup_logging
+from .model_flags import check_finished
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def push(argv: list[str] | None = None) -> str:
     """Stage (with --local_dir) or push the folder; returns the staged folder or the commit URL."""
     args = parse_args(argv)
+    check_finished(args.output_dir, "push")  # an unfinished run: its lock holder or last checkpoint, one line
     setup_logging(timestamps=False)
     if args.local_dir:
         staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format)

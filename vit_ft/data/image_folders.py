@@ -16,6 +16,7 @@ from pathlib import Path
 
 import datasets
 
+from ..utils.logs import no_dataset_bars
 from .images import image_extensions
 
 logger = logging.getLogger("vit_ft")
@@ -127,14 +128,15 @@ def _load_image_folder(root: Path, classes: list[str], cache_dir: str | None) ->
     """<root>/<class>/<image> -> Dataset(image, label: ClassLabel of the sub-folder names) via imagefolder.
     One pattern per class folder, escaped: imagefolder's own `**` would also drop `__dunder` folders."""
     patterns = [os.path.join(glob.escape(str(root)), glob.escape(name), "*") for name in classes]
-    return datasets.load_dataset(
-        "imagefolder",
-        data_files={"train": patterns},
-        split="train",
-        drop_labels=False,  # always label by sub-folder, even with a single class
-        drop_metadata=True,  # the class is the sub-folder name, never a metadata file's column
-        cache_dir=cache_dir,
-    )
+    with no_dataset_bars():  # local files: no "Downloading data" / "Generating split" bars
+        return datasets.load_dataset(
+            "imagefolder",
+            data_files={"train": patterns},
+            split="train",
+            drop_labels=False,  # always label by sub-folder, even with a single class
+            drop_metadata=True,  # the class is the sub-folder name, never a metadata file's column
+            cache_dir=cache_dir,
+        )
 
 
 def folder_splits(

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ..utils.hub_ids import looks_like_path
+from ..utils.hub_ids import check_model_reference
 from .configuration_vit_ft import MAX_IMAGE_TOKENS, nearest_multiple, to_2tuple
 from .formats import read_checkpoint_config
 
@@ -24,12 +23,16 @@ ASSUMED_PATCH = (16, 16)  # ViT's usual patch size, for checkpoints whose config
 
 
 def check_model_path(
-    name: str | os.PathLike, what: str, expected: str, error: type[Exception] = FileNotFoundError
+    name: str | os.PathLike,
+    what: str,
+    expected: str,
+    error: type[Exception] = FileNotFoundError,
+    cache_dir: str | None = None,
 ) -> None:
-    """Raise `error` ("<what>: no such folder; pass <expected>.") when `name` can only be a local path (see
-    `looks_like_path`) and does not exist, before transformers reports it as a malformed Hub id."""
-    if looks_like_path(name) and not Path(name).expanduser().exists():
-        raise error(f"{what}: no such folder; pass {expected}.")
+    """`utils.hub_ids.check_model_reference`: `error` naming the closest folder when `name` is a missing local
+    path, before transformers takes it for a Hub id; a Hub id that is no folder here and not cached is looked up
+    once, without retries (no network: a ConnectionError at once, not 80 s of retries)."""
+    check_model_reference(name, what, expected, error, cache_dir)
 
 
 def read_local_config(name_or_path: str | os.PathLike, cache_dir: str | None = None) -> dict[str, Any] | None:

@@ -187,13 +187,14 @@ def _card_usage(
             )
         )
     usage = (
-        "```python\nfrom transformers import AutoImageProcessor, AutoModelForImageClassification\n\n"
-        f"{where}model = AutoModelForImageClassification.from_pretrained({model}, trust_remote_code=True)\n"
-        f"processor = AutoImageProcessor.from_pretrained({model})\n```\n\n"
-        f"The model's code (`modeling_vit_ft.py` and its imports) is in this {'repository' if repo_id else 'folder'}: "
-        "it is the vit-ft ViT (fused-qkv SDPA attention, any input resolution), not transformers' own ViT. With "
-        f"vit-ft installed, `vit_ft.ViTFTForImageClassification.from_pretrained({model})` loads it without "
-        "remote code."
+        "```python\nfrom transformers import pipeline\n\n"
+        f'{where}classifier = pipeline("image-classification", model={model}, trust_remote_code=True)\n'
+        'classifier("image.jpg", top_k=5)\n```\n\n'
+        "`trust_remote_code=True` is needed: the model's code (`modeling_vit_ft.py` and its imports) is in this "
+        f"{'repository' if repo_id else 'folder'}, and it is the vit-ft ViT (fused-qkv SDPA attention, any input "
+        "resolution), not transformers' own ViT; without it, `pipeline()` refuses the folder. With vit-ft "
+        "installed, `import vit_ft.model` first and `pipeline()` (or `AutoModelForImageClassification`) loads it "
+        f"without remote code, as does `vit_ft.ViTFTForImageClassification.from_pretrained({model})`."
     )
     return usage + (" The LoRA adapter alone (peft) is in `adapter/`." if lora else "")
 

@@ -1,6 +1,6 @@
 """The fine-tune's Trainer callbacks: augmentation that replays on resume, the logging / eval / save steps of this
-run's arguments on resume, training speed without evaluation, and the training images skipped because they do not
-decode."""
+run's arguments on resume, training speed without evaluation, the training images skipped because they do not
+decode, and the console: one readable line per evaluation instead of Trainer's raw log dicts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from ..data.bad_images import BadImageTally, SkipBadImages, check_bad_fraction, describe_rows
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform
@@ -162,6 +163,93 @@ class BadImageCallback(TrainerCallback):
         }
 
 
+# ---- the console ------------------------------------------------------------------------------------------------
+
+# Trainer's log keys that say how fast, not how good: left to the log history (trainer_state.json)
+_SPEED_KEYS = ("_runtime", "_per_second", "total_flos")
+
+
+def _headline_key(logs: dict[str, Any], args: Any) -> str | None:
+    """The evaluation metric the run is judged by: metric_for_best_model, else accuracy or mAP, if logged."""
+    wanted = getattr(args, "metric_for_best_model", None)
+    names = [wanted, *(("accuracy", "mAP") if wanted is None else ())] if wanted else ["accuracy", "mAP"]
+    for name in names:
+        key = name if name.startswith("eval_") else f"eval_{name}"
+        if key in logs:
+            return key
+    return None
+
+
+def _value(key: str, value: float) -> str:
+    """An accuracy-like fraction as a percentage, anything else with 4 significant digits."""
+    if key.endswith(("accuracy", "_f1", "mAP", "f1_micro", "f1_macro", "exact_match")) and 0 <= value <= 1:
+        return f"{100 * value:.2f} %"
+    return f"{value:.4g}"
+
+
+def _where(state: Any) -> str:
+    epochs = getattr(state, "num_train_epochs", 0)
+    epoch = f"epoch {state.epoch:.3g}" + (f"/{epochs:g}" if epochs else "") if state.epoch is not None else ""
+    steps = f"step {state.global_step}" + (f"/{state.max_steps}" if state.max_steps else "")
+    return f"{epoch}, {steps}" if epoch else steps
+
+
+def log_line(logs: dict[str, Any], state: Any, args: Any) -> str | None:
+    """One readable line for one of Trainer's log dicts: an evaluation ("validation at epoch 2/30, step 40/600:
+    accuracy 97.22 %, loss 0.1234; top5_accuracy 100.00 %, ..."), a training log ("epoch 2/30, step 40/600:
+    loss 0.1234, learning rate 0.000291"); None for the run's closing speed summary, which the train metrics
+    table shows."""
+    if any(key.startswith("eval_") for key in logs):
+        headline = _headline_key(logs, args)
+        first = [key for key in (headline, "eval_loss") if key and key in logs]
+        rest = [k for k in logs if k.startswith("eval_") and k not in first and not k.endswith(_SPEED_KEYS)]
+        parts = [f"{key.removeprefix('eval_')} {_value(key, logs[key])}" for key in first]
+        line = f"validation at {_where(state)}: " + ", ".join(parts)
+        extra = ", ".join(f"{key.removeprefix('eval_')} {_value(key, logs[key])}" for key in rest)
+        return f"{line}; {extra}" if extra else line
+    if "loss" in logs:
+        parts = [f"loss {logs['loss']:.4g}"]
+        if "learning_rate" in logs:
+            parts.append(f"learning rate {logs['learning_rate']:.3g}")
+        return f"{_where(state)}: " + ", ".join(parts)
+    return None
+
+
+class ReadableProgress(ProgressCallback):
+    """Trainer's progress bar (with its ETA), the training loss shown on the bar instead of a dict per log,
+    and one `log_line` per evaluation written above it. The log history (trainer_state.json) is unchanged."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or self.training_bar is None or not logs:
+            return
+        if any(key.startswith("eval_") for key in logs):
+            self.training_bar.write(log_line(logs, state, args))
+        elif "loss" in logs:
+            self.training_bar.set_postfix(loss=f"{logs['loss']:.4g}", refresh=False)
+
+
+class ReadableLog(PrinterCallback):
+    """With `disable_tqdm`: one `log_line` per log instead of Trainer's printed dicts."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        line = log_line(logs or {}, state, args)
+        if state.is_local_process_zero and line is not None:
+            print(line, flush=True)
+
+
+def use_readable_console(trainer: Any) -> None:
+    """Swap Trainer's printing of raw log dicts (its progress bar's, or PrinterCallback's with disable_tqdm)
+    for `ReadableProgress` / `ReadableLog`; another printer (a notebook's) is left as it is."""
+    handler = trainer.callback_handler
+    kinds = {type(callback) for callback in handler.callbacks}
+    if ProgressCallback in kinds:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ReadableProgress)
+    if PrinterCallback in kinds:
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(ReadableLog)
+
+
 def _gathered(value: Any) -> list[Any]:
     """Every process's `value` (a several-process run); [`value`] in one process."""
     import torch.distributed as dist
@@ -178,4 +266,13 @@ def _joined_across_processes(rows: list[int]) -> list[int]:
     return sorted({row for part in _gathered(rows) for row in part or []})
 
 
-__all__ = ["AugmentationEpochCallback", "BadImageCallback", "EvaluationTime", "StepsFromArguments"]
+__all__ = [
+    "AugmentationEpochCallback",
+    "BadImageCallback",
+    "EvaluationTime",
+    "ReadableLog",
+    "ReadableProgress",
+    "StepsFromArguments",
+    "log_line",
+    "use_readable_console",
+]

@@ -26,7 +26,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainingArguments
 
 from ..utils.distributed import broadcast_object
-from ..utils.files import write_text_atomically
+from ..utils.files import usual_modes, write_text_atomically
 from ..utils.output_dir import OutputFiles, check_output_dir, record_outputs, written_by
 from ..utils.run_record import is_finished
 
@@ -95,6 +95,7 @@ class CheckpointRecordCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and folder.is_dir():
+            usual_modes(folder)  # safetensors writes 0600; before the record, which vouches for the files
             write_checkpoint_record(folder, self.run_id, state.global_step, self.settings)
 
 

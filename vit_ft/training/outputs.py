@@ -4,6 +4,7 @@ the training images skipped because they do not decode), the model card and the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -14,6 +15,7 @@ from transformers import Trainer, TrainingArguments
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import batch_record
 from ..reports.examples import write_examples
+from ..utils.files import usual_modes
 from ..utils.run_record import LABELS_FILE, write_run_record
 from .callbacks import BadImageCallback
 
@@ -30,10 +32,13 @@ def save_outputs(
     recipe: str | None,
     task: Any,
     fitted: dict[str, Any] | None = None,
+    splits: Any = None,
 ) -> None:
     """Model (vit_ft format), processor, label maps, example images, run info, model card and training curves.
     `fitted` is what the `task` chose before the final evaluation (a multi-label decision threshold, already in
-    the model's config, so saved with it); a single-label task fits its calibration temperature here."""
+    the model's config, so saved with it); a single-label task fits its calibration temperature here. Ends by
+    printing `run_summary` (the result in words, where everything is, the next commands); `splits` give its
+    image counts."""
     from ..tasks.card import write_model_card
     from .lora import save_lora_outputs
 
@@ -42,6 +47,8 @@ def save_outputs(
         save_lora_outputs(trainer, model_args, output_dir)
     else:
         trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        usual_modes(output_dir)  # safetensors writes 0600: the model readable like every other file (checkpoints too)
     # every process: predict gathers across them; T is fitted on validation, never on test
     calibration = task.calibrate(trainer)
     if not trainer.is_world_process_zero():
@@ -71,10 +78,62 @@ def save_outputs(
     write_model_card(output_dir, run_info)
     # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
     write_run_record(output_dir, {**run_info, "finished": True})
-    logger.info(
-        "Results in %s: %s",
-        output_dir,
-        {k: round(v, 4) for k, v in metrics.items() if k.endswith(("accuracy", "mAP", "f1_micro"))},
+    logger.info(run_summary(training_args.output_dir, metrics, task.best_metric, _sizes(splits)))
+
+
+def _sizes(splits: Any) -> dict[str, int]:
+    """Images per split, where a split knows its length (a stream's evaluation splits are read by count)."""
+    sizes = {}
+    for name in ("validation", "test"):
+        with contextlib.suppress(KeyError, TypeError):
+            sizes[name] = len(splits[name])
+    return sizes
+
+
+def _result(split: str, metric: str, value: float, images: int | None) -> str:
+    """"test accuracy 98.61 % (355/360)"; a metric that is not a fraction of images correct, as a number."""
+    if metric.endswith("accuracy") and 0 <= value <= 1:
+        counted = f" ({round(value * images)}/{images})" if images else ""
+        return f"{split} {metric} {100 * value:.2f} %{counted}"
+    return f"{split} {metric} {value:.4f}"
+
+
+# what a finished output folder holds, in the order a user looks for it: (file, what it is)
+_FOLDER_GUIDE = (
+    ("model.safetensors", "the model"),
+    ("adapter", "the LoRA adapter"),
+    ("README.md", "its card: results, how to load it"),
+    ("vit_ft_run.json", "what ran"),
+    ("training_curves.png", "loss and metrics per evaluation"),
+    ("examples", "a few validation images"),
+)
+
+
+def run_summary(output_dir: str | Path, metrics: dict[str, float], metric: str, sizes: dict[str, int]) -> str:
+    """The run's last words: the headline `metric` on test (else validation) in words and counts, where the
+    files are, and the commands to try next on this folder."""
+    results = [
+        _result(split, metric, metrics[f"{prefix}_{metric}"], sizes.get(split))
+        for split, prefix in (("test", "test"), ("validation", "eval"))
+        if f"{prefix}_{metric}" in metrics
+    ]
+    folder = Path(output_dir)
+    found = [
+        f"{name}{'/' if (folder / name).is_dir() else ''} ({what})"
+        for name, what in _FOLDER_GUIDE
+        if (folder / name).exists()
+    ]
+    name = folder.name or "model"
+    return "\n".join(
+        [
+            "Finished: " + ("; ".join(results) if results else "no evaluation") + ".",
+            f"In {output_dir}: " + ", ".join(found) + ".",
+            "Next:",
+            f"  vit-ft evaluate --model {output_dir} --output_dir reports/{name}   # report.md, confusion, mistakes",
+            f"  vit-ft predict --model {output_dir} --output preds.csv IMAGES_OR_FOLDERS",
+            f"  vit-ft export --model {output_dir} --output_dir exports/{name} --quantize int8   # ONNX",
+            f"  python demo/app.py --model {output_dir}   # try it in the browser",
+        ]
     )
 
 
@@ -104,4 +163,4 @@ def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir:
     )
 
 
-__all__ = ["save_outputs"]
+__all__ = ["run_summary", "save_outputs"]

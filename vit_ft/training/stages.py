@@ -31,7 +31,7 @@ from ..tasks import Task, task_for
 from ..utils.files import is_disk_full
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.run_record import mark_unfinished, read_run_record
-from .callbacks import BadImageCallback, StepsFromArguments
+from .callbacks import BadImageCallback, StepsFromArguments, use_readable_console
 from .checkpoints import (
     CheckpointRecordCallback,
     check_run_output_dir,
@@ -83,7 +83,12 @@ def prepare_builtin_checkpoint(
                 "No checkpoint at %s: pre-training the small digits ViT at 16x16 first.",
                 model_args.model_name_or_path,
             )
-            pretrain_digits(model_args.model_name_or_path, digits_train, seed=training_args.seed)
+            pretrain_digits(
+                model_args.model_name_or_path,
+                digits_train,
+                seed=training_args.seed,
+                progress=not training_args.disable_tqdm,
+            )
 
 
 def load_data(
@@ -427,6 +432,7 @@ def _finetune(
     trainer.add_callback(preemption)
     trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex, settings))
     trainer.add_callback(StepsFromArguments())
+    use_readable_console(trainer)  # one line per evaluation, not Trainer's log dicts
 
     # train; a finished run being replaced or continued no longer counts as finished until the end
     if training_args.process_index == 0:
@@ -446,7 +452,7 @@ def _finetune(
     fitted = task.finish(trainer)
     reuse = trainer.compute_metrics is during_training  # else the metrics changed with what was fitted
     metrics = {**train_metrics, **evaluate_final_model(trainer, splits, reuse=reuse)}
-    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe, task, fitted)
+    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe, task, fitted, splits)
     return metrics
 
 

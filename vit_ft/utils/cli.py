@@ -84,9 +84,15 @@ def error_line(error: BaseException) -> str:
 
 def _message(error: BaseException) -> str:
     """The error's text on one line (tracebacks of chained errors and multi-line messages folded; an error a
-    DataLoader worker raised, which torch re-raises with the worker's traceback in its message, as its own)."""
+    DataLoader worker raised, which torch re-raises with the worker's traceback in its message, as its own;
+    without a leading "Error", which the line's own "error:" would double)."""
     text = error.args[0] if isinstance(error, KeyError) and error.args else error  # str(KeyError) adds quotes
-    return " ".join(_worker_message(str(text)).split()) or type(error).__name__
+    text = " ".join(_worker_message(str(text)).split())
+    return _LEADING_ERROR.sub("", text) or type(error).__name__
+
+
+# transformers' "Error no file named model.safetensors ...": the line already starts with "error:"
+_LEADING_ERROR = re.compile(r"^error\b:?\s*", re.IGNORECASE)
 
 
 # torch's `ExceptionWrapper.reraise`: "Caught <type> in DataLoader worker process <n>.\nOriginal Traceback ..."

@@ -35,6 +35,16 @@ def move_into_place(temporary: str | os.PathLike, path: str | os.PathLike) -> Pa
     return Path(path)
 
 
+def usual_modes(folder: str | os.PathLike, pattern: str = "**/*.safetensors") -> None:
+    """Give the files `pattern` finds under `folder` that are private (0600) the mode `open()` would (0666 &
+    ~umask, 0644 usually): safetensors writes its files 0600 (transformers 5's `save_pretrained` and Trainer's
+    checkpoints included), which another user or a container could not read beside 0644 files."""
+    mode = 0o666 & ~_umask()
+    for path in Path(folder).glob(pattern):
+        if path.is_file() and (path.stat().st_mode & 0o777) == 0o600 and mode != 0o600:
+            path.chmod(mode)
+
+
 def _hidden_prefix(name: str) -> str:
     """`.name.`, the temporary name's start; a long name is shortened (`file_stem`), so that the temporary
     name fits the file system's 255 bytes whenever `name` itself does."""
@@ -76,7 +86,8 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
 @contextmanager
 def staged_folder(folder: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     """Yield an empty temporary sibling folder of `folder` to fill; when the block ends it becomes `folder`
-    (mode as `mkdir` would give it), and is removed instead if the block raises.
+    (mode as `mkdir` would give it, its safetensors files as `open` would: `usual_modes`), and is removed
+    instead if the block raises.
 
     replace=True: an existing `folder` is removed first. replace=False: the rename fails with OSError when
     another process created a non-empty `folder` meanwhile (the caller decides whether theirs will do).
@@ -87,6 +98,7 @@ def staged_folder(folder: str | os.PathLike, replace: bool = True) -> Iterator[P
     try:
         yield partial
         partial.chmod(0o777 & ~_umask())  # mkdtemp's folders are private (0700)
+        usual_modes(partial)  # and safetensors' files (0600)
         if replace and folder.exists():
             shutil.rmtree(folder)
         os.rename(partial, folder)
@@ -182,5 +194,6 @@ __all__ = [
     "staged_file",
     "staged_folder",
     "temporary_sibling",
+    "usual_modes",
     "write_text_atomically",
 ]

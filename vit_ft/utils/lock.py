@@ -187,6 +187,28 @@ def _acquire(lock_path: Path) -> int:
         os.close(fd)
 
 
+def lock_holder(folder: str | os.PathLike) -> str | None:
+    """Who holds `folder`'s lock now ("pid 12 on host, finetune started ..."), or None when no run does."""
+    lock_path = Path(folder) / LOCK_FILE
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # refused while a run holds it exclusively
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        return _holder(lock_path)
+    except OSError as error:
+        if error.errno not in FLOCK_UNSUPPORTED:
+            raise
+        info = _holder_info(lock_path)  # no flock here: the file itself is the lock
+        return None if _stale(info) else _describe(info)
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def output_lock(folder: str | os.PathLike, command: str = "vit-ft") -> Iterator[Path]:
     """Hold `folder`'s lock (the folder is created) for the block; OutputLocked when another run holds it.
@@ -239,4 +261,11 @@ def output_lock_in_process_zero(
         yield
 
 
-__all__ = ["FLOCK_UNSUPPORTED", "LOCK_FILE", "OutputLocked", "output_lock", "output_lock_in_process_zero"]
+__all__ = [
+    "FLOCK_UNSUPPORTED",
+    "LOCK_FILE",
+    "OutputLocked",
+    "lock_holder",
+    "output_lock",
+    "output_lock_in_process_zero",
+]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def setup_logging(
@@ -32,4 +34,19 @@ def setup_logging(
         transformers.utils.logging.set_verbosity(library_level)
 
 
-__all__ = ["setup_logging"]
+@contextmanager
+def no_dataset_bars() -> Iterator[None]:
+    """datasets' progress bars off for the block (a local folder's "Downloading data" / "Generating split"
+    bars say nothing to a user: nothing is downloaded), as they were after it."""
+    from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
+
+    enabled = is_progress_bar_enabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if enabled:
+            enable_progress_bars()
+
+
+__all__ = ["no_dataset_bars", "setup_logging"]

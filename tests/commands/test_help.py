@@ -1,0 +1,84 @@
+"""`vit-ft finetune --help` is short and fast: vit-ft's own flags first (read from the argument dataclasses'
+source by `arguments.help`, never importing torch or transformers), the Trainer's under `--help-all`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+from transformers import TrainingArguments
+
+from vit_ft.arguments import recipes
+from vit_ft.arguments.augmentation_arguments import AugmentationArguments
+from vit_ft.arguments.fields import DataArguments, ModelArguments
+from vit_ft.arguments.help import COMMON_TRAINER_FLAGS, SECTIONS, declared_fields
+from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
+from vit_ft.commands import finetune
+from vit_ft.commands.finetune import parse_command
+
+from ..conftest import REPO
+
+# each short-help section's class and the parent whose fields it does not declare itself
+OWN = {
+    "ModelArguments": (ModelArguments, None),
+    "DataArguments": (DataArguments, AugmentationArguments),
+    "AugmentationArguments": (AugmentationArguments, None),
+    "FineTuneTrainingArguments": (FineTuneTrainingArguments, TrainingArguments),
+}
+
+
+@pytest.mark.parametrize("source, class_name", [(source, name) for _, source, name in SECTIONS])
+def test_the_short_help_reads_each_dataclass_own_fields_and_help(source, class_name):
+    cls, parent = OWN[class_name]
+    inherited = {f.name for f in dataclasses.fields(parent)} if parent else set()
+    own = [f for f in dataclasses.fields(cls) if f.name not in inherited]
+    declared = declared_fields(source, class_name)
+    assert [name for name, _ in declared] == [f.name for f in own]
+    for (name, text), item in zip(declared, own, strict=True):
+        if "..." not in text:  # an f-string's placeholders are shown as "..."
+            assert text == item.metadata["help"], name
+
+
+def test_the_command_spells_its_switches_as_the_parser_does():
+    assert finetune.SWEEP_FLAG == recipes.SWEEP_FLAG
+    assert finetune.PROCESS_PER_RUN_FLAG == recipes.PROCESS_PER_RUN_FLAG
+    trainer = {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert set(COMMON_TRAINER_FLAGS) <= trainer
+
+
+def test_help_all_lists_every_trainer_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_command(["--help-all"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--logging_steps" in out and "--lr_scheduler_type" in out and "--recipe" in out
+
+
+def test_finetune_help_is_short_and_imports_neither_torch_nor_transformers(tmp_path):
+    """The process boundary is the point: what a fresh `vit-ft finetune --help` imports."""
+    probe = (
+        "import sys, runpy\n"
+        "sys.argv = ['vit-ft', 'finetune', '--help']\n"
+        "try:\n    runpy.run_module('vit_ft', run_name='__main__')\n"
+        "finally:\n    print('IMPORTED', 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    help_text, _, imported = ran.stdout.rpartition("IMPORTED")
+    assert imported.split() == ["False", "False"]
+    assert len(help_text.splitlines()) < 150
+    lines = help_text.splitlines()
+    assert lines[0].startswith("usage: vit-ft finetune --recipe")
+    for flag in ("--recipe NAME", "--resume", "--sweep ARG=V1,V2,...", "--help-all", "--model_name_or_path",
+                 "--layer_decay", "--learning_rate"):  # fmt: skip
+        assert flag in help_text, flag
+    # vit-ft's own flags come first, the Trainer's (a few named, the rest under --help-all) last
+    assert help_text.index("--recipe") < help_text.index("--layer_decay") < help_text.index("--learning_rate")
+    assert "--logging_steps" not in help_text

@@ -1,0 +1,120 @@
+"""The one check of the model a command is given (the tools' `--model`; the fine-tune's model_name_or_path is
+checked with its recipe, where `pretrain_if_missing` may build a missing one), before the command loads
+anything: `vit-ft <command>` runs it before importing the command (so that a mistyped folder fails in well under
+a second), and every command's own function runs it again (scripts/*.py, tests).
+
+- a local path that does not exist: one line naming the closest folder (`model.checks` / `utils.hub_ids`: the
+  path rule, the did-you-mean, and a Hub id looked up once, without huggingface_hub's retries);
+- a fine-tune output folder with no model in it (the run is still going, or stopped before saving): one line
+  naming the run that holds its lock, or its last complete checkpoint, and `--resume` / `--model <checkpoint>`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..utils.hub_ids import check_model_reference
+from ..utils.lock import LOCK_FILE, lock_holder
+from ..utils.run_record import RUN_RECORD_FILE, read_run_record
+
+MODEL_FLAGS = ("--model",)
+# what makes a folder a model vit_ft can load (a model's weights, sharded or not, or a LoRA adapter)
+MODEL_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "adapter_config.json",
+    "adapter/adapter_config.json",
+)
+EXPECTED = "a model folder, a LoRA adapter folder or a Hub id"
+
+
+class UnfinishedModelFolder(FileNotFoundError):
+    """A fine-tune's output folder that holds no model yet."""
+
+
+def model_flags(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """The (flag, value) pairs of `--model X` / `--model=X` in `argv`."""
+    found = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in MODEL_FLAGS:
+            if eq:
+                found.append((flag, value))
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                found.append((flag, argv[i + 1]))
+    return found
+
+
+def _is_run_folder(path: Path) -> bool:
+    """A fine-tune's output folder: its lock, run record or checkpoints are there."""
+    return (
+        (path / LOCK_FILE).exists()
+        or (path / RUN_RECORD_FILE).exists()
+        or any(p.is_dir() for p in path.glob("checkpoint-*"))
+    )
+
+
+def unfinished_folder_message(path: str | os.PathLike, flag: str = "--model") -> str | None:
+    """Why `path`, a fine-tune output folder without a model in it, cannot be loaded, and what to do; None when
+    it is not one (a model folder, or some other folder transformers will report on)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir() or any((folder / name).is_file() for name in MODEL_FILES):
+        return None
+    if not _is_run_folder(folder):
+        return None
+    holder = lock_holder(folder)
+    from ..training.checkpoints import newest_complete_checkpoint  # transformers: only for such a folder
+
+    last = newest_complete_checkpoint(folder)
+    use_last = f"pass {flag} {last} (its last complete checkpoint)" if last else None
+    if holder is not None:
+        return (
+            f"{flag} {path}: no model.safetensors yet: a fine-tune is still writing there ({holder}); wait for it "
+            "to end" + (f", or {use_last}" if use_last else "") + "."
+        )
+    record = read_run_record(folder) or {}
+    resume = f"vit-ft finetune --recipe {record.get('recipe') or '<its recipe>'} --output_dir {path} --resume"
+    if last is not None:
+        return (
+            f"{flag} {path}: the fine-tune there did not finish (no model.safetensors); continue it with "
+            f"{resume}, or {use_last}."
+        )
+    return (
+        f"{flag} {path}: the fine-tune there did not finish (no model.safetensors, no complete checkpoint); run "
+        "it again, or pass a finished model folder."
+    )
+
+
+def check_model(name: str | os.PathLike, flag: str = "--model", cache_dir: str | None = None) -> None:
+    """One line (FileNotFoundError / ConnectionError) when `name` is a missing local path (naming the closest
+    folder), an unfinished fine-tune output folder, or a Hub id that the Hub cannot be asked about."""
+    check_model_reference(name, f"{flag} {name}", EXPECTED, cache_dir=cache_dir)
+    check_finished(name, flag)
+
+
+def check_finished(path: str | os.PathLike, flag: str = "--model") -> None:
+    """UnfinishedModelFolder when `path` is a fine-tune output folder without a model (see
+    `unfinished_folder_message`); nothing for anything else."""
+    message = unfinished_folder_message(path, flag)
+    if message is not None:
+        raise UnfinishedModelFolder(message)
+
+
+def check_model_flags(argv: Sequence[str]) -> None:
+    """`check_model` for each `--model` on the command line."""
+    for flag, value in model_flags(argv):
+        check_model(value, flag)
+
+
+__all__ = [
+    "MODEL_FLAGS",
+    "UnfinishedModelFolder",
+    "check_finished",
+    "check_model",
+    "check_model_flags",
+    "model_flags",
+    "unfinished_folder_message",
+]
