@@ -39,7 +39,7 @@ from vit_ft.data.images import (  # noqa: E402
     to_normalized_tensor,
 )
 from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: E402
-from vit_ft.tasks.feature_bank import expected_input_text, pre_logits  # noqa: E402
+from vit_ft.tasks.feature_bank import expected_input_text, feature_taps, pre_logits  # noqa: E402
 from vit_ft.tools.inspect.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.ood import OODScorer  # noqa: E402
 from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
@@ -186,12 +186,14 @@ class Classifier:
 
     @torch.inference_mode()
     def unlike_training(self, upload: str | dict | None) -> tuple[float, bool] | None:
-        """The upload's out-of-distribution score (cosine distance to its k-th nearest training image in the
-        model's feature space) and whether it is above the threshold fitted on validation; None without a bank."""
+        """The upload's out-of-distribution score (its distance to the k-th nearest training image over the
+        threshold fitted on validation, the larger of the model's two feature spaces) and whether it is above 1;
+        None without a bank."""
         if self.bank is None:
             return None
-        features = pre_logits(self.model, self.pixel_values(self.open(upload))).float().numpy()
-        scores, flags = self.bank.unlike_training(features)
+        with feature_taps(self.model) as taps:
+            pre_logits(self.model, self.pixel_values(self.open(upload)))
+        scores, flags = self.bank.unlike_training({space: value.numpy() for space, value in taps.items()})
         return float(scores[0]), bool(flags[0])
 
     def example(self, selected: gr.SelectData) -> str:
@@ -244,10 +246,9 @@ def describe_unlike(score: float, ood: dict[str, Any], expected: str) -> str:
     """The warning for an upload the feature bank marks as unlike the training images (`ood`: the bank's fit on
     validation), and what to upload instead."""
     return (
-        f"**This does not look like the training images** (distance {score:.3f} to the nearest training images "
-        f"in the model's feature space, above the {ood['threshold']:.3f} that {100 * ood['quantile']:g} % of "
-        f"{ood['split']} images stay under): "
-        f"the answer below means little. The model expects {expected}, like the examples."
+        f"**This does not look like the training images:** it is {score:.1f}x further from its nearest training "
+        f"images, in the model's feature space, than {100 * ood['quantile']:g} % of the {ood['split']} images are. "
+        f"The answer below means little. The model expects {expected}, like the examples."
     )
 
 

@@ -4,7 +4,7 @@ demo mark the images unlike the training images without a second pass through th
 
     scorer = OODScorer.of(trained)                 # scorer.bank None (and scorer.why says why) without a bank
     for batch in iter_batches(trained, files, forward=scorer.forward):
-        scores, flags = scorer.last                # of the batch's decoded images
+        scores, flags = scorer.last                # of the batch's decoded images: score above 1 is flagged
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..tasks.feature_bank import FeatureBank, read_feature_bank
+from ..tasks.feature_bank import FeatureBank, feature_taps, read_feature_bank
 from .trained import Trained
 
 logger = logging.getLogger("vit_ft")
@@ -51,32 +51,21 @@ class OODScorer:
             return f"No out-of-distribution score: {self.why}."
         ood = self.bank.ood
         return (
-            f"Unlike the training images: the {ood['k']}-th nearest of {len(self.bank)} training images is "
-            f"further than cosine distance {ood['threshold']:.4f} in the model's feature space (the "
-            f"{ood['quantile']:g} quantile of {ood['images']} {ood['split']} images)."
+            f"An image is unlike the training images when its {ood['k']}-th nearest of {len(self.bank)} training "
+            f"images is further than for {100 * ood['quantile']:g} % of the {ood['images']} {ood['split']} images, "
+            "in the model's pooled features or in its patch embeddings (ood_score: that distance over the "
+            "threshold, the larger of the two; above 1 is unlike)."
         )
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """`(batch, channels, height, width)` -> the logits `(batch, num_labels)` (`Trained.logits`); with a
-        bank, the batch's scores and flags in `last`, from the pooled features of the same forward pass."""
+        bank, the batch's scores and flags in `last`, from the features of the same forward pass."""
         if self.bank is None:
             return self.trained.logits(pixel_values)
-        backbone = getattr(self.trained.model, "vit", self.trained.model)
-        pooled: list[torch.Tensor] = []
-        handle = backbone.register_forward_hook(lambda module, args, output: pooled.append(output.pooler_output))
-        try:
+        with feature_taps(self.trained.model) as taps:
             logits = self.trained.logits(pixel_values)
-        finally:
-            handle.remove()
-        self.last = self.bank.unlike_training(pooled[-1].float().cpu().numpy())
+        self.last = self.bank.unlike_training({space: value.cpu().numpy() for space, value in taps.items()})
         return logits
-
-    def score(self, pixel_values: torch.Tensor) -> tuple[np.ndarray, np.ndarray] | None:
-        """`(batch,)` scores and flags of a batch of pixels, or None without a bank."""
-        if self.bank is None:
-            return None
-        self.forward(pixel_values)
-        return self.last
 
 
 def _hidden_size(trained: Trained) -> int:

@@ -143,7 +143,7 @@ def unlike_training_count(outputs: EvalOutputs, scorer: OODScorer) -> tuple[dict
     if outputs.unlike_training is None:
         return {"flagged": None, "why": scorer.why}, scorer.note()
     flagged, total = int(outputs.unlike_training.sum()), len(outputs.unlike_training)
-    entry = {"flagged": flagged, "images": total, "fraction": flagged / max(total, 1), **scorer.bank.ood}
+    entry = {"flagged": flagged, "images": total, "fraction": flagged / max(total, 1), "fit": scorer.bank.ood}
     line = (f"{flagged} of {total} images ({100 * flagged / max(total, 1):.1f} %) look unlike the training "
             f"images. {scorer.note()}")  # fmt: skip
     return entry, line

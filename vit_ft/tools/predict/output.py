@@ -48,7 +48,7 @@ class Prediction:
     error: str | None = None
     task: Task = field(default_factory=task_for, repr=False)  # the model's: the row's columns and the caption
     unlike_training: bool | None = None  # None: no feature bank to tell (or the file was not read)
-    ood_score: float | None = None  # the k-th nearest training image's cosine distance
+    ood_score: float | None = None  # the k-th nearest training image's distance over its threshold (above 1: unlike)
 
     @property
     def label(self) -> str | None:
