@@ -20,7 +20,6 @@ from vit_ft.tasks.feature_bank import (
     stratified_rows,
 )
 
-
 CENTRES = np.random.default_rng(0).normal(size=(4, 16)) * 3  # four classes' clusters in a 16-wide feature space
 
 
