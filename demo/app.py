@@ -8,7 +8,9 @@ python demo/app.py --model outputs/dogs --host 0.0.0.0          # reachable from
 
 Runs on CPU with the model's own resolution and normalisation. An upload, or a click on an example, is
 classified at once (Classify runs it again). Probabilities are divided by the temperature the fine-tune fitted
-on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure. A multi-label
+on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure. An upload unlike
+the training images (the folder's feature bank: `vit_ft.tasks.feature_bank`) is said to be so, whatever its
+probabilities, and the page states the input the model expects (size, colours, background). A multi-label
 model shows every label at or above its decision threshold (sigmoid probabilities, no temperature) and the next
 few below it. API: `gradio_client.Client(url).predict(handle_file("cat.jpg"), api_name="/predict")` returns the
 label confidences; `api_name="/rollout"` returns the heat map image.
@@ -202,7 +204,8 @@ class Classifier:
 
     def status(self, upload: str | dict | None, labels: dict | None) -> tuple[str, Any]:
         """The line above the answer, and the image input's update: the top label and how sure the model is
-        (unsure below LOW_CONFIDENCE); or, when there is no answer, why, kept on the page (the toast fades),
+        (unsure below LOW_CONFIDENCE), then a warning when the feature bank marks the upload as unlike the
+        training images (`describe_unlike`); or, when there is no answer, why, kept on the page (the toast fades),
         with a file that is not a readable image taken out of the input (no broken-image outline)."""
         confidences = (labels or {}).get("confidences") or []
         if confidences:
@@ -213,7 +216,7 @@ class Classifier:
                 line = describe_prediction(top["label"], top["confidence"], len(self.labels), self.temperature)
             ood = self.unlike_training(upload)
             if ood is not None and ood[1]:
-                line = f"{describe_unlike(ood[0], self.bank.ood, self.expected)}\n\n{line}"
+                line = f"{line}\n\n{describe_unlike(ood[0], self.bank.ood, self.expected)}"
             return line, gr.skip()
         try:
             self.open(upload)
@@ -248,7 +251,7 @@ def describe_unlike(score: float, ood: dict[str, Any], expected: str) -> str:
     return (
         f"**This does not look like the training images:** it is {score:.1f}x further from its nearest training "
         f"images, in the model's feature space, than {100 * ood['quantile']:g} % of the {ood['split']} images are. "
-        f"The answer below means little. The model expects {expected}, like the examples."
+        f"The answer above means little. The model expects {expected}, like the examples."
     )
 
 
