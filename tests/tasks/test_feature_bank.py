@@ -136,3 +136,10 @@ def test_expected_input_is_read_from_the_images():
     assert colour["colours"] == "colour" and colour["background"] == "light" and colour["images_read"] == 3
     assert expected_input_text(grey) == "grey images of about 8x10 pixels on a dark background"
     assert "32x32 pixels" in expected_input_text({}, (32, 32))
+
+
+def test_the_fine_tune_claims_the_bank_as_its_own_file():
+    """A user's file of the bank's name in an output folder is refused like the fine-tune's other files."""
+    from vit_ft.training.checkpoints import FINETUNE_FILES
+
+    assert FEATURE_BANK_FILE in FINETUNE_FILES.names
