@@ -251,7 +251,7 @@ def describe_unlike(score: float, ood: dict[str, Any], expected: str) -> str:
     return (
         f"**This does not look like the training images:** it is {score:.1f}x further from its nearest training "
         f"images, in the model's feature space, than {100 * ood['quantile']:g} % of the {ood['split']} images are. "
-        f"The answer above means little. The model expects {expected}, like the examples."
+        f"The answer above may mean little. The model expects {expected}, like the examples."
     )
 
 
