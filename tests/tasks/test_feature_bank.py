@@ -96,7 +96,8 @@ def test_stratified_sample_keeps_every_class_in_proportion(counts, limit):
 def test_bank_round_trips_through_its_file(tmp_path):
     bank = bank_of().fit_ood(both(cluster_samples(50, seed=3)[0]))
     multi = FeatureBank(bank.features, (np.arange(200 * 3).reshape(200, 3) % 2).astype(np.uint8), bank.rows,
-                        bank.input, bank.ood, {"size": [8, 8], "colours": "grey", "background": "dark"})  # fmt: skip
+                        bank.input, bank.ood, {"size": [8, 8], "colours": "grey", "background": "dark"},
+                        tuple(f"train/{i % 3}/{i}.png" for i in range(200)))  # fmt: skip
     for original in (bank, multi):
         loaded = FeatureBank.load(original.save(tmp_path / FEATURE_BANK_FILE))
         np.testing.assert_array_equal(loaded.features, original.features)
@@ -105,6 +106,7 @@ def test_bank_round_trips_through_its_file(tmp_path):
         assert loaded.labels.dtype == original.labels.dtype
         np.testing.assert_array_equal(loaded.rows, original.rows)
         assert loaded.ood == original.ood and loaded.expected_input == original.expected_input
+        assert loaded.sources == original.sources
     assert [p.name for p in tmp_path.iterdir()] == [FEATURE_BANK_FILE]  # no staged file left behind
 
 

@@ -69,6 +69,8 @@ def test_the_fine_tune_keeps_a_bank_of_the_training_images_fitted_on_validation(
             same = similarity.argmax(axis=1)
     np.testing.assert_array_equal(bank.labels, train.labels[same])
     assert len(set(bank.rows.tolist())) == len(bank)
+    paths = [image["path"] for image in train.dataset.with_format(None)["image"]]
+    assert [paths[i] for i in same] == list(bank.sources)  # each entry names its file
     # each threshold is the quantile of the validation images' k-th neighbour distances, not of test's
     validation = resolve_eval_data(trained.origin, trained.id2label, split="validation").dataset["image"]
     held_out, _ = bank_features(trained.model, trained.transform, validation)

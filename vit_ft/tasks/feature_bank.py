@@ -9,11 +9,14 @@ the cosine distance to the k-th nearest training image, divided by its threshold
 of the validation split's distances (images the bank does not hold), fitted once at the end of the fine-tune
 like the calibration temperature. An image is unlike the training images when either ratio is above 1: the
 pooled feature alone, trained to separate classes, maps noise and photos close to some class (measured on
-digits: 25-46 % of foreign images flagged); the input space alone misses a foreign image with a digit's
-statistics. predict, evaluate and the demo read the fit back.
+digits: 25-46 % of foreign images flagged); the input space alone knows the input's statistics, not what it
+shows. predict, evaluate and the demo read the fit back.
 
     bank, why = read_feature_bank("outputs/digits")     # None and a one-line reason for a folder without one
-    scores, flags = bank.unlike_training(features, input_features)   # (n,) ratios, (n,) bool
+    with feature_taps(model) as taps:                   # both spaces from the pass that gives the logits
+        logits = model(pixel_values=pixels).logits
+    scores, flags = bank.unlike_training({space: t.numpy() for space, t in taps.items()})  # (n,) ratios, bool
+    similarities, indices = bank.neighbours(taps["features"].numpy(), k=20)  # the kNN classifier, the audit
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +141,8 @@ def stratified_rows(labels: np.ndarray, limit: int, seed: int = 0) -> np.ndarray
 
 @dataclass(frozen=True)
 class FeatureBank:
-    """L2-normalised features of training images in both spaces, with their labels and rows in the training
-    split, the out-of-distribution fit on validation (`ood`, {} before `fit_ood`) and a description of the input
+    """L2-normalised features of training images in both spaces, with their labels, rows in the training split
+    (as the fine-tune loaded it) and file paths, the out-of-distribution fit on validation (`ood`, {} before `fit_ood`) and a description of the input
     the model expects (`expected_input`: size, colours, background)."""
 
     features: np.ndarray  # (n, hidden) float32, unit norm: the pooled features the head sees
@@ -148,6 +151,7 @@ class FeatureBank:
     input: np.ndarray | None = None  # (n, hidden) float32, unit norm: the mean patch embeddings
     ood: dict[str, Any] = field(default_factory=dict)  # {"k", "quantile", "thresholds", "split", "images", ...}
     expected_input: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()  # each image's file path ("" for an image stored as bytes only)
 
     def __len__(self) -> int:
         return len(self.features)
@@ -212,11 +216,9 @@ class FeatureBank:
         if count == 0:
             return self
         thresholds = {space: float(np.quantile(self.distances(features[space], space, k), quantile)) for space in spaces}
-        fitted = FeatureBank(self.features, self.labels, self.rows, self.input,
-                             {"k": k, "quantile": quantile, "thresholds": thresholds}, self.expected_input)  # fmt: skip
+        fitted = replace(self, ood={"k": k, "quantile": quantile, "thresholds": thresholds})
         flagged = int(fitted.unlike_training(features)[1].sum())
-        ood = {**fitted.ood, "split": split, "images": count, "flagged": flagged}
-        return FeatureBank(self.features, self.labels, self.rows, self.input, ood, self.expected_input)
+        return replace(fitted, ood={**fitted.ood, "split": split, "images": count, "flagged": flagged})
 
     def record(self) -> dict[str, Any]:
         """What the run record keeps of the bank: its file, size and the fit."""
@@ -224,8 +226,8 @@ class FeatureBank:
                 "ood": self.ood, "expected_input": self.expected_input}  # fmt: skip
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the bank as safetensors (features, input, labels, rows; the fit and the expected input as JSON
-        metadata), staged and renamed: an existing file stays whole if writing fails."""
+        """Write the bank as safetensors (features, input, labels, rows; the fit, the expected input and the
+        sources as JSON metadata), staged and renamed: an existing file stays whole if writing fails."""
         from safetensors.numpy import save_file
 
         path = Path(path)
@@ -233,7 +235,8 @@ class FeatureBank:
                    "labels": np.ascontiguousarray(self.labels), "rows": np.ascontiguousarray(self.rows, np.int64)}  # fmt: skip
         if self.input is not None:
             tensors["input"] = np.ascontiguousarray(self.input, np.float32)
-        metadata = {"ood": json.dumps(self.ood), "expected_input": json.dumps(self.expected_input)}
+        metadata = {"ood": json.dumps(self.ood), "expected_input": json.dumps(self.expected_input),
+                    "sources": json.dumps(list(self.sources))}  # fmt: skip
         with staged_file(path) as partial:
             save_file(tensors, str(partial), metadata=metadata)
         return path
@@ -249,12 +252,14 @@ class FeatureBank:
                 tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - safe_open has no iter
             features, labels, rows = tensors["features"], tensors["labels"], tensors["rows"]
             ood, expected = json.loads(metadata.get("ood", "{}")), json.loads(metadata.get("expected_input", "{}"))
+            sources = tuple(json.loads(metadata.get("sources", "[]")))
         except Exception as error:  # safetensors' errors name neither the file nor the fix
             raise ValueError(
                 f"{path} is not a readable feature bank ({type(error).__name__}: {error}); delete it (the model "
                 "works without it, minus the out-of-distribution score) or copy the folder again."
             ) from error
-        return cls(features.astype(np.float32), labels, rows.astype(np.int64), tensors.get("input"), ood, expected)
+        return cls(features.astype(np.float32), labels, rows.astype(np.int64), tensors.get("input"), ood, expected,
+                   sources)  # fmt: skip
 
 
 def read_feature_bank(folder: str | os.PathLike | None) -> tuple[FeatureBank | None, str]:
@@ -329,8 +334,9 @@ def build_feature_bank(
     rows, labels = np.asarray(rows)[kept], np.asarray(labels)[kept]
     labels = labels.astype(np.uint8) if labels.ndim == 2 else labels.astype(np.int64)
     expected = describe_input([images[i] for i in kept[:INPUT_SAMPLE]])
+    sources = tuple(_path_of(images[i]) for i in kept)
     bank = FeatureBank(normalized(features["features"]), labels, rows.astype(np.int64),
-                       normalized(features["input"]), {}, expected)  # fmt: skip
+                       normalized(features["input"]), {}, expected, sources)  # fmt: skip
     if validation_images is not None and len(validation_images) and len(bank):
         held_out, _ = bank_features(model, transform, validation_images)
         bank = bank.fit_ood(held_out)
@@ -342,14 +348,20 @@ def build_feature_bank(
     return bank
 
 
+def _path_of(image: Any) -> str:
+    """An image's file path: a {"bytes", "path"} value's path, a path as given, "" for bytes alone."""
+    path = image.get("path") if isinstance(image, dict) else image if isinstance(image, (str, os.PathLike)) else None
+    return str(path) if path else ""
+
+
 __all__ = [
     "BANK_MAX_IMAGES",
     "FEATURE_BANK_FILE",
     "FIT_MAX_IMAGES",
     "OOD_NEIGHBOURS",
     "OOD_QUANTILE",
-    "FeatureBank",
     "SPACES",
+    "FeatureBank",
     "bank_features",
     "build_feature_bank",
     "feature_taps",
