@@ -94,7 +94,7 @@ def bank_features(
     """Both spaces' features {"features", "input"} -> `(decoded, hidden)` of `images` ({"bytes", "path"} values
     or paths) through the eval `transform` (`data.transforms.ImageClassificationTransform`), on the model's
     device, and the indices of the images that decoded (one that does not is left out)."""
-    device = next(model.parameters()).device
+    parameter = next(model.parameters())  # the model's device and dtype (bf16 weights take bf16 pixels)
     was_training = model.training
     model.eval()
     chunks: dict[str, list[np.ndarray]] = {space: [] for space in SPACES}
@@ -110,7 +110,7 @@ def bank_features(
                         continue
                     kept.append(start + offset)
                 if pixels:
-                    pre_logits(model, torch.stack(pixels).to(device))
+                    pre_logits(model, torch.stack(pixels).to(parameter.device, parameter.dtype))
                     for space in SPACES:
                         chunks[space].append(taps[space].cpu().numpy())
     finally:

@@ -1,6 +1,7 @@
 """The fine-tune's output folder once training ends: the model (vit_ft format, or the LoRA adapter), label maps,
-example images, the run record (written twice: first unfinished, last finished, the completion marker; it names
-the training images skipped because they do not decode), the model card and the training curves."""
+example images, the feature bank (`tasks.feature_bank`: the out-of-distribution score's), the run record
+(written twice: first unfinished, last finished, the completion marker; it names the training images skipped
+because they do not decode), the model card and the training curves."""
 
 from __future__ import annotations
 
@@ -82,9 +83,10 @@ def save_outputs(
 
 
 def _write_feature_bank(trainer: Trainer, output_dir: Path, seed: int) -> dict[str, Any]:
-    """`feature_bank.safetensors` (`tasks.feature_bank`): the final model's pooled features of the training
-    images through the evaluation transform, with the out-of-distribution threshold fitted on validation; its
-    run-record entry, or {"written": False, "why": ...} for a streamed training split (never read whole)."""
+    """`feature_bank.safetensors` (`tasks.feature_bank`): the final model's features of the training images (a
+    class-stratified sample of at most BANK_MAX_IMAGES) through the evaluation transform, with the
+    out-of-distribution thresholds fitted on validation; its run-record entry, or {"written": False, "why": ...}
+    for a streamed training split (never read whole). Process zero alone, after the model is saved."""
     from ..data.streaming import TrainStream
     from ..data.transforms import build_transforms
     from ..tasks.feature_bank import (
