@@ -8,7 +8,9 @@ python demo/app.py --model outputs/dogs --host 0.0.0.0          # reachable from
 
 Runs on CPU with the model's own resolution and normalisation. An upload, or a click on an example, is
 classified at once (Classify runs it again). Probabilities are divided by the temperature the fine-tune fitted
-on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure. A multi-label
+on its validation split (calibrated), and a top-1 probability under 50 % is said to be unsure. An upload unlike
+the training images (the folder's feature bank: `vit_ft.tasks.feature_bank`) is said to be so, whatever its
+probabilities, and the page states the input the model expects (size, colours, background). A multi-label
 model shows every label at or above its decision threshold (sigmoid probabilities, no temperature) and the next
 few below it. API: `gradio_client.Client(url).predict(handle_file("cat.jpg"), api_name="/predict")` returns the
 label confidences; `api_name="/rollout"` returns the heat map image.
@@ -39,7 +41,9 @@ from vit_ft.data.images import (  # noqa: E402
     to_normalized_tensor,
 )
 from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: E402
+from vit_ft.tasks.feature_bank import expected_input_text, feature_taps, pre_logits  # noqa: E402
 from vit_ft.tools.inspect.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from vit_ft.tools.ood import OODScorer  # noqa: E402
 from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
 from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
@@ -106,6 +110,11 @@ class Classifier:
             if p.suffix.lower() in suffixes
         )
         self.captions = [example_caption(path) for path in self.examples]
+        # the feature bank (None for a folder without one, `bank_note` saying why): marks uploads unlike the
+        # training images, whatever the softmax says; and what the training images look like
+        scorer = OODScorer.of(trained)
+        self.bank, self.bank_note = scorer.bank, scorer.note()
+        self.expected = expected_input_text(self.bank.expected_input if self.bank else {}, self.size)
         scale = DISPLAY_SIDE / max(self.size)
         self.display_size = (round(self.size[0] * scale), round(self.size[1] * scale))
 
@@ -177,22 +186,38 @@ class Classifier:
         below = [label for label in ranked if label not in above][:BELOW_SHOWN]
         return {**above, **{label: ranked[label] for label in below}}
 
+    @torch.inference_mode()
+    def unlike_training(self, upload: str | dict | None) -> tuple[float, bool] | None:
+        """The upload's out-of-distribution score (its distance to the k-th nearest training image over the
+        threshold fitted on validation, the larger of the model's two feature spaces) and whether it is above 1;
+        None without a bank."""
+        if self.bank is None:
+            return None
+        with feature_taps(self.model) as taps:
+            pre_logits(self.model, self.pixel_values(self.open(upload)))
+        scores, flags = self.bank.unlike_training({space: value.numpy() for space, value in taps.items()})
+        return float(scores[0]), bool(flags[0])
+
     def example(self, selected: gr.SelectData) -> str:
         """The path of the example clicked in the gallery."""
         return self.examples[selected.index]
 
     def status(self, upload: str | dict | None, labels: dict | None) -> tuple[str, Any]:
         """The line above the answer, and the image input's update: the top label and how sure the model is
-        (unsure below LOW_CONFIDENCE); or, when there is no answer, why, kept on the page (the toast fades),
+        (unsure below LOW_CONFIDENCE), then a warning when the feature bank marks the upload as unlike the
+        training images (`describe_unlike`); or, when there is no answer, why, kept on the page (the toast fades),
         with a file that is not a readable image taken out of the input (no broken-image outline)."""
         confidences = (labels or {}).get("confidences") or []
-        if confidences and self.multi_label:
-            return describe_labels(confidences, self.thresholds, self.threshold_source), gr.skip()
         if confidences:
-            top = confidences[0]
-            return describe_prediction(
-                top["label"], top["confidence"], len(self.labels), self.temperature
-            ), gr.skip()
+            if self.multi_label:
+                line = describe_labels(confidences, self.thresholds, self.threshold_source)
+            else:
+                top = confidences[0]
+                line = describe_prediction(top["label"], top["confidence"], len(self.labels), self.temperature)
+            ood = self.unlike_training(upload)
+            if ood is not None and ood[1]:
+                line = f"{line}\n\n{describe_unlike(ood[0], self.bank.ood, self.expected)}"
+            return line, gr.skip()
         try:
             self.open(upload)
         except gr.Error as error:
@@ -217,6 +242,16 @@ def describe_prediction(label: str, probability: float, num_classes: int, temper
     return (
         f"{line}\n\n**Unsure:** the top probability is below {100 * LOW_CONFIDENCE:.0f} %. The model only knows "
         f"its {num_classes} classes: this image may show none of them, or look unlike its training images."
+    )
+
+
+def describe_unlike(score: float, ood: dict[str, Any], expected: str) -> str:
+    """The warning for an upload the feature bank marks as unlike the training images (`ood`: the bank's fit on
+    validation), and what to upload instead."""
+    return (
+        f"**This does not look like the training images:** it is {score:.1f}x further from its nearest training "
+        f"images, in the model's feature space, than {100 * ood['quantile']:g} % of the {ood['split']} images are. "
+        f"The answer above may mean little. The model expects {expected}, like the examples."
     )
 
 
@@ -385,7 +420,7 @@ def introduction(classifier: Classifier) -> str:
             f"## {classifier.name}\nA ViT fine-tuned with vit-ft: {count} classes at {height}x{width}. Upload an "
             "image or click an example for the top-5 labels and an attention-rollout map (Abnar & Zuidema 2020) of "
             f"where the class token's information comes from. The model only knows its {count} classes; a top "
-            f"probability under {100 * LOW_CONFIDENCE:.0f} % is flagged as unsure."
+            f"probability under {100 * LOW_CONFIDENCE:.0f} % is flagged as unsure.\n\n{expectation(classifier)}"
         )
     return (
         f"## {classifier.name}\nA multi-label ViT fine-tuned with vit-ft: {count} labels at {height}x{width}. "
@@ -394,7 +429,17 @@ def introduction(classifier: Classifier) -> str:
         f"{describe_threshold(classifier.thresholds, classifier.threshold_source)}; the {BELOW_SHOWN} most "
         "probable labels below it are shown too, marked as not predicted. The attention-rollout map (Abnar & "
         "Zuidema 2020) of where the class token's information comes from is class-agnostic: one map for the "
-        "image, the same for every label."
+        f"image, the same for every label.\n\n{expectation(classifier)}"
+    )
+
+
+def expectation(classifier: Classifier) -> str:
+    """What input the model expects, and whether an upload unlike the training images is flagged."""
+    if classifier.bank is None:
+        return f"**Expected input:** {classifier.expected}. {classifier.bank_note}"
+    return (
+        f"**Expected input:** {classifier.expected}, like the examples. An upload unlike the training images "
+        "(far from all of them in the model's feature space) is flagged, whatever its probabilities."
     )
 
 

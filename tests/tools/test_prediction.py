@@ -104,7 +104,8 @@ def test_top1_matches_running_the_model_directly(classifier_dir, photos, tmp_pat
     summary = run_prediction(
         classifier_dir, files, tmp_path / "p.jsonl", top_k_labels=3, batch_size=3, figure=None
     )
-    assert summary == {"rows": 4, "errors": 0, "output": str(tmp_path / "p.jsonl"), "figure": None}
+    assert summary == {"rows": 4, "errors": 0, "output": str(tmp_path / "p.jsonl"), "figure": None,
+                       "unlike_training": None}  # no feature bank in a folder saved by hand
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
 
     model = ViTFTForImageClassification.from_pretrained(classifier_dir)

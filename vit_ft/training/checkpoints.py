@@ -180,7 +180,7 @@ FINETUNE_FILES = OutputFiles(
      "configuration_vit_ft.py", "modeling_vit_ft.py", "pos_embed.py", "sizes.py", "training_args.bin",
      "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json", "test_results.json",
      "training_curves.png", "augmentations.png", "vit_ft_run.json", "sweep.json", "sweep.md", "seeds.json",
-     "seeds.md"),
+     "seeds.md", "feature_bank.safetensors"),  # tasks.feature_bank.FEATURE_BANK_FILE (not imported: light)
     "a fine-tune's model and records",
     overwrite_flag="--overwrite_output_dir",
 )  # fmt: skip

@@ -1,6 +1,7 @@
 """The fine-tune's output folder once training ends: the model (vit_ft format, or the LoRA adapter), label maps,
-example images, the run record (written twice: first unfinished, last finished, the completion marker; it names
-the training images skipped because they do not decode), the model card and the training curves."""
+example images, the feature bank (`tasks.feature_bank`: the out-of-distribution score's), the run record
+(written twice: first unfinished, last finished, the completion marker; it names the training images skipped
+because they do not decode), the model card and the training curves."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from transformers import Trainer, TrainingArguments
 
 from ..arguments.fields import DataArguments, ModelArguments
@@ -58,6 +60,7 @@ def save_outputs(
         json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
     )
     write_examples(trainer.eval_dataset, names, output_dir)
+    feature_bank = _write_feature_bank(trainer, output_dir, training_args.seed)
     run_info = {
         "recipe": recipe,
         "base_model": model_args.model_name_or_path,
@@ -72,6 +75,7 @@ def save_outputs(
         "metrics": metrics,
         "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode
         **task.record_fields(calibration, fitted),  # the calibration (and a multi-label run's threshold)
+        "feature_bank": feature_bank,  # the out-of-distribution threshold fitted on validation, or why none
     }
     write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
     _plot_curves(trainer, training_args, output_dir, task)
@@ -135,6 +139,42 @@ def run_summary(output_dir: str | Path, metrics: dict[str, float], metric: str, 
             f"  python demo/app.py --model {output_dir}   # try it in the browser",
         ]
     )
+
+
+def _write_feature_bank(trainer: Trainer, output_dir: Path, seed: int) -> dict[str, Any]:
+    """`feature_bank.safetensors` (`tasks.feature_bank`): the final model's features of the training images (a
+    class-stratified sample of at most BANK_MAX_IMAGES) through the evaluation transform, with the
+    out-of-distribution thresholds fitted on validation; its run-record entry, or {"written": False, "why": ...}
+    for a streamed training split (never read whole). Process zero alone, after the model is saved."""
+    from ..data.streaming import TrainStream
+    from ..data.transforms import build_transforms
+    from ..tasks.feature_bank import (
+        BANK_MAX_IMAGES,
+        FEATURE_BANK_FILE,
+        FIT_MAX_IMAGES,
+        build_feature_bank,
+        stratified_rows,
+    )
+
+    if isinstance(trainer.train_dataset, TrainStream) or trainer.train_dataset is None:
+        why = "a streamed training split is not read whole after training"
+        logger.info("No %s: %s.", FEATURE_BANK_FILE, why)
+        return {"written": False, "why": why}
+    processor = trainer.processing_class
+    transform = build_transforms(
+        (processor.size["height"], processor.size["width"]), processor.image_mean, processor.image_std,
+        train=False, rescale_factor=processor.rescale_factor,
+    )  # fmt: skip  # the evaluation transform, as attach_transforms builds it and the tools read it back
+    train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
+    labels = np.asarray(train["label"])  # class ids, or multi-hot rows
+    rows = stratified_rows(labels, BANK_MAX_IMAGES, seed)
+    validation = None
+    if trainer.eval_dataset is not None:
+        held_out = trainer.eval_dataset.with_format(None)
+        validation = held_out.select(range(min(len(held_out), FIT_MAX_IMAGES)))["image"]
+    bank = build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation)
+    bank.save(output_dir / FEATURE_BANK_FILE)
+    return {"written": True, **bank.record()}
 
 
 def _bad_images(trainer: Trainer) -> dict[str, Any] | None:

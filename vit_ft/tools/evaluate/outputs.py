@@ -17,6 +17,7 @@ import numpy as np
 from ...data.images import describe_source
 from ...tasks import Task, task_for
 from ..inference import describe_error, iter_batches
+from ..ood import OODScorer
 from ..trained import Trained
 from .data import EvalData
 
@@ -33,6 +34,9 @@ class EvalOutputs:
     sources: list[str]  # (num_evaluated,) file path (or a description) of each image
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {"row", "source", "reason"}
     task: Task = field(default_factory=task_for)  # the model's (`trained.Trained.task`): its probabilities
+    # (num_evaluated,) the feature bank's k-NN distances and whether each is above its threshold; None: no bank
+    ood_scores: np.ndarray | None = None
+    unlike_training: np.ndarray | None = None
 
     @property
     def probabilities(self) -> np.ndarray:
@@ -51,18 +55,24 @@ def predict_dataset(
     batch_size: int = 64,
     num_workers: int = 0,
     progress: bool | None = None,
+    scorer: OODScorer | None = None,
 ) -> EvalOutputs:
     """Logits for every image of `data`, `batch_size` at a time; images that do not decode are skipped
-    (listed in `skipped`), as the fine-tune's `drop_bad_images` dropped them."""
-    logits, rows, sources, skipped = [], [], [], []
+    (listed in `skipped`), as the fine-tune's `drop_bad_images` dropped them. With a `scorer` whose model
+    keeps a feature bank, each image's out-of-distribution score and flag too (same forward pass)."""
+    logits, rows, sources, skipped, scores, flags = [], [], [], [], [], []
     values = data.dataset["image"]
-    for batch in iter_batches(trained, values, batch_size, num_workers, "Evaluating", progress):
+    forward = None if scorer is None or scorer.bank is None else scorer.forward
+    for batch in iter_batches(trained, values, batch_size, num_workers, "Evaluating", progress, forward):
         for offset, error in batch.errors.items():
             value, row = batch.sources[offset], batch.start + offset
             source = describe_source(value) if value else f"row {row}"
             skipped.append({"row": row, "source": source, "reason": describe_error(error)})
         if batch.decoded:
             logits.append(batch.outputs.numpy())
+            if forward is not None:
+                scores.append(scorer.last[0])
+                flags.append(scorer.last[1])
             rows.extend(batch.start + i for i in batch.decoded)
             sources.extend(describe_source(batch.sources[i]) for i in batch.decoded)
     if skipped:
@@ -79,7 +89,8 @@ def predict_dataset(
         )
     row_index = np.asarray(rows, dtype=np.int64)
     outputs = (np.concatenate(logits), data.labels[row_index], row_index, sources, skipped)
-    return EvalOutputs(*outputs, trained.task)
+    ood = (np.concatenate(scores), np.concatenate(flags)) if forward is not None else (None, None)
+    return EvalOutputs(*outputs, trained.task, *ood)
 
 
 def evaluation_facts(

@@ -25,6 +25,7 @@ from typing import Any
 from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.reporting import copy_training_curves, write_report_lines
 from ...utils.output_dir import OutputFiles, check_output_dir
+from ..ood import OODScorer
 from ..trained import Trained, load_trained
 from .data import EvalData, folders_read, resolve_eval_data
 from .outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
@@ -88,10 +89,11 @@ def run_evaluation(
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
     logger.info("Evaluating %s on %s: %d images.", trained.source, data.description, len(data))
 
+    scorer = OODScorer.of(trained)
     started = time.perf_counter()
-    outputs = predict_dataset(trained, data, batch_size, num_workers, progress)
+    outputs = predict_dataset(trained, data, batch_size, num_workers, progress, scorer)
     elapsed = time.perf_counter() - started
-    return write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite)
+    return write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer)
 
 
 def write_evaluation(
@@ -103,12 +105,17 @@ def write_evaluation(
     top_k: int = 5,
     max_mistakes: int = 25,
     overwrite: bool = False,
+    scorer: OODScorer | None = None,
 ) -> dict[str, Any]:
     """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws, written
     aside and moved into `output_dir` (`EVALUATION_FILES.staged`: the folder's other files kept); returns
-    metrics.json's contents."""
+    metrics.json's contents. `scorer` (the model's feature bank) adds how many images look unlike the training
+    images (`unlike_training`) to metrics.json and a line to report.md."""
     task = outputs.task
     metrics = {**task.evaluation_numbers(outputs, trained, top_k), **evaluation_facts(trained, data, outputs, elapsed)}
+    ood_line = ""
+    if scorer is not None:
+        metrics["unlike_training"], ood_line = unlike_training_count(outputs, scorer)
 
     def images(rows: list[int]) -> list[Any]:
         return [data.dataset[row]["image"] for row in rows]
@@ -123,9 +130,23 @@ def write_evaluation(
             figures["training_curves"] = curves
         run_folder = trained.origin.run_folder  # linked from report.md, relative to where it will be read
         lines, notes = task.report_lines(output_dir, trained.source, metrics, table, figures, run_folder)
-        write_report_lines(staging, lines, [*data.notes, *notes])
+        write_report_lines(staging, lines, [*data.notes, *notes, *([ood_line] if ood_line else [])])
     logger.info("%s; report in %s", task.summary(metrics, top_k), output_dir / "report.md")
+    if ood_line:
+        logger.info(ood_line)
     return metrics
+
+
+def unlike_training_count(outputs: EvalOutputs, scorer: OODScorer) -> tuple[dict[str, Any], str]:
+    """metrics.json's `unlike_training` entry (how many evaluated images the feature bank flags, at which
+    threshold; or why there is no count) and its line for report.md."""
+    if outputs.unlike_training is None:
+        return {"flagged": None, "why": scorer.why}, scorer.note()
+    flagged, total = int(outputs.unlike_training.sum()), len(outputs.unlike_training)
+    entry = {"flagged": flagged, "images": total, "fraction": flagged / max(total, 1), "fit": scorer.bank.ood}
+    line = (f"{flagged} of {total} images ({100 * flagged / max(total, 1):.1f} %) look unlike the training "
+            f"images. {scorer.note()}")  # fmt: skip
+    return entry, line
 
 
 __all__ = ["EVALUATION_FILES", "EvalOutputs", "predict_dataset", "run_evaluation", "write_evaluation"]

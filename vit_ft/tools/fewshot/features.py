@@ -1,5 +1,6 @@
 """Frozen pre-logit features for few-shot evaluation: the pooled token a classification head would see (CLS
-after the final LayerNorm, or the patch-token mean for `pooling: mean`), through the one inference loop."""
+after the final LayerNorm, or the patch-token mean for `pooling: mean`: `tasks.feature_bank.pre_logits`, the
+feature bank's too), through the one inference loop."""
 
 from __future__ import annotations
 
@@ -10,14 +11,9 @@ import numpy as np
 import torch
 
 from ...data.images import describe_source
+from ...tasks.feature_bank import pre_logits  # the one definition of the features (the feature bank's too)
 from ..inference import describe_error, iter_batches
 from ..trained import Trained
-
-
-def pre_logits(model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
-    """`(batch, channels, height, width)` -> the pooled `(batch, hidden)` features the classifier head sees."""
-    backbone = getattr(model, "vit", model)  # ViTFTForImageClassification.vit is the encoder with its pooling
-    return backbone(pixel_values=pixel_values).pooler_output
 
 
 def extract_features(

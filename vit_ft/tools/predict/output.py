@@ -1,7 +1,8 @@
 """predict's files: the rows (`.csv` or `.jsonl`, streamed by PredictionWriter and read back by
 `read_predictions`, in the model's task's columns: PREDICTION_COLUMNS, the top k; a multi-label model's
 MULTI_LABEL_COLUMNS, every label at or above its decision threshold with its probability, highest first, an
-empty list when none is, and the threshold), the mark its figure carries, and the rule that keeps a user's files safe: predict
+empty list when none is, and the threshold; both end with OOD_COLUMNS, whether the image looks unlike the
+training images and its score), the mark its figure carries, and the rule that keeps a user's files safe: predict
 replaces only a file that predict wrote (a CSV with its header row, a JSONL file of its rows, a PNG with its
 mark, or an empty file), anything else only with `--overwrite`; a full disk is one line, and no hidden
 `.part` file stays behind whatever fails.
@@ -22,9 +23,15 @@ from ...tasks import TASKS, MultiLabel, SingleLabel, Task, task_for
 from ...utils.files import disk_full_error as files_disk_full_error
 from ...utils.files import is_disk_full, move_into_place, temporary_sibling
 
-PREDICTION_COLUMNS = SingleLabel.prediction_columns
-MULTI_LABEL_COLUMNS = MultiLabel.prediction_columns
-ROW_COLUMNS = tuple(task.prediction_columns for task in TASKS.values())  # every task's rows are predict's
+# after the task's: whether the image looks unlike the training images (the feature bank's k-NN distance above
+# the threshold fitted on validation) and that distance; empty cells for a model folder without a bank
+OOD_COLUMNS = ("unlike_training", "ood_score")
+PREDICTION_COLUMNS = (*SingleLabel.prediction_columns, *OOD_COLUMNS)
+MULTI_LABEL_COLUMNS = (*MultiLabel.prediction_columns, *OOD_COLUMNS)
+# every task's rows are predict's, with or without the OOD columns (written before there were any)
+ROW_COLUMNS = tuple(
+    columns for task in TASKS.values() for columns in (task.prediction_columns, (*task.prediction_columns, *OOD_COLUMNS))
+)
 OUTPUT_FORMATS = (".csv", ".jsonl")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURE_MARK = b"vit_ft\x00predict"  # a PNG tEXt chunk's keyword and text: this figure is predict's own
@@ -40,6 +47,8 @@ class Prediction:
     scores: list[float] = field(default_factory=list)
     error: str | None = None
     task: Task = field(default_factory=task_for, repr=False)  # the model's: the row's columns and the caption
+    unlike_training: bool | None = None  # None: no feature bank to tell (or the file was not read)
+    ood_score: float | None = None  # the k-th nearest training image's distance over its threshold (above 1: unlike)
 
     @property
     def label(self) -> str | None:
@@ -50,8 +59,9 @@ class Prediction:
         return self.scores[0] if self.scores else None
 
     def as_row(self) -> dict[str, Any]:
-        """A JSON-ready dict with the keys of its task's `prediction_columns` (error None when the file was read)."""
-        return self.task.prediction_row(self)
+        """A JSON-ready dict with the keys of its task's `prediction_columns` (error None when the file was read)
+        and of OOD_COLUMNS."""
+        return {**self.task.prediction_row(self), "unlike_training": self.unlike_training, "ood_score": self.ood_score}
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -134,7 +144,7 @@ class PredictionWriter:
 
     def __init__(self, path: str | os.PathLike, task: Task | None = None):
         self.path = check_output_path(path)
-        columns = (task or task_for()).prediction_columns
+        columns = (*(task or task_for()).prediction_columns, *OOD_COLUMNS)
         self.format = self.path.suffix.lower()
         self._partial = temporary_sibling(self.path)
         try:
@@ -199,6 +209,15 @@ class PredictionWriter:
 
 def _parsed_csv_row(row: dict[str, str]) -> dict[str, Any]:
     """A CSV row of either kind with its JSON arrays and numbers parsed, empty cells as None."""
+    parsed = _parsed_task_columns(row)
+    if "unlike_training" in row:
+        flag, score = row["unlike_training"], row["ood_score"]
+        parsed["unlike_training"] = None if not flag else flag == "True"
+        parsed["ood_score"] = float(score) if score else None
+    return parsed
+
+
+def _parsed_task_columns(row: dict[str, str]) -> dict[str, Any]:
     if "labels" in row:  # a multi-label model's
         threshold = row["threshold"]
         return {
@@ -230,6 +249,7 @@ def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 __all__ = [
     "MULTI_LABEL_COLUMNS",
+    "OOD_COLUMNS",
     "OUTPUT_FORMATS",
     "PREDICTION_COLUMNS",
     "Prediction",

@@ -19,9 +19,11 @@ from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.figures import display_image, plot_image_grid, short
 from ...utils.files import staged_file
 from ..inference import describe_error, iter_batches
+from ..ood import OODScorer
 from ..trained import Trained, load_trained
 from .output import (
     MULTI_LABEL_COLUMNS,
+    OOD_COLUMNS,
     PREDICTION_COLUMNS,
     Prediction,
     PredictionWriter,
@@ -46,10 +48,12 @@ def predict_files(
     batch_size: int = 32,
     num_workers: int = 0,
     progress: bool | None = None,
+    scorer: OODScorer | None = None,
 ) -> Iterator[Prediction]:
     """One Prediction per file, in input order, computed `batch_size` images at a time: the `top_k_labels`
     most probable labels, or for a multi-label model every label at or above its decision threshold (its
-    task's `predicted_labels`; `top_k_labels` is then not used).
+    task's `predicted_labels`; `top_k_labels` is then not used); with a `scorer` whose model folder keeps a
+    feature bank, whether each image looks unlike the training images and its score (same forward pass).
 
     A file that cannot be decoded (missing, not an image, truncated, over the pixel limit) yields a
     Prediction with `error` set and no labels; the other files of its batch are unaffected.
@@ -58,15 +62,20 @@ def predict_files(
         raise ValueError(f"top_k={top_k_labels} must be positive.")
     files = [str(f) for f in files]
     task, id2label = classifier.task, classifier.id2label
-    for batch in iter_batches(classifier, files, batch_size, num_workers, "Predicting", progress):
+    forward = None if scorer is None or scorer.bank is None else scorer.forward
+    for batch in iter_batches(classifier, files, batch_size, num_workers, "Predicting", progress, forward):
         rows = {
             i: Prediction(batch.sources[i], error=describe_error(e), task=task)
             for i, e in batch.errors.items()
         }
         if batch.decoded:
             found = task.predicted_labels(batch.probabilities, id2label, top_k_labels)
-            for i, (labels, scores) in zip(batch.decoded, found, strict=True):
-                rows[i] = Prediction(batch.sources[i], labels=labels, scores=scores, task=task)
+            ood = scorer.last if forward is not None else ([None] * len(found), [None] * len(found))
+            for j, (i, (labels, scores)) in enumerate(zip(batch.decoded, found, strict=True)):
+                score, flag = ood[0][j], ood[1][j]
+                rows[i] = Prediction(batch.sources[i], labels=labels, scores=scores, task=task,
+                                     unlike_training=None if flag is None else bool(flag),
+                                     ood_score=None if score is None else float(score))  # fmt: skip
         yield from (rows[i] for i in range(len(batch.sources)))
 
 
@@ -176,24 +185,33 @@ def run_prediction(
         logger.info(
             "Multi-label model: every label with probability >= its decision threshold %s.", threshold
         )
+    scorer = OODScorer.of(classifier)
+    logger.info(scorer.note())
+    unlike = 0
     with PredictionWriter(output, classifier.task) as writer:
-        for prediction in predict_files(classifier, files, top_k_labels, batch_size, num_workers, progress):
+        found = predict_files(classifier, files, top_k_labels, batch_size, num_workers, progress, scorer)
+        for prediction in found:
             writer.write(prediction)
             rows += 1
             errors += prediction.error is not None
+            unlike += bool(prediction.unlike_training)
             if prediction.error is None and len(shown) < figure_images:
                 shown.append(prediction)
-    summary: dict[str, Any] = {"rows": rows, "errors": errors, "output": str(writer.path), "figure": None}
+    summary: dict[str, Any] = {"rows": rows, "errors": errors, "output": str(writer.path), "figure": None,
+                               "unlike_training": unlike if scorer.bank is not None else None}  # fmt: skip
     if figure_path is not None and shown:
         summary["figure"] = str(
             plot_predictions(shown, classifier.preprocessing.image_size, figure_path, total=rows - errors)
         )
     logger.info("Wrote %d rows (%d with errors) to %s.", rows, errors, writer.path)
+    if scorer.bank is not None:
+        logger.info("%d of %d images look unlike the training images (column unlike_training).", unlike, rows - errors)
     return summary
 
 
 __all__ = [  # the rows' format lives in prediction_output; its names are importable from here too
     "MULTI_LABEL_COLUMNS",
+    "OOD_COLUMNS",
     "PREDICTION_COLUMNS",
     "Prediction",
     "PredictionWriter",
