@@ -57,22 +57,36 @@ def test_help_all_lists_every_trainer_flag(capsys):
     assert "--logging_steps" in out and "--lr_scheduler_type" in out and "--recipe" in out
 
 
-def test_finetune_help_is_short_and_imports_neither_torch_nor_transformers(tmp_path):
-    """The process boundary is the point: what a fresh `vit-ft finetune --help` imports."""
+def help_in_a_fresh_process(command: str, cwd) -> tuple[str, list[str]]:
+    """`vit-ft COMMAND --help` in a fresh interpreter: its output, and whether torch and transformers were imported.
+    The process boundary is the point: what a fresh `--help` imports."""
     probe = (
         "import sys, runpy\n"
-        "sys.argv = ['vit-ft', 'finetune', '--help']\n"
+        f"sys.argv = ['vit-ft', {command!r}, '--help']\n"
         "try:\n    runpy.run_module('vit_ft', run_name='__main__')\n"
         "finally:\n    print('IMPORTED', 'torch' in sys.modules, 'transformers' in sys.modules)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     ran = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+        [sys.executable, "-c", probe], cwd=cwd, env={**env, "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     help_text, _, imported = ran.stdout.rpartition("IMPORTED")
-    assert imported.split() == ["False", "False"]
+    return help_text, imported.split()
+
+
+# push names its --format choices from the export code (torch); the rest answer without it
+@pytest.mark.parametrize("command", ["predict", "evaluate", "inspect", "fewshot", "export", "seeds"])
+def test_a_tool_help_imports_neither_torch_nor_transformers(tmp_path, command):
+    help_text, imported = help_in_a_fresh_process(command, tmp_path)
+    assert imported == ["False", "False"]
+    assert help_text.startswith(f"usage: vit-ft {command}") and "--help" in help_text
+
+
+def test_finetune_help_is_short_and_imports_neither_torch_nor_transformers(tmp_path):
+    help_text, imported = help_in_a_fresh_process("finetune", tmp_path)
+    assert imported == ["False", "False"]
     assert len(help_text.splitlines()) < 150
     lines = help_text.splitlines()
     assert lines[0].startswith("usage: vit-ft finetune --recipe")

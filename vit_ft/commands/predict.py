@@ -22,9 +22,9 @@ import argparse
 import signal
 from typing import Any
 
-from ..data.images import DEFAULT_MAX_PIXELS
 from ..tools.arguments import add_inference_arguments
 from ..utils.cli import optional_int, run_tool, tool_parser
+from ..utils.limits import DEFAULT_MAX_PIXELS
 from ..utils.logs import setup_logging
 from .model_flags import check_model
 

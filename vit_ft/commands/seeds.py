@@ -42,14 +42,14 @@ def seed_sweep_argv(argv: list[str], seeds: list[int], output_dir: str) -> list[
 
 def seeds(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     """Parse `--seeds` and `--output_dir`, run the fine-tune (the other flags) once per seed, print the table."""
+    parser = ToolArgumentParser(__doc__)
+    parser.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds (default 0,1,2).")
+    parser.add_argument("--output_dir", required=True, help="Where seed-N/, seed-N.log and seeds.md go.")
+    args, finetune_argv = parser.parse_known_args(argv)  # before the training imports: --help answers at once
     from ..training.seeds import SEEDS_MD, parse_seeds
     from ..training.sweep import run_sweep, sweep_interrupted_message
     from .finetune import parse_command
 
-    parser = ToolArgumentParser(__doc__)
-    parser.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds (default 0,1,2).")
-    parser.add_argument("--output_dir", required=True, help="Where seed-N/, seed-N.log and seeds.md go.")
-    args, finetune_argv = parser.parse_known_args(argv)
     command = parse_command(seed_sweep_argv(finetune_argv, parse_seeds(args.seeds), args.output_dir))
     setup_logging()
     on_interrupt.append(lambda: sweep_interrupted_message(args.output_dir))

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from ..utils.limits import DEFAULT_MAX_PIXELS
+
 logger = logging.getLogger("vit_ft")
 
 __all__ = [
@@ -42,8 +44,6 @@ __all__ = [
     "to_rgb",
 ]
 
-# Pillow's own default (PIL.Image.MAX_IMAGE_PIXELS): ~ a 9459 x 9459 image, 256 MiB as 8-bit RGBA.
-DEFAULT_MAX_PIXELS = 89_478_485
 # ViTImageProcessor's normalisation (google/vit-* checkpoints), for a model that comes without a processor
 VIT_MEAN = (0.5, 0.5, 0.5)
 VIT_STD = (0.5, 0.5, 0.5)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..utils.hub_ids import check_model_reference
-from .configuration_vit_ft import MAX_IMAGE_TOKENS, nearest_multiple, to_2tuple
+from ..utils.limits import MAX_IMAGE_TOKENS
+from .configuration_vit_ft import nearest_multiple, to_2tuple
 from .formats import read_checkpoint_config
 
 MAX_IMAGE_TOKENS_ENV_VAR = "VIT_FT_MAX_IMAGE_TOKENS"

@@ -24,10 +24,6 @@ VIT_CONFIG_FIELDS = (
 POOLING_CHOICES = ("cls", "mean", "cls+mean", "map")
 # "gelu" is the paper's MLP (fc1, `hidden_act`, fc2); "swiglu" is DINOv2 giant's gated MLP (timm's SwiGLUPacked)
 MLP_TYPES = ("gelu", "swiglu")
-# Patch tokens per image that the tools run without being told to: ViT-B/16 at 1024x1024. Attention's time and
-# memory grow with the square of the tokens, so a typo (--image_size 4096: 65536 tokens) would run for minutes
-# at many GB before anything fails. The fine-tune raises it with $VIT_FT_MAX_IMAGE_TOKENS, predict with --max_tokens.
-MAX_IMAGE_TOKENS = 4096
 
 
 def to_2tuple(value: int | list[int] | tuple[int, ...], name: str = "value") -> tuple[int, int]:
@@ -199,7 +195,6 @@ def nearest_multiple(image_size: tuple[int, int], patch_size: tuple[int, int]) -
 
 
 __all__ = [
-    "MAX_IMAGE_TOKENS",
     "MLP_TYPES",
     "POOLING_CHOICES",
     "VIT_CONFIG_FIELDS",

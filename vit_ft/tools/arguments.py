@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ..utils.cli import optional_int
+from ..utils.limits import MAX_IMAGE_TOKENS
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser, batch_size: int) -> None:

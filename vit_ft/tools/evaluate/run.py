@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.reporting import copy_training_curves, write_report_lines
+from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..ood import OODScorer
 from ..trained import Trained, load_trained

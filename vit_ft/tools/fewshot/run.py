@@ -25,9 +25,9 @@ import torch
 
 from ...data.images import describe_source
 from ...kernels import kernelize
-from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...model.modeling_vit_ft import ViTFTForImageClassification
 from ...reports.fewshot import OUTPUT_FILES, write_fewshot_report
+from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..inference import BF16_CHOICES
 from ..trained import Trained, load_trained

@@ -24,7 +24,6 @@ import torch
 from PIL import Image
 
 from ...data.images import collect_image_files
-from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.figures import display_image, plot_image_grid, short
 from ...reports.inspection_figures import (
     grey_images,
@@ -32,6 +31,7 @@ from ...reports.inspection_figures import (
     plot_patch_embedding_components,
     plot_position_similarity,
 )
+from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..evaluate.data import folders_read, resolve_eval_data
 from ..inference import describe_error, iter_batches

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ...data.images import DEFAULT_MAX_PIXELS, collect_image_files
-from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.figures import display_image, plot_image_grid, short
 from ...utils.files import staged_file
+from ...utils.limits import MAX_IMAGE_TOKENS
 from ..inference import describe_error, iter_batches
 from ..ood import OODScorer
 from ..trained import Trained, load_trained
