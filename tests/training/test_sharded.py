@@ -196,6 +196,33 @@ def test_the_final_model_is_consolidated_and_loads_in_a_clean_process(sharded_ru
     assert result.stdout.split() == ["ViTFTForImageClassification", "10"]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_ema_of_low_precision_weights_is_kept_in_float32(tmp_path, dtype):
+    """bf16 weights (DeepSpeed's with bf16): a step of 1/128 times (1 - 0.999) is below bf16's resolution at 1."""
+    from vit_ft.training.ema import WeightEMA
+
+    model = torch.nn.Linear(4, 2).to(dtype)
+    torch.nn.init.ones_(model.weight)
+    ema = WeightEMA(model, decay=0.999)
+    ema.update(model, 1)  # the first update: the average is the weights
+    expected = torch.ones(2, 4, dtype=torch.float64)
+    for step in range(2, 12):
+        with torch.no_grad():
+            model.weight.add_(1 / 128)
+        ema.update(model, step)
+        expected += (1 - 0.999) * (model.weight.double() - expected)
+    assert {v.dtype for v in ema.shadow.values()} == {torch.float32}
+    torch.testing.assert_close(ema.shadow["weight"].double(), expected, rtol=0, atol=1e-6)
+    assert ema.shadow["weight"][0, 0] > 1  # moved: in bf16 each update would round back to 1
+    ema.save(tmp_path / "ema.safetensors")
+    again = WeightEMA(model, decay=0.999)
+    again.load(tmp_path / "ema.safetensors")
+    assert torch.equal(again.shadow["weight"], ema.shadow["weight"])
+    ema.copy_to(model)
+    assert model.weight.dtype == dtype
+    torch.testing.assert_close(model.weight, ema.shadow["weight"].to(dtype))
+
+
 def _fsdp_on_the_cpu() -> None:
     """Let accelerate select FSDP beside MULTI_CPU, as it does beside MULTI_GPU (accelerate/state.py)."""
     from accelerate.state import AcceleratorState, PartialState
