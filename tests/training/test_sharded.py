@@ -3,11 +3,12 @@ recipe with EMA on, saves sharded checkpoints, resumes from the middle one to th
 bit, and exports the final model consolidated as model.safetensors.
 
 accelerate 1.15 selects FSDP only beside a GPU-like distributed type: with `use_cpu` it stays MULTI_CPU (plain
-DDP over gloo). Run as `python -m tests.training.test_sharded ...` (what the launches below do), this module is
-a launcher shim that lets it select FSDP on the CPU as it would on GPUs (the same FullyShardedDataParallelPlugin
-from the config; torch's `fully_shard` then shards the parameters over gloo), and makes each process report, at
-its first training step, what it trains with. Each test asserts from those reports that sharding happened: a
-launch that fell back to DDP fails.
+DDP over gloo); and it starts DeepSpeed only without `use_cpu`, where a machine without GPUs has no backend.
+Run as `python -m tests.training.test_sharded ...` (what the launches here and in test_sharded_deepspeed.py do),
+this module is a launcher shim that lets it select FSDP on the CPU as it would on GPUs (the same
+FullyShardedDataParallelPlugin from the config; torch's `fully_shard` then shards the parameters over gloo), or
+start DeepSpeed over gloo, and makes each process report, at its first training step, what it trains with. Each
+test asserts from those reports that sharding happened: a launch that fell back to DDP fails.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,24 +44,24 @@ SETTINGS = {
 REPORT = "VIT_FT_TEST_SHARDING_REPORT"  # where each launched process writes what it trains with
 
 
-def fsdp_config(tmp: Path) -> Path:
-    """The shipped fsdp.yaml, on two processes."""
-    config = yaml.safe_load((REPO / "recipes" / "accelerate_configs" / "fsdp.yaml").read_text())
-    path = tmp / "fsdp_2proc.yaml"
-    path.write_text(yaml.safe_dump({**config, "num_processes": 2}))
-    return path
-
-
-def launch_fsdp(tmp: Path, recipe: Path, report: Path, *args: str) -> str:
+def launch(tmp: Path, config: str, recipe: Path, report: Path, *args: str, env: dict | None = None) -> str:
+    """The shipped accelerate `config` (fsdp.yaml, deepspeed_zero2.yaml) on two processes, through this shim."""
+    values = yaml.safe_load((REPO / "recipes" / "accelerate_configs" / config).read_text())
+    path = tmp / f"2proc-{config}"
+    path.write_text(yaml.safe_dump({**values, "num_processes": 2}))
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(fsdp_config(tmp)),
-        "-m", "tests.training.test_sharded", "--recipe", str(recipe), "--use_cpu", "true", *args,
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(path),
+        "-m", "tests.training.test_sharded", "--recipe", str(recipe), *args,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO), REPORT: str(report), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), REPORT: str(report), "OMP_NUM_THREADS": "1", **(env or {})}
     result = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=600, env=env)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     return log
+
+
+def launch_fsdp(tmp: Path, recipe: Path, report: Path, *args: str) -> str:
+    return launch(tmp, "fsdp.yaml", recipe, report, "--use_cpu", "true", *args)
 
 
 @pytest.fixture(scope="module")
@@ -146,15 +148,15 @@ def test_the_resume_ends_as_the_uninterrupted_run(sharded_run):
     assert (resumed / last).read_bytes() == (out / last).read_bytes()
 
 
-def test_the_ema_is_the_float32_average_of_the_sharded_weights(sharded_run):
-    """Recomputed here from every step's sharded weights: ema_1 = w_1, ema_s = lerp(ema_(s-1), w_s, 1 - decay)."""
+def assert_ema_recomputed(out: Path, weights_at: Callable[[Path], dict[str, torch.Tensor]]) -> None:
+    """Each checkpoint's ema.safetensors is, in float32, the average recomputed here from every step's weights
+    (`weights_at(checkpoint)`): ema_1 = w_1, ema_s = lerp(ema_(s-1), w_s, 1 - decay)."""
     from vit_ft.training.ema import ema_decay_at
 
-    tmp, _ = sharded_run
     expected: dict[str, torch.Tensor] = {}
     for step in range(1, STEPS + 1):
-        checkpoint = tmp / "out" / f"checkpoint-{step}"
-        weights = sharded_weights(checkpoint)
+        checkpoint = out / f"checkpoint-{step}"
+        weights = weights_at(checkpoint)
         weight = 1 - ema_decay_at(step, EMA_DECAY)
         expected = {
             name: expected[name].lerp(value.float(), weight) if expected else value.float().clone()
@@ -166,6 +168,11 @@ def test_the_ema_is_the_float32_average_of_the_sharded_weights(sharded_run):
             torch.testing.assert_close(value, expected[name], rtol=1e-6, atol=1e-7)
     moved = [name for name, value in weights.items() if not torch.equal(value.float(), expected[name])]
     assert moved  # the average is not the weights: the test can tell them apart
+
+
+def test_the_ema_is_the_float32_average_of_the_sharded_weights(sharded_run):
+    tmp, _ = sharded_run
+    assert_ema_recomputed(tmp / "out", sharded_weights)
 
 
 def test_the_final_model_is_consolidated_and_loads_in_a_clean_process(sharded_run):
@@ -239,6 +246,35 @@ def _fsdp_on_the_cpu() -> None:
     AcceleratorState.__init__ = init
 
 
+def _deepspeed_on_the_cpu() -> None:
+    """Let accelerate start DeepSpeed's gloo backend without a GPU: with no accelerator its backend is none and
+    its launch one process each; DeepSpeed's own CPU accelerator (DS_ACCELERATOR=cpu) then runs the engine."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType
+
+    prepare_backend = PartialState._prepare_backend
+
+    def prepare(self, cpu=False, sagemaker_dp=False, backend=None):
+        backend, kind = prepare_backend(self, cpu, sagemaker_dp, backend)
+        deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        if kind == DistributedType.NO and deepspeed and int(os.environ.get("LOCAL_RANK", -1)) != -1:
+            return "gloo", DistributedType.MULTI_CPU  # then DEEPSPEED, as accelerate sets it after the backend
+        return backend, kind
+
+    PartialState._prepare_backend = prepare
+
+
+def _zero_partition(model: torch.nn.Module, distributed_type: str) -> dict:
+    """Under DeepSpeed: the ZeRO stage, and the float32 optimizer elements this process holds."""
+    if distributed_type != "DEEPSPEED":
+        return {}
+    partitions = model.optimizer.single_partition_of_fp32_groups
+    return {
+        "zero_stage": model.zero_optimization_stage(),
+        "optimizer_elements": sum(p.numel() for p in partitions),
+    }
+
+
 def _report_at_the_first_step() -> None:
     """Each process writes rank<N>.json into $VIT_FT_TEST_SHARDING_REPORT at its first training step."""
     from torch.distributed.tensor import DTensor
@@ -262,6 +298,7 @@ def _report_at_the_first_step() -> None:
                 "dtensor_parameters": sum(isinstance(p, DTensor) for p in params),
                 "elements": sum(p.numel() for p in params),
                 "local_elements": sum(p.numel() for p in local),
+                **_zero_partition(model, self.accelerator.distributed_type.name),
                 "ema": {
                     "tensors": len(shadow),
                     "dtensor": all(isinstance(v, DTensor) for v in shadow),
@@ -277,6 +314,7 @@ def _report_at_the_first_step() -> None:
 
 if __name__ == "__main__":  # the launcher shim: accelerate launch ... -m tests.training.test_sharded ARGS
     _fsdp_on_the_cpu()
+    _deepspeed_on_the_cpu()
     _report_at_the_first_step()
     from vit_ft.commands.finetune import main
 
