@@ -16,6 +16,8 @@ from ..conftest import write_tiny_recipe
 from .test_sharded import RESUME_AT, SETTINGS, STEPS, assert_ema_recomputed, launch, reports
 
 pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install deepspeed)")
+# two launches of two processes, about 75 s together (and DeepSpeed's first build of its CPU ops, about 2 min)
+pytestmark = pytest.mark.slow
 
 DEEPSPEED_ON_CPU = {"DS_ACCELERATOR": "cpu"}
 
