@@ -41,8 +41,6 @@ SETTINGS = {
     "crop_scale_min": 0.5,
     "ema_decay": EMA_DECAY,
 }
-# the launches' tests: two launches of two processes, about 70 s together on two shared cores
-sharded_launches = pytest.mark.slow
 REPORT = "VIT_FT_TEST_SHARDING_REPORT"  # where each launched process writes what it trains with
 
 
@@ -94,7 +92,7 @@ def sharded_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-@sharded_launches
+@pytest.mark.slow  # the module's two launches of two processes: about 70 s together
 def test_both_launches_trained_sharded(sharded_run):
     tmp, _ = sharded_run
     for folder in (tmp / "report", tmp / "report-resumed"):
@@ -108,7 +106,7 @@ def test_both_launches_trained_sharded(sharded_run):
         assert sum(r["local_elements"] for r in reports(folder)) >= reports(folder)[0]["elements"]
 
 
-@sharded_launches
+@pytest.mark.slow
 def test_sharded_checkpoints_are_complete_and_guarded(sharded_run, tmp_path):
     from vit_ft.training.checkpoints import CHECKPOINT_RECORD, checkpoint_problem
 
@@ -131,7 +129,7 @@ def test_sharded_checkpoints_are_complete_and_guarded(sharded_run, tmp_path):
     assert "no model state" in checkpoint_problem(copy)
 
 
-@sharded_launches
+@pytest.mark.slow
 def test_the_resume_ends_as_the_uninterrupted_run(sharded_run):
     tmp, _ = sharded_run
     out, resumed = tmp / "out", tmp / "resumed"
@@ -175,13 +173,13 @@ def assert_ema_recomputed(out: Path, weights_at: Callable[[Path], dict[str, torc
     assert moved  # the average is not the weights: the test can tell them apart
 
 
-@sharded_launches
+@pytest.mark.slow
 def test_the_ema_is_the_float32_average_of_the_sharded_weights(sharded_run):
     tmp, _ = sharded_run
     assert_ema_recomputed(tmp / "out", sharded_weights)
 
 
-@sharded_launches
+@pytest.mark.slow
 def test_the_final_model_is_consolidated_and_loads_in_a_clean_process(sharded_run):
     tmp, _ = sharded_run
     out = tmp / "out"
