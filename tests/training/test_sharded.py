@@ -66,9 +66,10 @@ def launch_fsdp(tmp: Path, recipe: Path, report: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory):
-    """A 6-step FSDP2 run, and the same run resumed from checkpoint-3 alone in another folder."""
+    """A 6-step FSDP2 run whose final model is the EMA, and the same run resumed from checkpoint-3 alone in another
+    folder."""
     tmp = tmp_path_factory.mktemp("sharded")
-    recipe = write_tiny_recipe(tmp, **SETTINGS)
+    recipe = write_tiny_recipe(tmp, **SETTINGS, ema_as_final_model=True)
     launch_fsdp(tmp, recipe, tmp / "report")
     resumed = tmp / "resumed"
     resumed.mkdir()
@@ -181,12 +182,15 @@ def test_the_ema_is_the_float32_average_of_the_sharded_weights(sharded_run):
 
 @pytest.mark.slow
 def test_the_final_model_is_consolidated_and_loads_in_a_clean_process(sharded_run):
+    """The EMA copied into the sharded parameters at the end, then gathered into one model.safetensors."""
     tmp, _ = sharded_run
     out = tmp / "out"
     final = load_file(out / "model.safetensors")
+    ema = load_file(out / f"checkpoint-{STEPS}" / "ema.safetensors")  # its own gather, checked against the shards
     last = sharded_weights(out / f"checkpoint-{STEPS}")
-    assert set(final) == set(last)
-    assert all(torch.equal(final[name], last[name]) for name in final)
+    assert set(final) == set(ema) == set(last)
+    assert all(torch.equal(final[name], ema[name]) for name in final)
+    assert any(not torch.equal(final[name], last[name]) for name in final)  # the EMA, not the last weights
     # the model's own code beside it, not torch's FSDP files (fully_shard's subclass lives in those)
     assert (out / "modeling_vit_ft.py").is_file() and not list(out.glob("_fsdp*.py"))
     script = (
