@@ -4,10 +4,16 @@ an output), and what to print on Ctrl-C. Every process asks the same questions; 
 checkpoint aside.
 
 Each checkpoint gets a record, `vit_ft_checkpoint.json`, written by `CheckpointRecordCallback` right after the
-Trainer wrote the checkpoint: the run's id, the step, the SHA-256 of every file in it, and the settings the run
-trained with (`resume.run_settings`, which `--resume` compares with its own). A checkpoint is complete only if its
-files are exactly those one run wrote at that step (a file cut short, rewritten by another run or by hand, or a
-death before the record, makes it incomplete).
+Trainer wrote the checkpoint: the run's id, the step, each file's size and the SHA-256 of its first and last 64 KiB
+(a cost per file, not per byte: a checkpoint of ViT-g with AdamW is tens of GB), and the settings the run trained
+with (`resume.run_settings`, which `--resume` compares with its own). A checkpoint is complete only if its files
+are exactly those one run wrote at that step (a file cut short, rewritten by another run, or a death before the
+record, makes it incomplete; a safetensors file's header, which names every tensor's offsets, is in its first
+bytes). A record of an older vit_ft (the SHA-256 of whole files) is still checked as written.
+
+The model's state is one of: `model.safetensors` / `adapter_model.safetensors` (DDP, FSDP's FULL_STATE_DICT,
+DeepSpeed ZeRO-1/2), FSDP's SHARDED_STATE_DICT folder `pytorch_model_fsdp_0/` (torch.distributed.checkpoint: one
+file per process and a `.metadata` its coordinator writes last), or DeepSpeed's `global_step<N>/` folder.
 
 A folder whose run finished has nothing to resume: `--resume` there changes nothing (`finished_run_message`).
 """
@@ -33,15 +39,32 @@ from ..utils.run_record import is_finished
 logger = logging.getLogger("vit_ft")
 
 _WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+FSDP_SHARDED_MODEL = "pytorch_model_fsdp_0"  # Trainer's folder for FSDP's SHARDED_STATE_DICT (process group 0)
 CHECKPOINT_RECORD = "vit_ft_checkpoint.json"
 SETTINGS_KEY = "run"  # the record's key for the run's settings (`resume.run_settings`)
 # the RNG states of processes other than 0, which they write themselves while process 0 writes the record
 _OTHER_PROCESSES_FILES = re.compile(r"rng_state_[1-9]\d*\.pth")
 
 
+_ENDS = 64 * 1024  # bytes read at each end of a file for its record
+
+
 def _digest(path: Path) -> str:
+    """The SHA-256 of a whole file (the records of an older vit_ft)."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _fingerprint(path: Path) -> list[int | str]:
+    """[size, SHA-256 of the first and last 64 KiB]: the same cost for a file of any size."""
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        digest.update(handle.read(_ENDS))
+        if size > _ENDS:
+            handle.seek(max(_ENDS, size - _ENDS))
+            digest.update(handle.read(_ENDS))
+    return [size, digest.hexdigest()]
 
 
 def _recorded_files(folder: Path) -> list[Path]:
@@ -57,11 +80,11 @@ def _recorded_files(folder: Path) -> list[Path]:
 def write_checkpoint_record(
     folder: str | os.PathLike, run_id: str, step: int, settings: dict[str, Any] | None = None
 ) -> Path:
-    """Record that `folder`'s files are the ones run `run_id` wrote at `step` (their SHA-256), and the run's
-    `settings` (`resume.run_settings`) when given, atomically."""
+    """Record that `folder`'s files are the ones run `run_id` wrote at `step` (`_fingerprint`: size and the
+    SHA-256 of their ends), and the run's `settings` (`resume.run_settings`) when given, atomically."""
     folder = Path(folder)
-    files = {path.relative_to(folder).as_posix(): _digest(path) for path in _recorded_files(folder)}
-    record: dict[str, Any] = {"run_id": run_id, "step": step, "sha256": files}
+    files = {path.relative_to(folder).as_posix(): _fingerprint(path) for path in _recorded_files(folder)}
+    record: dict[str, Any] = {"run_id": run_id, "step": step, "files": files}
     if settings is not None:
         record[SETTINGS_KEY] = settings
     return write_text_atomically(folder / CHECKPOINT_RECORD, json.dumps(record, indent=1))
@@ -71,13 +94,15 @@ def _record_problem(path: Path, step: int) -> str | None:
     """Why `path`'s files are not all the ones one run wrote at `step`, or None."""
     try:
         record: dict[str, Any] = json.loads((path / CHECKPOINT_RECORD).read_text())
-        files = dict(record["sha256"])
+        # an older vit_ft recorded the SHA-256 of whole files
+        check, files = (_digest, record["sha256"]) if "sha256" in record else (_fingerprint, record["files"])
+        files = {name: list(value) if isinstance(value, list) else value for name, value in dict(files).items()}
     except (OSError, ValueError, KeyError, TypeError):
         return f"no readable {CHECKPOINT_RECORD} (the run died while saving, or an older vit_ft wrote it)"
     if record.get("step") != step:
         return f"its {CHECKPOINT_RECORD} is for step {record.get('step')}, not {step}"
-    for name, digest in files.items():
-        if not (path / name).is_file() or _digest(path / name) != digest:
+    for name, recorded in files.items():
+        if not (path / name).is_file() or check(path / name) != recorded:
             return f"its {name} is not the file run {record.get('run_id')} wrote (cut short or replaced)"
     extra = [p.name for p in _recorded_files(path) if p.relative_to(path).as_posix() not in files]
     if extra:
@@ -103,8 +128,8 @@ def checkpoint_problem(path: str | Path) -> str | None:
     """Why the checkpoint folder `path` cannot be resumed from, or None when it can.
 
     Complete means: trainer_state.json (which Trainer writes last) parses and names the folder's step, the
-    weights file is there and its safetensors header covers the whole file (a cut-short file fails that), and
-    `vit_ft_checkpoint.json` vouches for every file (all written by one run at that step, none changed since).
+    model's state is there (`_model_state_problem`), and `vit_ft_checkpoint.json` vouches for every file (all
+    written by one run at that step, none changed since).
     """
     path = Path(path)
     try:
@@ -114,17 +139,31 @@ def checkpoint_problem(path: str | Path) -> str | None:
     step = path.name.rsplit("-", 1)[-1]
     if not step.isdigit() or state.get("global_step") != int(step):
         return f"its trainer_state.json is for step {state.get('global_step')}, not {step}"
-    weights = [path / name for name in _WEIGHT_FILES if (path / name).is_file()]
-    if not weights:
-        return "no model.safetensors"
-    from safetensors import safe_open
+    return _model_state_problem(path, int(step)) or _record_problem(path, int(step))
 
-    try:
-        with safe_open(str(weights[0]), framework="pt"):
-            pass
-    except Exception as error:  # safetensors raises its own error type for a truncated or corrupt file
-        return f"its weights {weights[0].name} cannot be loaded ({error})"
-    return _record_problem(path, int(step))
+
+def _model_state_problem(path: Path, step: int) -> str | None:
+    """Why `path` holds no model state to resume from: a weights file whose safetensors header covers the whole
+    file (a cut-short file fails that), FSDP's sharded folder with its `.metadata`, or DeepSpeed's
+    `global_step<step>/` with its model states; None when it holds one."""
+    weights = [path / name for name in _WEIGHT_FILES if (path / name).is_file()]
+    if weights:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(weights[0]), framework="pt"):
+                pass
+        except Exception as error:  # safetensors raises its own error type for a truncated or corrupt file
+            return f"its weights {weights[0].name} cannot be loaded ({error})"
+        return None
+    if (path / FSDP_SHARDED_MODEL / ".metadata").is_file():
+        return None
+    if any((path / f"global_step{step}").glob("*model_states.pt")):
+        return None
+    return (
+        f"no model state (model.safetensors, FSDP's {FSDP_SHARDED_MODEL}/.metadata or DeepSpeed's "
+        f"global_step{step}/)"
+    )
 
 
 def checkpoint_is_complete(path: str | Path) -> bool:
@@ -302,6 +341,7 @@ __all__ = [
     "CHECKPOINT_RECORD",
     "CheckpointRecordCallback",
     "FINETUNE_FILES",
+    "FSDP_SHARDED_MODEL",
     "SETTINGS_KEY",
     "check_run_output_dir",
     "check_user_files",

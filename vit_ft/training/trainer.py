@@ -69,6 +69,30 @@ class FineTuneTrainer(Trainer):
             inputs = self.batch_augmentation(self._prepare_inputs(inputs))
         return super().training_step(model, inputs, num_items_in_batch)
 
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        # FSDP with SHARDED_STATE_DICT: a checkpoint keeps Trainer's shards (pytorch_model_fsdp_0/), which Trainer
+        # saves nothing else for; the final model is gathered into one model.safetensors that from_pretrained loads
+        plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
+        if _internal_call or plugin is None or "SHARDED_STATE_DICT" not in str(plugin.state_dict_type):
+            return super().save_model(output_dir, _internal_call)
+        state_dict = self.accelerator.get_state_dict(self.model)  # every process takes part; process 0 holds it
+        if self.args.should_save:
+            self._save(output_dir or self.args.output_dir, state_dict=state_dict)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
+        # fully_shard makes the model's class a subclass of torch's FSDPModule, defined in torch's files: saved
+        # as it is, the folder's code would be those files. Saved as its own class (state_dict is whole here).
+        from torch.distributed.fsdp import FSDPModule
+
+        model, sharded_class = self.model, type(self.model)
+        if not isinstance(model, FSDPModule):
+            return super()._save(output_dir, state_dict)
+        model.__class__ = next(c for c in sharded_class.__mro__[1:] if not issubclass(c, FSDPModule))
+        try:
+            super()._save(output_dir, state_dict)
+        finally:
+            model.__class__ = sharded_class
+
     def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is None and wants_own_groups(self.args):
             opt_model = self.model if model is None else model
