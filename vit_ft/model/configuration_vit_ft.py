@@ -62,6 +62,10 @@ class ViTFTConfig(PretrainedConfig):
         pos_embed_antialias: resample position embeddings with antialiased bicubic (DINOv2 with registers).
         mlp_type: "gelu" (fc1, `hidden_act`, fc2) or "swiglu" (DINOv2 giant: fc2(silu(gate) * value), fc1 packing
             gate and value; `intermediate_size` is then the width of each, `hidden_act` unused by the blocks).
+        fc_norm: the final LayerNorm after pooling (`fc_norm`) instead of on every token (MAE's fine-tuning layout
+            with pooling "mean", timm's option).
+        rope_theta: 2-D rotary position embeddings on the patch tokens with this base (DINOv3) instead of a
+            learned table; None for the learned table. Any multiple of the patch runs without resampling.
     """
 
     model_type = "vit_ft"
@@ -89,6 +93,8 @@ class ViTFTConfig(PretrainedConfig):
     pre_norm: bool = False
     pos_embed_antialias: bool = False
     mlp_type: str = "gelu"
+    fc_norm: bool = False
+    rope_theta: float | None = None
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._validate()
@@ -122,6 +128,13 @@ class ViTFTConfig(PretrainedConfig):
             raise ValueError(f"num_register_tokens must be an int >= 0, got {self.num_register_tokens!r}.")
         if self.mlp_type not in MLP_TYPES:
             raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}.")
+        if self.fc_norm and self.pooling == "cls+mean":
+            raise ValueError("fc_norm normalises one pooled token: use pooling 'mean', 'cls' or 'map' with it.")
+        if self.rope_theta is not None and (self.hidden_size // self.num_attention_heads) % 4:
+            raise ValueError(
+                f"rope_theta needs a head width (hidden_size / num_attention_heads = "
+                f"{self.hidden_size // self.num_attention_heads}) divisible by 4: pick another head count."
+            )
         if self.hidden_act not in ACT2FN:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not in transformers' ACT2FN: e.g. 'gelu'.")
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .conversion import DISCARDED_KEYS, HEAD_KEYS
-from .families import FAMILY_DISCARDS
+from .families import FAMILY_DISCARDS, FAMILY_MODEL_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -177,8 +177,8 @@ def _known_discards(loading_info: Any, has_head: bool, source: str) -> dict[str,
     if unknown:
         raise ValueError(
             f"{source} has tensors this model has no place for: {unknown[:10]}{' ...' if len(unknown) > 10 else ''}. "
-            "vit_ft loads transformers ViT, DeiT, DINOv2, CLIP and SigLIP checkpoints, timm ViTs and its own "
-            "folders; check that the checkpoint is one of these."
+            f"vit_ft loads transformers ViT and {', '.join(sorted(set(FAMILY_MODEL_TYPES.values())))} checkpoints, "
+            "timm ViTs and its own folders; check that the checkpoint is one of these."
         )
     loading_info.unexpected_keys = set()
     return discarded
