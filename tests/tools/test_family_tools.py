@@ -81,9 +81,33 @@ def test_tools_run_on_each_family(name, tmp_path, images):
     assert summary["rows"] == 3 and summary["errors"] == 0 and len(rows) == 4  # header + one row per image
     distances, used = attention_distances(trained, images, progress=False)
     assert distances.shape == (2, 4) and used == 3 and torch.isfinite(distances).all()
-    if name not in ("deit", "siglip"):  # the whole inspect command for the prefixes 2 (DeiT) and 0 (SigLIP)
+    # the whole inspect command for the prefixes 2 (DeiT), 0 (SigLIP), registers without a position table
+    # (DINOv3's rotary positions: Figure 7's similarity panel is skipped) and MAE's fc_norm
+    if name not in ("deit", "siglip", "dinov3", "mae"):
         return
     run_inspection(tmp_path / "model", tmp_path / "inspect", images=images, progress=False)
     numbers = json.loads((tmp_path / "inspect" / "inspection.json").read_text())
     assert (tmp_path / "inspect" / "attention_rollout.png").is_file()
+    rotary = name == "dinov3"
+    assert (tmp_path / "inspect" / "position_similarity.png").is_file() != rotary
+    assert ("skipped" in numbers["position_similarity"]) == rotary
     assert np.array(numbers["attention_distance"]["mean_distance"]).shape == (2, 4)  # (layers, heads)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dinov3", "mae"])
+def test_onnx_export_of_rotary_and_fc_norm_matches_pytorch_in_onnxruntime(name, tmp_path):
+    """DINOv3's rotary positions (computed from the input's grid inside the graph) and MAE's fc_norm export with
+    a dynamic height and width, and onnxruntime gives PyTorch's logits at sizes the trace never saw."""
+    pytest.importorskip("onnxruntime")
+    from vit_ft.tools.export.onnx import OnnxClassifier, export_model
+
+    model = saved_family(name, tmp_path / "model")
+    dynamic, difference, _ = export_model(model, tmp_path / "model.onnx")
+    assert dynamic and difference <= 1e-4
+    graph = OnnxClassifier(tmp_path / "model.onnx")
+    for height, width in ((16, 16), (20, 28), (32, 12)):
+        pixels = torch.randn(3, 3, height, width, generator=torch.Generator().manual_seed(height))
+        with torch.no_grad():
+            expected = model(pixel_values=pixels).logits
+        assert (graph.logits(pixels) - expected).abs().max().item() <= 1e-4, (height, width)
