@@ -65,6 +65,7 @@ def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_p
         "pos_embed.py",
         "rotary.py",
         "inputs.py",
+        "norms.py",
         "sizes.py",
     }
     pixels = torch.randn(2, 3, 24, 32)
@@ -95,19 +96,25 @@ def run_in_clean_process(folder, pixels: torch.Tensor, tmp_path, kernels: str = 
 
 
 def test_family_options_load_in_a_clean_process(tmp_path):
-    """The newer family options (DINOv3's rotary positions, registers and gated MLP; MAE's fc_norm) run from a
-    saved folder's code alone: rotary.py and inputs.py travel with it."""
+    """The newer family options (DINOv3's rotary positions, registers and gated MLP; MAE's fc_norm; AIMv2's
+    RMSNorm, bias-free layers and pooling head) run from a saved folder's code alone: rotary.py, norms.py and
+    inputs.py travel with it."""
     from ..conftest import TINY, randomize
 
-    config = ViTFTConfig(**TINY, rope_theta=100.0, num_register_tokens=2, layerscale_value=1.0, mlp_type="swiglu",
-                         pooling="mean", fc_norm=True, num_labels=3)  # fmt: skip
-    model = randomize(ViTFTForImageClassification(config), seed=4)
-    model.save_pretrained(tmp_path / "model")
+    options = (
+        {"rope_theta": 100.0, "num_register_tokens": 2, "layerscale_value": 1.0, "mlp_type": "swiglu",
+         "pooling": "mean", "fc_norm": True},
+        {"norm_type": "rmsnorm", "patch_norm": True, "proj_bias": False, "mlp_bias": False, "qkv_bias": False,
+         "class_token": False, "no_embed_class": True, "pooling": "attn"},
+    )  # fmt: skip
     pixels = torch.randn(2, 3, 20, 28)
-    out = run_in_clean_process(tmp_path / "model", pixels, tmp_path)
-    with torch.no_grad():
-        expected = model(pixels).logits
-    assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
+    for index, option in enumerate(options):
+        model = randomize(ViTFTForImageClassification(ViTFTConfig(**TINY, **option, num_labels=3)), seed=4)
+        model.save_pretrained(tmp_path / f"model{index}")
+        out = run_in_clean_process(tmp_path / f"model{index}", pixels, tmp_path)
+        with torch.no_grad():
+            expected = model(pixels).logits
+        assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
 
 
 def test_transformers_export_loads_in_plain_pipeline(finetuned, tmp_path):

@@ -1,14 +1,18 @@
-"""The ViT family (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP, MAE, MSN): a tiny
+"""The ViT family (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP, MAE, MSN, AIMv2): a tiny
 random-weight model of transformers' own class, saved with save_pretrained, loads into ours and gives the same last
 hidden state, pooled output and logits (fp32, <= 1e-5) at its native size and at other ones
 (`interpolate_pos_encoding=True` on its side; DINOv3's rotary positions need none; MAE with `mask_ratio=0` and an
-increasing `noise`, so that it keeps every patch in order)."""
+increasing `noise`, so that it keeps every patch in order; AIMv2 runs at its native size only)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from transformers import (
+    Aimv2Config,
+    Aimv2Model,
+    Aimv2VisionConfig,
+    Aimv2VisionModel,
     CLIPConfig,
     CLIPModel,
     CLIPVisionConfig,
@@ -98,6 +102,10 @@ def references():
         ),
         "dinov3": DINOv3ViTModel(DINOv3ViTConfig(**DINOV3)),
         "dinov3_gated": DINOv3ViTModel(DINOv3ViTConfig(**DINOV3_GATED)),
+        # AIMv2: RMSNorm, SwiGLU, no class token, its attention-pooling head; without biases (its default) or with
+        "aimv2_vision": Aimv2VisionModel(Aimv2VisionConfig(**VISION)),
+        "aimv2_biases": Aimv2VisionModel(Aimv2VisionConfig(**VISION, qkv_bias=True, mlp_bias=True)),
+        "aimv2": Aimv2Model(Aimv2Config(vision_config=VISION, text_config={**TEXT, "vocab_size": 50})),
     }
 
 
@@ -114,7 +122,7 @@ def checkpoints(tmp_path_factory) -> dict[str, tuple[str, torch.nn.Module]]:
 
 def reference_inputs(name: str, pixels: torch.Tensor) -> dict[str, torch.Tensor | bool]:
     """What the reference needs besides the pixels to compute what ours does at any size."""
-    if name.startswith("dinov3"):  # rotary positions: any multiple of the patch as it is
+    if name.startswith(("dinov3", "aimv2")):  # rotary positions: any size as it is; AIMv2: its native size only
         return {}
     if name == "mae":  # increasing noise: MAE's shuffle keeps every patch in order (mask_ratio 0 keeps them all)
         patches = (pixels.shape[2] // 4) * (pixels.shape[3] // 4)
@@ -125,7 +133,7 @@ def reference_inputs(name: str, pixels: torch.Tensor) -> dict[str, torch.Tensor 
 def reference_outputs(name: str, model: torch.nn.Module, pixels: torch.Tensor) -> dict[str, torch.Tensor]:
     """The reference's last hidden state, pooled output and logits, in the terms our model gives them."""
     with torch.no_grad():
-        if name in ("clip", "siglip", "metaclip2"):  # the image-text model: its vision tower
+        if name in ("clip", "siglip", "metaclip2", "aimv2"):  # the image-text model: its vision tower
             model = model.vision_model
         out = model(pixels, output_hidden_states=True, **reference_inputs(name, pixels))
     if hasattr(out, "logits"):
@@ -150,6 +158,8 @@ def our_outputs(folder: str, has_head: bool, pixels: torch.Tensor):
 @pytest.mark.parametrize("size", [NATIVE, RESAMPLED])
 @pytest.mark.parametrize("name", list(references()))
 def test_family_parity_with_transformers(checkpoints, name, size):
+    if name.startswith("aimv2") and size != NATIVE:
+        pytest.skip("transformers' Aimv2VisionModel runs at its native size only (fixed position ids)")
     assert_parity(checkpoints, name, (size, size))
 
 
@@ -240,5 +250,12 @@ def test_mae_pretraining_checkpoint_discards_its_decoder(tmp_path):
 def test_dinov3_variants_vit_ft_cannot_hold_are_one_line(tmp_path, change, match):
     DINOv3ViTModel(DINOv3ViTConfig(**{**DINOV3, **change})).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=match) as error:
+        ViTFTModel.from_pretrained(tmp_path)
+    assert "\n" not in str(error.value) and "config.json" in str(error.value)
+
+
+def test_aimv2_native_resolution_checkpoints_are_one_line(tmp_path):
+    Aimv2VisionModel(Aimv2VisionConfig(**VISION, is_native=True)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="is_native=true") as error:
         ViTFTModel.from_pretrained(tmp_path)
     assert "\n" not in str(error.value) and "config.json" in str(error.value)

@@ -2,7 +2,7 @@
 class (saved by it, random weights) is exported, loaded back by `AutoModelForImageClassification` without remote
 code, and gives our logits (<= 1e-5); `pipeline("image-classification")` runs on the folder. A model no class
 expresses exactly (SigLIP's attention pooling, CLIP and MetaCLIP 2, DINOv2 without its cls+mean head, DINOv3's
-rotary ViT, MAE's fc_norm layout) is refused in one line; MAE and MSN with the class token's head are transformers'
+rotary ViT, AIMv2, MAE's fc_norm layout) is refused in one line; MAE and MSN with the class token's head are transformers'
 ViT."""
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ REFUSED = {
     "dinov2_model": ({"pooling": "cls"}, "Dinov2ForImageClassification cannot express pooling='cls'"),
     "metaclip2_vision": ({"pooling": "mean"}, "(and MetaCLIP 2's) averages the patch tokens before"),
     "dinov3": ({}, "no image-classification class for DINOv3's rotary ViT"),
+    "aimv2_vision": ({}, "no image-classification class for AIMv2's RMSNorm ViT"),
     "mae": ({"pooling": "mean", "fc_norm": True}, "fc_norm=True (it needs False)"),
 }
 

@@ -1,6 +1,7 @@
 """The tools on each member of the ViT family: a saved folder of each family's tiny config is read by
 `load_trained` and runs through predict, inspect (attention distance, rollout) and the few-shot features, with
-the family's prefix tokens (class, distillation, registers, or none) handled where patches are read."""
+the family's prefix tokens (class, distillation, registers, or none) handled where patches are read; the newer
+members (DINOv3, MAE's layout, AIMv2) also through ONNX and onnxruntime."""
 
 import json
 
@@ -82,8 +83,8 @@ def test_tools_run_on_each_family(name, tmp_path, images):
     distances, used = attention_distances(trained, images, progress=False)
     assert distances.shape == (2, 4) and used == 3 and torch.isfinite(distances).all()
     # the whole inspect command for the prefixes 2 (DeiT), 0 (SigLIP), registers without a position table
-    # (DINOv3's rotary positions: Figure 7's similarity panel is skipped) and MAE's fc_norm
-    if name not in ("deit", "siglip", "dinov3", "mae"):
+    # (DINOv3's rotary positions: Figure 7's similarity panel is skipped), MAE's fc_norm and AIMv2
+    if name not in ("deit", "siglip", "dinov3", "mae", "aimv2"):
         return
     run_inspection(tmp_path / "model", tmp_path / "inspect", images=images, progress=False)
     numbers = json.loads((tmp_path / "inspect" / "inspection.json").read_text())
@@ -95,10 +96,11 @@ def test_tools_run_on_each_family(name, tmp_path, images):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dinov3", "mae"])
-def test_onnx_export_of_rotary_and_fc_norm_matches_pytorch_in_onnxruntime(name, tmp_path):
-    """DINOv3's rotary positions (computed from the input's grid inside the graph) and MAE's fc_norm export with
-    a dynamic height and width, and onnxruntime gives PyTorch's logits at sizes the trace never saw."""
+@pytest.mark.parametrize("name", ["dinov3", "mae", "aimv2"])
+def test_onnx_export_of_the_newer_members_matches_pytorch_in_onnxruntime(name, tmp_path):
+    """DINOv3's rotary positions (computed from the input's grid inside the graph), MAE's fc_norm and AIMv2's
+    RMSNorm and pooling head export with a dynamic height and width, and onnxruntime gives PyTorch's logits at
+    sizes the trace never saw."""
     pytest.importorskip("onnxruntime")
     from vit_ft.tools.export.onnx import OnnxClassifier, export_model
 

@@ -1,5 +1,5 @@
 """The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP,
-MAE, MSN) -> ours, and the family's options read from a timm checkpoint (`timm_family_fields`, for `timm_format.py`).
+MAE, MSN, AIMv2) -> ours, and the family's options read from a timm checkpoint (`timm_family_fields`, for `timm_format.py`).
 
 Each family's `config.json` (by `model_type`) becomes our config fields through transformers' own config class (so
 its defaults are transformers'), and its keys are renamed by the tables below while transformers loads them
@@ -7,7 +7,9 @@ its defaults are transformers'), and its keys are renamed by the tables below wh
 CLIP / SigLIP checkpoint, the contrastive projections) is discarded and said so in the loading report; DINOv2
 giant's SwiGLU MLP (`use_swiglu_ffn`) is our `mlp_type="swiglu"`, its packed `weights_in` our fc1 (gate first), as
 are DINOv3's gated MLP's `gate_proj` and `up_proj`; DINOv3's rotary positions are our `rope_theta`; MAE's fixed
-sin-cos table loads as our position table (its fine-tuning layout, mean pooling + `fc_norm`, is an option).
+sin-cos table loads as our position table (its fine-tuning layout, mean pooling + `fc_norm`, is an option);
+AIMv2's RMSNorms are our `norm_type="rmsnorm"` (with `patch_norm`), its SwiGLU `ffn` our fc1/fc2, its pooling head
+our pooling "attn".
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from transformers import CONFIG_MAPPING
 
 # model_type -> the family's name in messages
 FAMILY_MODEL_TYPES = {
+    "aimv2": "AIMv2",
+    "aimv2_vision_model": "AIMv2",
     "deit": "DeiT",
     "dinov2": "DINOv2",
     "dinov2_with_registers": "DINOv2 with registers",
@@ -67,7 +71,20 @@ FAMILY_RENAMES = {
     "mlp.weights_in.": "mlp.fc1.",  # DINOv2's SwiGLU: gate then value, packed as ours
     "mlp.weights_out.": "mlp.fc2.",
     "mlp.down_proj.": "mlp.fc2.",  # DINOv3's MLP (its up_proj, with gate_proj when gated, is packed on load)
+    # AIMv2: its SwiGLU (then packed as DINOv3's), RMSNorms (the final one last, once the others are renamed), head
+    "ffn.down_proj.": "mlp.fc2.",
+    "ffn.gate_proj": "mlp.gate_proj",
+    "ffn.up_proj": "mlp.up_proj",
+    "attention.out_proj.": "attention.proj.",
+    "embeddings.patch_embed.": "embeddings.patch_embeddings.projection.",
+    "embeddings.rms_norm.": "embeddings.patch_embeddings.norm.",
+    "rms_norm1.": "norm1.",
+    "rms_norm2.": "norm2.",
+    "rms_norm.": "layernorm.",
+    "head.cls_token": "attn_pool.latent",
+    "head.output_proj.": "attn_pool.proj.",
 }
+AIMV2_HEAD_KV = ("head.k_proj", "head.v_proj")  # AIMv2's pooling head: fused into our attn_pool.kv
 # the family's query/key/value projections, fused into our qkv
 FAMILY_QKV_SOURCES = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),)
 SIGLIP_IN_PROJ = "head.attention.in_proj_"  # SigLIP's pooling head: split into our query and key/value
@@ -108,9 +125,8 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
     vision = full.vision_config.to_dict() if hasattr(full, "vision_config") else full.to_dict()
     kept = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act")
     fields = {name: vision[name] for name in kept if name in vision}
-    fields.update(
-        {name: vision[name] for name in ("layer_norm_eps", "image_size", "patch_size", "num_channels")}
-    )
+    fields.update({name: vision[name] for name in ("image_size", "patch_size", "num_channels")})
+    fields["layer_norm_eps"] = vision.get("layer_norm_eps", vision.get("rms_norm_eps"))  # AIMv2's is RMSNorm's
     fields["_drop_path_rate"] = vision.get("drop_path_rate", 0.0)
     if model_type.startswith("dinov2"):
         swiglu, hidden, ratio = bool(vision.get("use_swiglu_ffn")), vision["hidden_size"], vision["mlp_ratio"]
@@ -125,6 +141,8 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
             pos_embed_antialias=model_type == "dinov2_with_registers",
             pooling="cls+mean" if architecture.endswith("ForImageClassification") else "cls",
         )
+    elif model_type.startswith("aimv2"):
+        fields.update(_aimv2_fields(vision, source))
     elif model_type == "dinov3_vit":
         fields.update(_dinov3_fields(vision, source))
     elif model_type == "deit":
@@ -167,6 +185,28 @@ def _dinov3_fields(vision: dict[str, Any], source: str) -> dict[str, Any]:
         "layerscale_value": vision["layerscale_value"],
         "num_register_tokens": vision["num_register_tokens"],
         "rope_theta": float(vision["rope_theta"]),
+    }
+
+
+def _aimv2_fields(vision: dict[str, Any], source: str) -> dict[str, Any]:
+    """Our fields of an AIMv2 vision config: RMSNorms (also on the patch embeddings), a SiLU SwiGLU MLP, no class
+    token, learned positions for the patches, its attention-pooling head (pooling "attn") or the token mean."""
+    if vision.get("is_native") or vision["hidden_act"] != "silu":
+        what = "is_native=true (sin-cos positions per image size)" if vision.get("is_native") else "hidden_act"
+        raise ValueError(
+            f"{source}/config.json: vit_ft loads AIMv2 at its fixed resolution with a SiLU MLP; this one sets {what}. "
+            "Load one of the fixed-resolution AIMv2 checkpoints (e.g. apple/aimv2-large-patch14-224)."
+        )
+    return {
+        "norm_type": "rmsnorm",
+        "patch_norm": True,
+        "mlp_type": "swiglu",
+        "qkv_bias": vision["qkv_bias"],
+        "proj_bias": vision["qkv_bias"],  # Aimv2Attention's out_proj follows qkv_bias
+        "mlp_bias": vision["mlp_bias"],
+        "class_token": False,
+        "no_embed_class": True,
+        "pooling": "attn" if vision.get("use_head", True) else "mean",
     }
 
 
@@ -228,6 +268,7 @@ def timm_family_fields(
 
 __all__ = [
     "CLIP_CLASS_EMBEDDING",
+    "AIMV2_HEAD_KV",
     "CLIP_TYPES",
     "FAMILY_DISCARDS",
     "FAMILY_MODEL_TYPES",

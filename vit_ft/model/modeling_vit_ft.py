@@ -1,7 +1,7 @@
 """The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2/v3, CLIP,
-SigLIP, MAE, MSN, MetaCLIP 2), a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`. A
-saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`, `pos_embed.py` and
-`rotary.py`;
+SigLIP, MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`. A
+saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`, `norms.py`,
+`pos_embed.py` and `rotary.py`;
 checkpoint formats are loading code (`loading.py`, through the `checkpoint_loader` hook); the CPU kernels are
 applied from outside (`vit_ft.kernels.kernelize`)."""
 
@@ -22,21 +22,24 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
 from .inputs import check_pixel_values, patch_grid
+from .norms import RMSNorm, make_norm
 from .pos_embed import resample_position_embeddings
 from .rotary import apply_rotary, rotary_cos_sin
 
 
 class ViTFTPatchEmbeddings(nn.Module):
-    """`(batch, channels, height, width)` pixels -> `(batch, num_patches, hidden)` patch embeddings."""
+    """`(batch, channels, height, width)` pixels -> `(batch, num_patches, hidden)` patch embeddings, normalised
+    with `patch_norm` (AIMv2)."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
         patch = self.patch_size = config.patch_hw
         bias = not config.pre_norm  # timm's rule: no patch bias under a pre-norm (CLIP)
         self.projection = nn.Conv2d(config.num_channels, config.hidden_size, patch, patch, bias=bias)
+        self.norm = make_norm(config) if config.patch_norm else nn.Identity()
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return self.projection(pixel_values).flatten(2).transpose(1, 2)  # (B, N, hidden)
+        return self.norm(self.projection(pixel_values).flatten(2).transpose(1, 2))  # (B, N, hidden)
 
 
 class ViTFTEmbeddings(nn.Module):
@@ -122,7 +125,7 @@ class ViTFTAttention(nn.Module):
         self.attention_dropout = config.attention_probs_dropout_prob
         self.is_causal = False
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.proj_bias)
 
     def forward(
         self, hidden_states: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None, **kwargs: Any
@@ -152,10 +155,11 @@ class ViTFTMLP(nn.Module):
     def __init__(self, config: ViTFTConfig, swiglu: bool = False):
         super().__init__()
         self.config, self.swiglu = config, swiglu
-        self.fc1 = nn.Linear(config.hidden_size, (1 + swiglu) * config.intermediate_size)
+        width, bias = config.intermediate_size, config.mlp_bias
+        self.fc1 = nn.Linear(config.hidden_size, (1 + swiglu) * width, bias=bias)
         if not swiglu:  # the kernels fuse an MLP with an exact-GELU `activation_fn`; a SwiGLU one has none
             self.activation_fn = ACT2FN[config.hidden_act]
-        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.fc2 = nn.Linear(width, config.hidden_size, bias=bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
@@ -166,17 +170,17 @@ class ViTFTMLP(nn.Module):
 
 class ViTFTAttentionPool(nn.Module):
     """Attention pooling (SigLIP's MAP head, timm's `AttentionPoolLatent`): a learned query attends over the
-    `(batch, seq_len, hidden)` tokens, then a residual MLP; -> `(batch, hidden)`."""
+    `(batch, seq_len, hidden)` tokens, then a residual MLP; -> `(batch, hidden)`. Pooling "attn" (AIMv2's head)
+    has no query projection and no MLP, and key/value biases only with `qkv_bias`."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
-        self.num_heads, hidden = config.num_attention_heads, config.hidden_size
+        self.num_heads, hidden, full = config.num_attention_heads, config.hidden_size, config.pooling == "map"
         self.latent = nn.Parameter(torch.zeros(1, 1, hidden))
-        self.q = nn.Linear(hidden, hidden)
-        self.kv = nn.Linear(hidden, 2 * hidden)
+        self.q = nn.Linear(hidden, hidden) if full else nn.Identity()
+        self.kv = nn.Linear(hidden, 2 * hidden, bias=full or config.qkv_bias)
         self.proj = nn.Linear(hidden, hidden)
-        self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
-        self.mlp = ViTFTMLP(config)
+        self.norm, self.mlp = (make_norm(config), ViTFTMLP(config)) if full else (None, None)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch_size, seq_len, hidden = hidden_states.shape
@@ -186,7 +190,7 @@ class ViTFTAttentionPool(nn.Module):
         key, value = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, head_dim)
         pooled = nn.functional.scaled_dot_product_attention(query, key, value).reshape(batch_size, hidden)
         pooled = self.proj(pooled)  # (B, hidden)
-        return pooled + self.mlp(self.norm(pooled))
+        return pooled if self.mlp is None else pooled + self.mlp(self.norm(pooled))
 
 
 class ViTFTLayer(GradientCheckpointingLayer):
@@ -195,9 +199,9 @@ class ViTFTLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: ViTFTConfig, drop_path_rate: float = 0.0):
         super().__init__()
-        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.norm1 = make_norm(config)
         self.attention = ViTFTAttention(config)
-        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.norm2 = make_norm(config)
         self.mlp = ViTFTMLP(config, swiglu=config.mlp_type == "swiglu")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path_rate = drop_path_rate
@@ -254,9 +258,10 @@ class ViTFTPreTrainedModel(PreTrainedModel):
             init.trunc_normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
+        elif isinstance(module, (nn.LayerNorm, RMSNorm)):
             init.ones_(module.weight)
-            init.zeros_(module.bias)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
         elif isinstance(module, ViTFTEmbeddings):
             tokens = ("position_embeddings", "cls_token", "distillation_token", "register_tokens")
             for token in (getattr(module, name) for name in tokens if getattr(module, name) is not None):
@@ -290,23 +295,21 @@ class ViTFTPreTrainedModel(PreTrainedModel):
 
 
 class ViTFTModel(ViTFTPreTrainedModel):
-    """The ViT encoder. `pooler_output` is the CLS token (or the patch-token mean) after the final LayerNorm;
+    """The ViT encoder. `pooler_output` is the pooled tokens (`pooling`) after the final norm;
     `hidden_states` and `attentions` are recorded by transformers' `capture_outputs` when asked for."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__(config)
         self.embeddings = ViTFTEmbeddings(config)
-        hidden, eps = config.hidden_size, config.layer_norm_eps
-        self.pre_layernorm = nn.LayerNorm(hidden, eps=eps) if config.pre_norm else None
+        self.pre_layernorm = make_norm(config) if config.pre_norm else None
         # stochastic depth rising linearly with depth (DeiT, timm); on the CPU explicitly, as transformers' models
         # do, so that the model also builds on the meta device (init_empty_weights, device_map, FSDP loading)
-        depth = config.num_hidden_layers
-        rates = [x.item() for x in torch.linspace(0, config.drop_path_rate, depth, device="cpu")]
+        rates = torch.linspace(0, config.drop_path_rate, config.num_hidden_layers, device="cpu").tolist()
         self.layers = nn.ModuleList([ViTFTLayer(config, rate) for rate in rates])
         # the final LayerNorm on every token, or with `fc_norm` on the pooled one (MAE's fine-tuning layout)
-        self.layernorm = None if config.fc_norm else nn.LayerNorm(hidden, eps=eps)
-        self.attn_pool = ViTFTAttentionPool(config) if config.pooling == "map" else None
-        self.fc_norm = nn.LayerNorm(hidden, eps=eps) if config.fc_norm else None
+        self.layernorm = None if config.fc_norm else make_norm(config)
+        self.attn_pool = ViTFTAttentionPool(config) if config.pooling in ("map", "attn") else None
+        self.fc_norm = make_norm(config) if config.fc_norm else None
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -333,7 +336,7 @@ class ViTFTModel(ViTFTPreTrainedModel):
     def forward_head(self, sequence_output: torch.Tensor) -> torch.Tensor:
         """Pool `(batch, prefix + num_patches, hidden)` tokens to `(batch, hidden)` (`2 * hidden` for cls+mean)."""
         pooling, patches = self.config.pooling, sequence_output[:, self.config.num_prefix_tokens :]
-        if pooling == "map":
+        if self.attn_pool is not None:
             pooled = self.attn_pool(sequence_output)
         elif pooling == "mean":
             pooled = patches.mean(dim=1)

@@ -25,6 +25,7 @@ from transformers.core_model_loading import (
 
 from .conversion import HEAD_KEYS, LAYER_RENAMES, QKV_SOURCES
 from .families import (
+    AIMV2_HEAD_KV,
     CLIP_CLASS_EMBEDDING,
     FAMILY_PREFIXES,
     FAMILY_QKV_SOURCES,
@@ -94,8 +95,9 @@ class FuseQKV(ConversionOps):
 
 
 class PackGatedMLP(ConversionOps):
-    """DINOv3's MLP: a gated one's `gate_proj` and `up_proj` -> our packed fc1 `(2 * width, ...)`, gate first (our
-    SwiGLU); a plain one's `up_proj` alone is our fc1 as it is."""
+    """DINOv3's and AIMv2's MLP: a gated one's `gate_proj` and `up_proj` -> our packed fc1 `(2 * width, ...)`, gate
+    first (our SwiGLU); a plain one's `up_proj` alone is our fc1 as it is. AIMv2's pooling head packs its key and
+    value projections into our `attn_pool.kv` the same way."""
 
     def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
         """Half our fc1 (gated, the two packed) or all of it (plain)."""
@@ -212,6 +214,7 @@ def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
     qkv_sources = (*QKV_SOURCES, *FAMILY_QKV_SOURCES)
     mapping += [_Converter(list(names), "attention.qkv", [FuseQKV()]) for names in qkv_sources]
     mapping.append(_Converter(["mlp.gate_proj", "mlp.up_proj"], "mlp.fc1", [PackGatedMLP()]))
+    mapping.append(_Converter(list(AIMV2_HEAD_KV), "attn_pool.kv", [PackGatedMLP()]))  # key then value
     mapping.append(_Converter(CLIP_CLASS_EMBEDDING, "embeddings.cls_token", [ReshapeClassToken()]))
     for kind in ("weight", "bias"):
         targets = [f"attn_pool.q.{kind}", f"attn_pool.kv.{kind}"]
