@@ -259,3 +259,14 @@ def test_aimv2_native_resolution_checkpoints_are_one_line(tmp_path):
     with pytest.raises(ValueError, match="is_native=true") as error:
         ViTFTModel.from_pretrained(tmp_path)
     assert "\n" not in str(error.value) and "config.json" in str(error.value)
+
+
+def test_loading_report_says_what_each_newer_layout_became(checkpoints):
+    """Beyond renames: DINOv3's missing key bias and gated MLP, its rotary positions, AIMv2's packed head."""
+    dinov3 = str(ViTFTModel.from_pretrained(checkpoints["dinov3_gated"][0]).loading_report)
+    assert "mapped no key bias -> attention.qkv: zeros" in dinov3
+    assert "mapped mlp.gate_proj + mlp.up_proj -> mlp.fc1: packed, gate first" in dinov3
+    assert "mapped positions: 2-D rotary (rope_theta=100)" in dinov3
+    aimv2 = str(ViTFTModel.from_pretrained(checkpoints["aimv2_vision"][0]).loading_report)
+    assert "mapped head.k_proj + head.v_proj -> attn_pool.kv: packed, key then value" in aimv2
+    assert "rotary" not in aimv2 and "key bias" not in aimv2

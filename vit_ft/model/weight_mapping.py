@@ -85,6 +85,7 @@ class FuseQKV(ConversionOps):
             # DINOv3 has no key bias: zeros are exact, as a key bias adds the same to every logit of a query's row
             input_dict[source_patterns[1]] = [torch.zeros_like(input_dict[source_patterns[0]][0])]
             missing = []
+            active_load().mapped["no key bias -> attention.qkv"] = "zeros (exact: softmax ignores a key bias)"
         if missing:
             _refuse(
                 f"the checkpoint has an incomplete attention projection for {kwargs['full_layer_name']}: missing "
@@ -106,7 +107,11 @@ class PackGatedMLP(ConversionOps):
 
     @torch.no_grad()
     def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
-        parts = [tensor for source in source_patterns if source in input_dict for tensor in input_dict.pop(source)]
+        present = [source for source in source_patterns if source in input_dict]
+        parts = [tensor for source in present for tensor in input_dict.pop(source)]
+        if len(present) > 1:
+            how = "packed, gate first (our SwiGLU)" if "gate" in present[0] else "packed, key then value"
+            active_load().mapped[f"{' + '.join(present)} -> {target_patterns[0]}"] = how
         return {target_patterns[0]: torch.cat(parts, dim=0)}
 
 
