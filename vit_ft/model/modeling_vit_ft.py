@@ -1,9 +1,8 @@
 """The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2/v3, CLIP,
-SigLIP, MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`. A
-saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`, `norms.py`,
-`pos_embed.py` and `rotary.py`;
-checkpoint formats are loading code (`loading.py`, through the `checkpoint_loader` hook); the CPU kernels are
-applied from outside (`vit_ft.kernels.kernelize`)."""
+SigLIP, MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`.
+A saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`, `norms.py`,
+`pos_embed.py` and `rotary.py`; checkpoint formats are loading code (`loading.py`, through the `checkpoint_loader`
+hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
 
 from __future__ import annotations
 
