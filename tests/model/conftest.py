@@ -13,5 +13,10 @@ FAMILY_OPTIONS = {
                          "pooling": "cls+mean"},
     "clip": {"pre_norm": True, "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5},
     "siglip": {"class_token": False, "no_embed_class": True, "pooling": "map", "hidden_act": "gelu_pytorch_tanh"},
+    "dinov3": {"rope_theta": 100.0, "num_register_tokens": 2, "layerscale_value": 0.1, "mlp_type": "swiglu",
+               "layer_norm_eps": 1e-5},
+    "mae": {"pooling": "mean", "fc_norm": True},  # MAE's fine-tuning layout
+    "aimv2": {"norm_type": "rmsnorm", "patch_norm": True, "mlp_type": "swiglu", "qkv_bias": False,
+              "proj_bias": False, "mlp_bias": False, "class_token": False, "no_embed_class": True, "pooling": "attn"},
 }  # fmt: skip
 FAMILY_CONFIGS = {name: {**TINY, **options} for name, options in FAMILY_OPTIONS.items()}

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from transformers import ViTForImageClassification, ViTImageProcessorPil, pipeline
 
-from vit_ft import ViTFTForImageClassification
+from vit_ft import ViTFTConfig, ViTFTForImageClassification
 from vit_ft.kernels import kernelize
 from vit_ft.model.export import export_to_transformers
 
@@ -63,9 +63,24 @@ def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_p
         "modeling_vit_ft.py",
         "configuration_vit_ft.py",
         "pos_embed.py",
+        "rotary.py",
+        "inputs.py",
+        "norms.py",
         "sizes.py",
     }
     pixels = torch.randn(2, 3, 24, 32)
+    out = run_in_clean_process(folder, pixels, tmp_path, kernels)
+    assert out["cls"].startswith("transformers_modules.") and out["cls"].endswith(
+        "ViTFTForImageClassification"
+    )
+    assert out["id2label"] == {"0": "ant", "1": "bee", "2": "wasp"}
+    with torch.no_grad():
+        expected = finetuned(pixels).logits
+    assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
+
+
+def run_in_clean_process(folder, pixels: torch.Tensor, tmp_path, kernels: str = "0") -> dict:
+    """CLEAN_PROCESS on the saved `folder` and `pixels`: its output (class, logits, labels)."""
     torch.save(pixels, tmp_path / "pixels.pt")
     env_cache = {
         "HF_MODULES_CACHE": str(tmp_path / "modules"),
@@ -77,14 +92,29 @@ def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_p
         cwd=tmp_path, env={**_base_env(), **env_cache}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads((tmp_path / "out.json").read_text())
-    assert out["cls"].startswith("transformers_modules.") and out["cls"].endswith(
-        "ViTFTForImageClassification"
-    )
-    assert out["id2label"] == {"0": "ant", "1": "bee", "2": "wasp"}
-    with torch.no_grad():
-        expected = finetuned(pixels).logits
-    assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
+    return json.loads((tmp_path / "out.json").read_text())
+
+
+def test_family_options_load_in_a_clean_process(tmp_path):
+    """The newer family options (DINOv3's rotary positions, registers and gated MLP; MAE's fc_norm; AIMv2's
+    RMSNorm, bias-free layers and pooling head) run from a saved folder's code alone: rotary.py, norms.py and
+    inputs.py travel with it."""
+    from ..conftest import TINY, randomize
+
+    options = (
+        {"rope_theta": 100.0, "num_register_tokens": 2, "layerscale_value": 1.0, "mlp_type": "swiglu",
+         "pooling": "mean", "fc_norm": True},
+        {"norm_type": "rmsnorm", "patch_norm": True, "proj_bias": False, "mlp_bias": False, "qkv_bias": False,
+         "class_token": False, "no_embed_class": True, "pooling": "attn"},
+    )  # fmt: skip
+    pixels = torch.randn(2, 3, 20, 28)
+    for index, option in enumerate(options):
+        model = randomize(ViTFTForImageClassification(ViTFTConfig(**TINY, **option, num_labels=3)), seed=4)
+        model.save_pretrained(tmp_path / f"model{index}")
+        out = run_in_clean_process(tmp_path / f"model{index}", pixels, tmp_path)
+        with torch.no_grad():
+            expected = model(pixels).logits
+        assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
 
 
 def test_transformers_export_loads_in_plain_pipeline(finetuned, tmp_path):

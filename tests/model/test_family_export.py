@@ -1,7 +1,9 @@
 """Export of the ViT family to the family's own transformers class: a model loaded from a checkpoint of transformers'
 class (saved by it, random weights) is exported, loaded back by `AutoModelForImageClassification` without remote
 code, and gives our logits (<= 1e-5); `pipeline("image-classification")` runs on the folder. A model no class
-expresses exactly (SigLIP's attention pooling, CLIP, DINOv2 without its cls+mean head) is refused in one line."""
+expresses exactly (SigLIP's attention pooling, CLIP and MetaCLIP 2, DINOv2 without its cls+mean head, DINOv3's
+rotary ViT, AIMv2, MAE's fc_norm layout) is refused in one line; MAE and MSN with the class token's head are transformers'
+ViT."""
 
 from __future__ import annotations
 
@@ -24,12 +26,19 @@ EXPORTS = {
     "dinov2_swiglu_classifier": "Dinov2ForImageClassification",  # use_swiglu_ffn=True
     "dinov2_registers_classifier": "Dinov2WithRegistersForImageClassification",
     "siglip_classifier": "SiglipForImageClassification",
+    "msn_classifier": "ViTForImageClassification",  # ViTMSNForImageClassification computes the same
+    "mae": "ViTForImageClassification",  # fine-tuned on the class token (new labels)
 }
+NEW_LABELS = {"mae": {"num_labels": 3}}  # a checkpoint without a head, given one
 # checkpoint, new labels and pooling -> what the refusal names
 REFUSED = {
     "siglip": ({"pooling": "map"}, "pooling='map' (it needs 'mean')"),
-    "clip_vision": ({"pooling": "mean"}, "CLIPForImageClassification averages the patch tokens before"),
+    "clip_vision": ({"pooling": "mean"}, "CLIPForImageClassification (and MetaCLIP 2's) averages the patch"),
     "dinov2_model": ({"pooling": "cls"}, "Dinov2ForImageClassification cannot express pooling='cls'"),
+    "metaclip2_vision": ({"pooling": "mean"}, "(and MetaCLIP 2's) averages the patch tokens before"),
+    "dinov3": ({}, "no image-classification class for DINOv3's rotary ViT"),
+    "aimv2_vision": ({}, "no image-classification class for AIMv2's RMSNorm ViT"),
+    "mae": ({"pooling": "mean", "fc_norm": True}, "fc_norm=True (it needs False)"),
 }
 
 
@@ -46,7 +55,7 @@ def fine_tuned(folder: str, **kwargs) -> ViTFTForImageClassification:
 
 @pytest.mark.parametrize("name", list(EXPORTS))
 def test_family_exports_to_its_own_transformers_class(checkpoints, tmp_path, name):
-    model = fine_tuned(checkpoints[name][0])
+    model = fine_tuned(checkpoints[name][0], **NEW_LABELS.get(name, {}))
     assert (
         transformers_class_for(model.config) == EXPORTS[name]
         and transformers_export_reason(model.config) == ""

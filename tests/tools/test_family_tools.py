@@ -1,6 +1,7 @@
 """The tools on each member of the ViT family: a saved folder of each family's tiny config is read by
 `load_trained` and runs through predict, inspect (attention distance, rollout) and the few-shot features, with
-the family's prefix tokens (class, distillation, registers, or none) handled where patches are read."""
+the family's prefix tokens (class, distillation, registers, or none) handled where patches are read; the newer
+members (DINOv3, MAE's layout, AIMv2) also through ONNX and onnxruntime."""
 
 import json
 
@@ -81,9 +82,90 @@ def test_tools_run_on_each_family(name, tmp_path, images):
     assert summary["rows"] == 3 and summary["errors"] == 0 and len(rows) == 4  # header + one row per image
     distances, used = attention_distances(trained, images, progress=False)
     assert distances.shape == (2, 4) and used == 3 and torch.isfinite(distances).all()
-    if name not in ("deit", "siglip"):  # the whole inspect command for the prefixes 2 (DeiT) and 0 (SigLIP)
+    # the whole inspect command for the prefixes 2 (DeiT), 0 (SigLIP), registers without a position table
+    # (DINOv3's rotary positions: Figure 7's similarity panel is skipped), MAE's fc_norm and AIMv2
+    if name not in ("deit", "siglip", "dinov3", "mae", "aimv2"):
         return
     run_inspection(tmp_path / "model", tmp_path / "inspect", images=images, progress=False)
     numbers = json.loads((tmp_path / "inspect" / "inspection.json").read_text())
     assert (tmp_path / "inspect" / "attention_rollout.png").is_file()
+    rotary = name == "dinov3"
+    assert (tmp_path / "inspect" / "position_similarity.png").is_file() != rotary
+    assert ("skipped" in numbers["position_similarity"]) == rotary
     assert np.array(numbers["attention_distance"]["mean_distance"]).shape == (2, 4)  # (layers, heads)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dinov3", "mae", "aimv2"])
+def test_onnx_export_of_the_newer_members_matches_pytorch_in_onnxruntime(name, tmp_path):
+    """DINOv3's rotary positions (computed from the input's grid inside the graph), MAE's fc_norm and AIMv2's
+    RMSNorm and pooling head export with a dynamic height and width, and onnxruntime gives PyTorch's logits at
+    sizes the trace never saw."""
+    pytest.importorskip("onnxruntime")
+    from vit_ft.tools.export.onnx import OnnxClassifier, export_model
+
+    model = saved_family(name, tmp_path / "model")
+    dynamic, difference, _ = export_model(model, tmp_path / "model.onnx")
+    assert dynamic and difference <= 1e-4
+    graph = OnnxClassifier(tmp_path / "model.onnx")
+    for height, width in ((16, 16), (20, 28), (32, 12)):
+        pixels = torch.randn(3, 3, height, width, generator=torch.Generator().manual_seed(height))
+        with torch.no_grad():
+            expected = model(pixel_values=pixels).logits
+        assert (graph.logits(pixels) - expected).abs().max().item() <= 1e-4, (height, width)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("dinov3", "no image-classification class for DINOv3's rotary ViT"),
+        ("aimv2", "no image-classification class for AIMv2's RMSNorm ViT"),
+        ("mae", "fc_norm=True (it needs False)"),
+    ],
+)
+def test_push_stages_the_newer_members_with_their_code_and_says_why(name, why, tmp_path):
+    """No transformers class holds DINOv3, AIMv2 or MAE's fc_norm layout: the push stages vit_ft's code (the
+    model file and every module it imports) and the card says why; the staged folder gives the same logits."""
+    from transformers import AutoModelForImageClassification
+
+    from vit_ft.tools.export.hub import stage_for_hub
+
+    model = saved_family(name, tmp_path / "model")
+    staged = stage_for_hub(tmp_path / "model", tmp_path / "staged", f"me/{name}")
+    assert {"modeling_vit_ft.py", "rotary.py", "norms.py", "inputs.py"} <= {p.name for p in staged.glob("*.py")}
+    card = (staged / "README.md").read_text()
+    assert "- Format: vit_ft" in card and why in card
+    remote = AutoModelForImageClassification.from_pretrained(staged, trust_remote_code=True).eval()
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(remote(pixels).logits, model(pixels).logits, atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """train/ and test/ folders of the labels a, b, c: four and two random 20x20 images each."""
+    root, rng = tmp_path_factory.mktemp("labelled"), np.random.default_rng(1)
+    for split, count in (("train", 4), ("test", 2)):
+        for label in "abc":
+            (root / split / label).mkdir(parents=True)
+            for i in range(count):
+                image = rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)
+                Image.fromarray(image).save(root / split / label / f"{i}.png")
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dinov3", "aimv2", "mae"])
+def test_evaluate_and_fewshot_run_on_the_newer_members(name, tmp_path, labelled):
+    """evaluate (at another resolution than the saved one: rotary positions, resampled tables) and the few-shot
+    probe on frozen features of the pooling each member uses (fc_norm after MAE's mean, AIMv2's head)."""
+    from vit_ft.tools.evaluate.run import run_evaluation
+    from vit_ft.tools.fewshot.run import FewShotOptions, run_fewshot
+
+    saved_family(name, tmp_path / "model")
+    metrics = run_evaluation(tmp_path / "model", tmp_path / "eval", data_dir=labelled / "test", image_size=20)
+    assert metrics["num_images"] == 6 and metrics["image_size"] == [20, 20]
+    assert (tmp_path / "eval" / "report.md").is_file()
+    options = FewShotOptions(shots=(1, 2), seeds=1, bf16="false", progress=False)
+    record = run_fewshot(tmp_path / "model", labelled, tmp_path / "fewshot", options)
+    assert record["feature_dim"] == 32 and [r["shots"] for r in record["results"]] == [1, 2]

@@ -20,8 +20,11 @@ VIT_CONFIG_FIELDS = (
     "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
     "image_size", "patch_size", "num_channels", "qkv_bias",
 )  # fmt: skip
-# "cls+mean" concatenates both (DINOv2's linear heads); "map" is attention pooling (SigLIP's head)
-POOLING_CHOICES = ("cls", "mean", "cls+mean", "map")
+# "cls+mean" concatenates both (DINOv2's linear heads); "map" is attention pooling (SigLIP's head), "attn" the
+# same without its query projection and MLP (AIMv2's head)
+POOLING_CHOICES = ("cls", "mean", "cls+mean", "map", "attn")
+# "layernorm" is the ViT's; "rmsnorm" AIMv2's (no mean subtracted, no bias)
+NORM_TYPES = ("layernorm", "rmsnorm")
 # "gelu" is the paper's MLP (fc1, `hidden_act`, fc2); "swiglu" is DINOv2 giant's gated MLP (timm's SwiGLUPacked)
 MLP_TYPES = ("gelu", "swiglu")
 
@@ -45,7 +48,8 @@ class ViTFTConfig(PretrainedConfig):
         image_size: resolution the position embeddings are laid out for, an int or (height, width).
         patch_size: side of the square patches (an int; a (height, width) pair is accepted too).
         pooling: "cls" takes the CLS token (the paper's choice), "mean" averages the patch tokens, "cls+mean"
-            concatenates both (DINOv2's linear heads), "map" attends over the tokens with a learned query (SigLIP).
+            concatenates both (DINOv2's linear heads), "map" attends over the tokens with a learned query (SigLIP),
+            "attn" too, without query projection and MLP (AIMv2).
         drop_path_rate: stochastic depth, rising linearly from 0 at the first block to this at the last (DeiT).
 
     The fields after `pooling` (timm's `VisionTransformer` options) default to the plain ViT of the paper:
@@ -58,6 +62,13 @@ class ViTFTConfig(PretrainedConfig):
         pos_embed_antialias: resample position embeddings with antialiased bicubic (DINOv2 with registers).
         mlp_type: "gelu" (fc1, `hidden_act`, fc2) or "swiglu" (DINOv2 giant: fc2(silu(gate) * value), fc1 packing
             gate and value; `intermediate_size` is then the width of each, `hidden_act` unused by the blocks).
+        fc_norm: the final LayerNorm after pooling (`fc_norm`) instead of on every token (MAE's fine-tuning layout
+            with pooling "mean", timm's option).
+        rope_theta: 2-D rotary position embeddings on the patch tokens with this base (DINOv3) instead of a
+            learned table; None for the learned table. Any multiple of the patch runs without resampling.
+        norm_type: "layernorm" or "rmsnorm" (AIMv2) for every norm of the model; `layer_norm_eps` is its eps.
+        patch_norm: a norm on the patch embeddings before the positions are added (AIMv2).
+        proj_bias / mlp_bias: biases of the attention's output projection and of the MLP (AIMv2 has none).
     """
 
     model_type = "vit_ft"
@@ -85,6 +96,12 @@ class ViTFTConfig(PretrainedConfig):
     pre_norm: bool = False
     pos_embed_antialias: bool = False
     mlp_type: str = "gelu"
+    fc_norm: bool = False
+    rope_theta: float | None = None
+    norm_type: str = "layernorm"
+    patch_norm: bool = False
+    proj_bias: bool = True
+    mlp_bias: bool = True
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._validate()
@@ -118,6 +135,15 @@ class ViTFTConfig(PretrainedConfig):
             raise ValueError(f"num_register_tokens must be an int >= 0, got {self.num_register_tokens!r}.")
         if self.mlp_type not in MLP_TYPES:
             raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}.")
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}.")
+        if self.fc_norm and self.pooling == "cls+mean":
+            raise ValueError("fc_norm normalises one pooled token: use pooling 'mean', 'cls' or 'map' with it.")
+        if self.rope_theta is not None and (self.hidden_size // self.num_attention_heads) % 4:
+            raise ValueError(
+                f"rope_theta needs a head width (hidden_size / num_attention_heads = "
+                f"{self.hidden_size // self.num_attention_heads}) divisible by 4: pick another head count."
+            )
         if self.hidden_act not in ACT2FN:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not in transformers' ACT2FN: e.g. 'gelu'.")
 
@@ -196,6 +222,7 @@ def nearest_multiple(image_size: tuple[int, int], patch_size: tuple[int, int]) -
 
 __all__ = [
     "MLP_TYPES",
+    "NORM_TYPES",
     "POOLING_CHOICES",
     "VIT_CONFIG_FIELDS",
     "ViTFTConfig",

@@ -123,7 +123,7 @@ def export_to_timm(
 
 
 def family_features(config: ViTFTConfig) -> list[str]:
-    """What `config` has beyond the plain ViT (the options of DeiT, DINOv2, CLIP and SigLIP), named."""
+    """What `config` has beyond the plain ViT (the options of DeiT, DINOv2/v3, CLIP, SigLIP, MAE, AIMv2), named."""
     plain = ViTFTConfig()
     names = {
         "layerscale_value": "layer scale",
@@ -134,6 +134,12 @@ def family_features(config: ViTFTConfig) -> list[str]:
         "pre_norm": "norm before the blocks",
         "pos_embed_antialias": "antialiased position resampling",
         "mlp_type": "SwiGLU MLP",
+        "fc_norm": "norm after the pooling (fc_norm)",
+        "rope_theta": "rotary position embeddings",
+        "norm_type": "RMSNorm",
+        "patch_norm": "norm on the patch embeddings",
+        "proj_bias": "attention output without bias",
+        "mlp_bias": "MLP without bias",
     }
     return [what for name, what in names.items() if getattr(config, name) != getattr(plain, name)]
 

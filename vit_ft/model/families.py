@@ -1,11 +1,15 @@
-"""The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, CLIP, SigLIP) -> ours, and the
-family's options read from a timm checkpoint (`timm_family_fields`, for `timm_format.py`).
+"""The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP,
+MAE, MSN, AIMv2) -> ours, and the family's options read from a timm checkpoint (`timm_family_fields`, for `timm_format.py`).
 
 Each family's `config.json` (by `model_type`) becomes our config fields through transformers' own config class (so
 its defaults are transformers'), and its keys are renamed by the tables below while transformers loads them
 (`weight_mapping.py`). What the family holds that a fine-tune does not use (DINOv2's mask token, the text tower of a
 CLIP / SigLIP checkpoint, the contrastive projections) is discarded and said so in the loading report; DINOv2
-giant's SwiGLU MLP (`use_swiglu_ffn`) is our `mlp_type="swiglu"`, its packed `weights_in` our fc1 (gate first).
+giant's SwiGLU MLP (`use_swiglu_ffn`) is our `mlp_type="swiglu"`, its packed `weights_in` our fc1 (gate first), as
+are DINOv3's gated MLP's `gate_proj` and `up_proj`; DINOv3's rotary positions are our `rope_theta`; MAE's fixed
+sin-cos table loads as our position table (its fine-tuning layout, mean pooling + `fc_norm`, is an option);
+AIMv2's RMSNorms are our `norm_type="rmsnorm"` (with `patch_norm`), its SwiGLU `ffn` our fc1/fc2, its pooling head
+our pooling "attn".
 """
 
 from __future__ import annotations
@@ -19,20 +23,33 @@ from transformers import CONFIG_MAPPING
 
 # model_type -> the family's name in messages
 FAMILY_MODEL_TYPES = {
+    "aimv2": "AIMv2",
+    "aimv2_vision_model": "AIMv2",
     "deit": "DeiT",
     "dinov2": "DINOv2",
     "dinov2_with_registers": "DINOv2 with registers",
+    "dinov3_vit": "DINOv3",
     "clip": "CLIP",
     "clip_vision_model": "CLIP",
+    "metaclip_2": "MetaCLIP 2",
+    "metaclip_2_vision_model": "MetaCLIP 2",
     "siglip": "SigLIP",
     "siglip_vision_model": "SigLIP",
+    "vit_mae": "MAE",
+    "vit_msn": "MSN",
 }
-# checkpoint key prefix (each family's base model) -> ours; applied before the renames below
+CLIP_TYPES = ("clip", "clip_vision_model", "metaclip_2", "metaclip_2_vision_model")  # CLIP's layout
+# checkpoint key prefix (each family's base model, or a key's start) -> ours; applied before the renames below
 FAMILY_PREFIXES = {
     "deit.": "vit.",
     "dinov2.": "vit.",
     "dinov2_with_registers.": "vit.",
     "vision_model.": "vit.",
+    # DINOv3ViTModel's keys carry no base-model name: its blocks, final norm and bare patch convolution
+    "layer.": "layers.",
+    "norm.": "layernorm.",
+    "embeddings.patch_embeddings.weight": "embeddings.patch_embeddings.projection.weight",
+    "embeddings.patch_embeddings.bias": "embeddings.patch_embeddings.projection.bias",
 }
 # key fragments -> ours, anywhere in a key (after the prefix): the family's names for our modules
 FAMILY_RENAMES = {
@@ -53,14 +70,30 @@ FAMILY_RENAMES = {
     "head.mlp.": "attn_pool.mlp.",
     "mlp.weights_in.": "mlp.fc1.",  # DINOv2's SwiGLU: gate then value, packed as ours
     "mlp.weights_out.": "mlp.fc2.",
+    "mlp.down_proj.": "mlp.fc2.",  # DINOv3's MLP (its up_proj, with gate_proj when gated, is packed on load)
+    # AIMv2: its SwiGLU (then packed as DINOv3's), RMSNorms (the final one last, once the others are renamed), head
+    "ffn.down_proj.": "mlp.fc2.",
+    "ffn.gate_proj": "mlp.gate_proj",
+    "ffn.up_proj": "mlp.up_proj",
+    "attention.out_proj.": "attention.proj.",
+    "embeddings.patch_embed.": "embeddings.patch_embeddings.projection.",
+    "embeddings.rms_norm.": "embeddings.patch_embeddings.norm.",
+    "rms_norm1.": "norm1.",
+    "rms_norm2.": "norm2.",
+    "rms_norm.": "layernorm.",
+    "head.cls_token": "attn_pool.latent",
+    "head.output_proj.": "attn_pool.proj.",
 }
+AIMV2_HEAD_KV = ("head.k_proj", "head.v_proj")  # AIMv2's pooling head: fused into our attn_pool.kv
 # the family's query/key/value projections, fused into our qkv
 FAMILY_QKV_SOURCES = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),)
 SIGLIP_IN_PROJ = "head.attention.in_proj_"  # SigLIP's pooling head: split into our query and key/value
 CLIP_CLASS_EMBEDDING = "embeddings.class_embedding"  # (hidden,): reshaped into our class token
 # checkpoint tensors a fine-tune does not use: key prefix (ours, after renaming) -> why; reported per group
 FAMILY_DISCARDS = {
-    "embeddings.mask_token": "DINOv2's mask token for masked-image pre-training, unused in fine-tuning",
+    "embeddings.mask_token": "the mask token for masked-image pre-training (DINOv2, DINOv3), unused in fine-tuning",
+    "decoder.": "MAE's pixel decoder for pre-training, unused in fine-tuning",
+    "layernorm.": "the final LayerNorm on every token, which fc_norm after the pooling replaces (MAE's layout)",
     "text_model.": "the text tower (vit_ft loads the vision tower)",
     "text_projection.": "the text projection of the image-text model",
     "visual_projection.": "the image-text projection, unused for classification",
@@ -89,12 +122,11 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
     architecture = (config_dict.get("architectures") or [""])[0]
     settings = {k: v for k, v in config_dict.items() if k != "model_type"}
     full = _family_config(model_type, settings, source)
-    vision = full.vision_config.to_dict() if model_type in ("clip", "siglip") else full.to_dict()
+    vision = full.vision_config.to_dict() if hasattr(full, "vision_config") else full.to_dict()
     kept = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act")
     fields = {name: vision[name] for name in kept if name in vision}
-    fields.update(
-        {name: vision[name] for name in ("layer_norm_eps", "image_size", "patch_size", "num_channels")}
-    )
+    fields.update({name: vision[name] for name in ("image_size", "patch_size", "num_channels")})
+    fields["layer_norm_eps"] = vision.get("layer_norm_eps", vision.get("rms_norm_eps"))  # AIMv2's is RMSNorm's
     fields["_drop_path_rate"] = vision.get("drop_path_rate", 0.0)
     if model_type.startswith("dinov2"):
         swiglu, hidden, ratio = bool(vision.get("use_swiglu_ffn")), vision["hidden_size"], vision["mlp_ratio"]
@@ -109,17 +141,25 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
             pos_embed_antialias=model_type == "dinov2_with_registers",
             pooling="cls+mean" if architecture.endswith("ForImageClassification") else "cls",
         )
+    elif model_type.startswith("aimv2"):
+        fields.update(_aimv2_fields(vision, source))
+    elif model_type == "dinov3_vit":
+        fields.update(_dinov3_fields(vision, source))
     elif model_type == "deit":
         fields.update(qkv_bias=vision["qkv_bias"], distillation_token=True)
-    elif model_type.startswith("clip"):
+    elif model_type in ("vit_mae", "vit_msn"):  # the ViT's layout (MAE's fixed sin-cos table loads as ours)
+        fields.update(qkv_bias=vision["qkv_bias"])
+    elif model_type in CLIP_TYPES:
         fields.update(pre_norm=True)
     else:  # SigLIP: no class token, position embeddings for the patches only, attention pooling
         pooling = "map" if vision.get("vision_use_head", True) else "mean"
         if architecture == "SiglipForImageClassification":  # its head reads the mean of all tokens
             pooling = "mean"
         fields.update(class_token=False, no_embed_class=True, pooling=pooling)
-    # heads our model reproduces: DeiT's two averaged heads, DINOv2's on cls+mean, SigLIP's on the token mean
-    with_head = {"DeiTForImageClassificationWithTeacher", "SiglipForImageClassification"}
+    # heads our model reproduces: DeiT's two averaged heads, DINOv2's on cls+mean, SigLIP's on the token mean,
+    # MSN's on the class token
+    with_head = {"DeiTForImageClassificationWithTeacher", "SiglipForImageClassification",
+                 "ViTMSNForImageClassification"}  # fmt: skip
     if (
         architecture in with_head or model_type.startswith("dinov2")
     ) and "ForImageClassification" in architecture:
@@ -127,6 +167,47 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
     else:
         fields["num_labels"] = 0
     return fields
+
+
+def _dinov3_fields(vision: dict[str, Any], source: str) -> dict[str, Any]:
+    """Our fields of a DINOv3 ViT config: rotary positions, registers, layer scale, the gated MLP of the large
+    sizes; the biases it can leave out must be ours (a missing key bias is exact as zeros: softmax ignores it)."""
+    biases = {name: vision[name] for name in ("query_bias", "value_bias", "proj_bias", "mlp_bias")}
+    gated = bool(vision.get("use_gated_mlp"))
+    if not all(biases.values()) or (gated and vision["hidden_act"] != "silu"):
+        off = [name for name, on in biases.items() if not on] + (["hidden_act"] if gated else [])
+        raise ValueError(
+            f"{source}/config.json: vit_ft loads DINOv3 with query, value, output and MLP biases and a SiLU gated "
+            f"MLP; this one sets {', '.join(off)} otherwise. Load a released DINOv3 ViT checkpoint."
+        )
+    return {
+        "mlp_type": "swiglu" if gated else "gelu",
+        "layerscale_value": vision["layerscale_value"],
+        "num_register_tokens": vision["num_register_tokens"],
+        "rope_theta": float(vision["rope_theta"]),
+    }
+
+
+def _aimv2_fields(vision: dict[str, Any], source: str) -> dict[str, Any]:
+    """Our fields of an AIMv2 vision config: RMSNorms (also on the patch embeddings), a SiLU SwiGLU MLP, no class
+    token, learned positions for the patches, its attention-pooling head (pooling "attn") or the token mean."""
+    if vision.get("is_native") or vision["hidden_act"] != "silu":
+        what = "is_native=true (sin-cos positions per image size)" if vision.get("is_native") else "hidden_act"
+        raise ValueError(
+            f"{source}/config.json: vit_ft loads AIMv2 at its fixed resolution with a SiLU MLP; this one sets {what}. "
+            "Load one of the fixed-resolution AIMv2 checkpoints (e.g. apple/aimv2-large-patch14-224)."
+        )
+    return {
+        "norm_type": "rmsnorm",
+        "patch_norm": True,
+        "mlp_type": "swiglu",
+        "qkv_bias": vision["qkv_bias"],
+        "proj_bias": vision["qkv_bias"],  # Aimv2Attention's out_proj follows qkv_bias
+        "mlp_bias": vision["mlp_bias"],
+        "class_token": False,
+        "no_embed_class": True,
+        "pooling": "attn" if vision.get("use_head", True) else "mean",
+    }
 
 
 def _family_config(model_type: str, settings: dict[str, Any], source: str) -> Any:
@@ -187,6 +268,8 @@ def timm_family_fields(
 
 __all__ = [
     "CLIP_CLASS_EMBEDDING",
+    "AIMV2_HEAD_KV",
+    "CLIP_TYPES",
     "FAMILY_DISCARDS",
     "FAMILY_MODEL_TYPES",
     "FAMILY_PREFIXES",

@@ -10,9 +10,11 @@ distinguishing options (`TARGET_RULES`), then every option that class fixes must
     Dinov2WithRegistersForImageClassification  layer scale and registers, pooling "cls+mean"
     SiglipForImageClassification               no class token, pooling "mean" (it averages all tokens)
 
-Nothing else maps: SigLIP's attention-pooling head (`map`) has no place in SiglipForImageClassification, and
-transformers' CLIPForImageClassification averages the patch tokens before the final LayerNorm, which no vit_ft
-pooling does. Such models are shared with vit_ft's code (trust_remote_code).
+MAE and MSN checkpoints with the class token's head are ViTForImageClassification exactly (MSN's own classifier
+computes the same). Nothing else maps: SigLIP's attention-pooling head (`map`) has no place in
+SiglipForImageClassification; transformers' CLIP and MetaCLIP 2 classifiers average the patch tokens before the final
+LayerNorm, which no vit_ft pooling does; DINOv3 (rotary positions) and AIMv2 (RMSNorm) have no classifier class in
+transformers, nor has MAE's fine-tuning layout (`fc_norm`). Such models are shared with vit_ft's code (trust_remote_code).
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ from .families import swiglu_width
 
 VIT_CLASS = "ViTForImageClassification"
 CLIP_CLASS = "CLIPForImageClassification"
+DINOV3_CLASS = "DINOv3ViTModel"  # the backbone only: transformers has no DINOv3 classifier
+AIMV2_CLASS = "Aimv2VisionModel"  # nor an AIMv2 one
 # the class a model would be, from its distinguishing options, first match wins: (option test, class)
 TARGET_RULES = (
+    (lambda c: c.rope_theta is not None, DINOV3_CLASS),
+    (lambda c: c.norm_type == "rmsnorm" or c.patch_norm, AIMV2_CLASS),
     (lambda c: c.pre_norm, CLIP_CLASS),
     (lambda c: c.distillation_token, "DeiTForImageClassificationWithTeacher"),
     (lambda c: c.num_register_tokens > 0, "Dinov2WithRegistersForImageClassification"),
@@ -43,6 +49,10 @@ _PLAIN = {
     "distillation_token": False,
     "pre_norm": False,
     "pos_embed_antialias": False,
+    "fc_norm": False,
+    "rope_theta": None,
+    "proj_bias": True,
+    "mlp_bias": True,
 }
 _TOKENS = {"class_token": True, "no_embed_class": False}  # a class token with a position slot
 _GELU = {"mlp_type": "gelu"}  # only DINOv2's classes hold a SwiGLU MLP (use_swiglu_ffn)
@@ -65,6 +75,10 @@ TARGET_FIXED: dict[str, dict[str, Any]] = {
         "distillation_token": False,
         "pre_norm": False,
         "pos_embed_antialias": True,
+        "fc_norm": False,
+        "rope_theta": None,
+        "proj_bias": True,
+        "mlp_bias": True,
     },
     "SiglipForImageClassification": {
         "pooling": "mean",
@@ -75,9 +89,14 @@ TARGET_FIXED: dict[str, dict[str, Any]] = {
     },
 }
 WHY_NOT_CLIP = (
-    "transformers' CLIPForImageClassification averages the patch tokens before the final LayerNorm, which no "
-    "vit_ft pooling does"
+    "transformers' CLIPForImageClassification (and MetaCLIP 2's) averages the patch tokens before the final "
+    "LayerNorm, which no vit_ft pooling does"
 )
+WHY_NOT = {
+    CLIP_CLASS: WHY_NOT_CLIP,
+    DINOV3_CLASS: "transformers has no image-classification class for DINOv3's rotary ViT (DINOv3ViTModel only)",
+    AIMV2_CLASS: "transformers has no image-classification class for AIMv2's RMSNorm ViT (Aimv2VisionModel only)",
+}
 
 
 @dataclass(frozen=True)
@@ -132,8 +151,8 @@ def _match(config: PretrainedConfig) -> tuple[str | None, str]:
     if getattr(config, "num_labels", 0) < 1:
         return None, "it has no classification head (num_labels=0)"
     target = next((name for test, name in TARGET_RULES if test(config)), VIT_CLASS)
-    if target == CLIP_CLASS:
-        return None, WHY_NOT_CLIP
+    if target in WHY_NOT:
+        return None, WHY_NOT[target]
     wrong = [
         f"{name}={getattr(config, name)!r} (it needs {value!r})"
         for name, value in TARGET_FIXED[target].items()

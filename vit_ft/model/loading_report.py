@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .conversion import DISCARDED_KEYS, HEAD_KEYS
-from .families import FAMILY_DISCARDS
+from .families import FAMILY_DISCARDS, FAMILY_MODEL_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,8 @@ class LoadingReport:
     # it a mismatch is an error); never among `newly_initialized`, which the checkpoint lacked
     mismatched: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     discarded: dict[str, str] = field(default_factory=dict)
+    # what a family's layout became in ours, beyond a rename: "their keys -> ours" -> how (DINOv3's gated MLP...)
+    mapped: dict[str, str] = field(default_factory=dict)
     # the classifier: "new" (initialised here, zero as in the paper), "kept" (the checkpoint's, same labels),
     # or None for a model without one
     head: str | None = None
@@ -58,6 +60,7 @@ class LoadingReport:
         lines = [f"Loaded {len(self.loaded)} tensors from {self.source} ({self.source_format})."]
         for key, (old, new) in self.resampled.items():
             lines.append(f"  resampled {key}: {old[0]}x{old[1]} -> {new[0]}x{new[1]} patch grid (bicubic)")
+        lines += [f"  mapped {what}: {how}" for what, how in self.mapped.items()]
         if self.head == "new":
             lines.append(f"  new head: {self.num_labels} labels, zero-initialised ({', '.join(HEAD_KEYS)})")
         elif self.head == "kept":
@@ -81,6 +84,7 @@ class ActiveLoad:
 
     info: CheckpointInfo | None = None
     resampled: dict[str, tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=dict)
+    mapped: dict[str, str] = field(default_factory=dict)  # a family's layout -> ours, beyond a rename
     replaced: dict[str, tuple[int, ...]] = field(default_factory=dict)  # head key -> the checkpoint's shape
     discarded: dict[str, str] = field(
         default_factory=dict
@@ -130,7 +134,11 @@ def build_loading_report(model: torch.nn.Module, loading_info: Any, load: Active
     report.discarded.update(load.discarded)
     for key, shape in load.replaced.items():
         report.discarded[key] = f"source head {shape} replaced by a new one (labels: {config.num_labels})"
-    report.resampled = dict(load.resampled)
+    report.resampled, report.mapped = dict(load.resampled), dict(load.mapped)
+    if getattr(config, "rope_theta", None) is not None and info is not None and info.format != "vit_ft":
+        report.mapped["positions"] = (
+            f"2-D rotary (rope_theta={config.rope_theta:g}), computed for any multiple of the patch: no table"
+        )
     prefix = "" if not hasattr(model, "classifier") else f"{model.base_model_prefix}."
     mismatched = {
         name.removeprefix(prefix): (tuple(saved), tuple(expected))
@@ -177,8 +185,8 @@ def _known_discards(loading_info: Any, has_head: bool, source: str) -> dict[str,
     if unknown:
         raise ValueError(
             f"{source} has tensors this model has no place for: {unknown[:10]}{' ...' if len(unknown) > 10 else ''}. "
-            "vit_ft loads transformers ViT, DeiT, DINOv2, CLIP and SigLIP checkpoints, timm ViTs and its own "
-            "folders; check that the checkpoint is one of these."
+            f"vit_ft loads transformers ViT and {', '.join(sorted(set(FAMILY_MODEL_TYPES.values())))} checkpoints, "
+            "timm ViTs and its own folders; check that the checkpoint is one of these."
         )
     loading_info.unexpected_keys = set()
     return discarded

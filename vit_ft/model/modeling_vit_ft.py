@@ -1,7 +1,8 @@
-"""The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2, CLIP, SigLIP),
-a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`. A saved folder runs with only this
-file, `configuration_vit_ft.py`, `sizes.py` and `pos_embed.py`; checkpoint formats are loading code (`loading.py`,
-through the `checkpoint_loader` hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
+"""The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2/v3, CLIP,
+SigLIP, MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`.
+A saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`, `norms.py`,
+`pos_embed.py` and `rotary.py`; checkpoint formats are loading code (`loading.py`, through the `checkpoint_loader`
+hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
 
 from __future__ import annotations
 
@@ -19,31 +20,31 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
+from .inputs import check_pixel_values, patch_grid
+from .norms import RMSNorm, make_norm
 from .pos_embed import resample_position_embeddings
+from .rotary import apply_rotary, rotary_cos_sin
 
 
 class ViTFTPatchEmbeddings(nn.Module):
-    """`(batch, channels, height, width)` pixels -> `(batch, num_patches, hidden)` patch embeddings."""
+    """`(batch, channels, height, width)` pixels -> `(batch, num_patches, hidden)` patch embeddings, normalised
+    with `patch_norm` (AIMv2)."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
-        self.num_channels = config.num_channels
         patch = self.patch_size = config.patch_hw
         bias = not config.pre_norm  # timm's rule: no patch bias under a pre-norm (CLIP)
         self.projection = nn.Conv2d(config.num_channels, config.hidden_size, patch, patch, bias=bias)
+        self.norm = make_norm(config) if config.patch_norm else nn.Identity()
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        if pixel_values.shape[1] != self.num_channels:
-            raise ValueError(
-                f"pixel_values has {pixel_values.shape[1]} channels but the model expects {self.num_channels}: "
-                "pass (batch, channels, height, width) images converted to RGB."
-            )
-        return self.projection(pixel_values).flatten(2).transpose(1, 2)  # (B, N, hidden)
+        return self.norm(self.projection(pixel_values).flatten(2).transpose(1, 2))  # (B, N, hidden)
 
 
 class ViTFTEmbeddings(nn.Module):
     """Prefix tokens (class, distillation, registers) + patch embeddings + learned position embeddings, resampled
-    when the input size differs. Without `no_embed_class` the class/distillation tokens have position slots."""
+    when the input size differs (none under rotary ones). Without `no_embed_class` the class/distillation tokens
+    have position slots."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
@@ -62,28 +63,20 @@ class ViTFTEmbeddings(nn.Module):
         self.register_tokens = nn.Parameter(torch.zeros(1, registers, hidden)) if registers else None
         self.patch_embeddings = ViTFTPatchEmbeddings(config)
         num_positions = self.grid_size[0] * self.grid_size[1] + config.num_position_prefix
-        self.position_embeddings = nn.Parameter(torch.zeros(1, num_positions, hidden))
+        learned = config.rope_theta is None
+        self.position_embeddings = nn.Parameter(torch.zeros(1, num_positions, hidden)) if learned else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def grid_for(self, height: int, width: int) -> tuple[int, int]:
-        """The patch grid of an input of `height` x `width` pixels, or a ValueError saying what to fix."""
-        ph, pw = self.patch_size
-        if height % ph or width % pw or height <= 0 or width <= 0:
-            raise ValueError(
-                f"Input size {height}x{width} is not a multiple of the patch size {ph}x{pw}: resize or crop the "
-                f"images to a multiple, e.g. {max(ph, round(height / ph) * ph)}x{max(pw, round(width / pw) * pw)}, "
-                "or use the model's image processor."
-            )
-        return (height // ph, width // pw)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         batch_size, _, height, width = pixel_values.shape
-        grid = self.grid_for(height, width)
+        grid = patch_grid(height, width, self.patch_size)
         cfg = self.config
         embeddings = self.patch_embeddings(pixel_values)  # (B, N, hidden)
-        pos = resample_position_embeddings(
-            self.position_embeddings, self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias
-        )
+        pos = 0.0  # rotary positions are applied in attention
+        if self.position_embeddings is not None:
+            pos = resample_position_embeddings(
+                self.position_embeddings, self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias
+            )
         tokens = [t for t in (self.cls_token, self.distillation_token) if t is not None]
         prefix = [t.expand(batch_size, -1, -1) for t in tokens]  # each (B, 1, hidden)
         if cfg.no_embed_class:  # timm's option: the prefix tokens have no position
@@ -97,17 +90,11 @@ class ViTFTEmbeddings(nn.Module):
 
 
 def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference attention: `(B, heads, N, head_dim)` x3 -> output `(B, N, heads, head_dim)` and the maps
-    `(B, heads, N, N)`, computed as transformers' ViT does."""
+    module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0, **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The reference attention, as transformers' ViT: `(B, heads, N, head_dim)` x3 -> `(B, N, heads, head_dim)`
+    and the maps `(B, heads, N, N)`."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, heads, N, N)
     if attention_mask is not None:
         attn_weights = attn_weights + attention_mask
@@ -118,9 +105,9 @@ def eager_attention_forward(
 
 
 class ViTFTAttention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection. The attention function comes from transformers'
-    registry by `config._attn_implementation` ("sdpa" by default, "eager" as the reference, or any registered
-    one); `output_attentions=True` takes the eager path, which returns the maps."""
+    """Multi-head self-attention with one fused qkv projection, and rotary positions (`rope`: cos, sin) on the
+    patch tokens where given. The attention function comes from transformers' registry by
+    `config._attn_implementation`; `output_attentions=True` takes the eager path, which returns the maps."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
@@ -137,13 +124,17 @@ class ViTFTAttention(nn.Module):
         self.attention_dropout = config.attention_probs_dropout_prob
         self.is_causal = False
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.proj_bias)
 
-    def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, hidden_states: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, hidden = hidden_states.shape
         qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
         # unbind before moving the heads forward: backward then stacks the gradients in qkv's own layout
         query, key, value = (t.transpose(1, 2) for t in qkv.unbind(2))  # each (B, heads, N, head_dim)
+        if rope is not None:
+            query, key = apply_rotary(query, key, *rope)
         attention_interface: Callable = eager_attention_forward
         if not kwargs.get("output_attentions"):
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -163,10 +154,11 @@ class ViTFTMLP(nn.Module):
     def __init__(self, config: ViTFTConfig, swiglu: bool = False):
         super().__init__()
         self.config, self.swiglu = config, swiglu
-        self.fc1 = nn.Linear(config.hidden_size, (1 + swiglu) * config.intermediate_size)
+        width, bias = config.intermediate_size, config.mlp_bias
+        self.fc1 = nn.Linear(config.hidden_size, (1 + swiglu) * width, bias=bias)
         if not swiglu:  # the kernels fuse an MLP with an exact-GELU `activation_fn`; a SwiGLU one has none
             self.activation_fn = ACT2FN[config.hidden_act]
-        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.fc2 = nn.Linear(width, config.hidden_size, bias=bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
@@ -177,17 +169,17 @@ class ViTFTMLP(nn.Module):
 
 class ViTFTAttentionPool(nn.Module):
     """Attention pooling (SigLIP's MAP head, timm's `AttentionPoolLatent`): a learned query attends over the
-    `(batch, seq_len, hidden)` tokens, then a residual MLP; -> `(batch, hidden)`."""
+    `(batch, seq_len, hidden)` tokens, then a residual MLP; -> `(batch, hidden)`. Pooling "attn" (AIMv2's head)
+    has no query projection and no MLP, and key/value biases only with `qkv_bias`."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
-        self.num_heads, hidden = config.num_attention_heads, config.hidden_size
+        self.num_heads, hidden, full = config.num_attention_heads, config.hidden_size, config.pooling == "map"
         self.latent = nn.Parameter(torch.zeros(1, 1, hidden))
-        self.q = nn.Linear(hidden, hidden)
-        self.kv = nn.Linear(hidden, 2 * hidden)
+        self.q = nn.Linear(hidden, hidden) if full else nn.Identity()
+        self.kv = nn.Linear(hidden, 2 * hidden, bias=full or config.qkv_bias)
         self.proj = nn.Linear(hidden, hidden)
-        self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
-        self.mlp = ViTFTMLP(config)
+        self.norm, self.mlp = (make_norm(config), ViTFTMLP(config)) if full else (None, None)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch_size, seq_len, hidden = hidden_states.shape
@@ -197,7 +189,7 @@ class ViTFTAttentionPool(nn.Module):
         key, value = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, head_dim)
         pooled = nn.functional.scaled_dot_product_attention(query, key, value).reshape(batch_size, hidden)
         pooled = self.proj(pooled)  # (B, hidden)
-        return pooled + self.mlp(self.norm(pooled))
+        return pooled if self.mlp is None else pooled + self.mlp(self.norm(pooled))
 
 
 class ViTFTLayer(GradientCheckpointingLayer):
@@ -206,9 +198,9 @@ class ViTFTLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: ViTFTConfig, drop_path_rate: float = 0.0):
         super().__init__()
-        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.norm1 = make_norm(config)
         self.attention = ViTFTAttention(config)
-        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.norm2 = make_norm(config)
         self.mlp = ViTFTMLP(config, swiglu=config.mlp_type == "swiglu")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path_rate = drop_path_rate
@@ -226,8 +218,8 @@ class ViTFTLayer(GradientCheckpointingLayer):
         keep = branch.new_empty((branch.shape[0], 1, 1)).bernoulli_(1.0 - self.drop_path_rate)  # (B, 1, 1)
         return branch * keep.div_(1.0 - self.drop_path_rate)
 
-    def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        attn_output, _ = self.attention(self.norm1(hidden_states), **kwargs)
+    def forward(self, hidden_states: torch.Tensor, rope: Any = None, **kwargs: Any) -> torch.Tensor:
+        attn_output, _ = self.attention(self.norm1(hidden_states), rope, **kwargs)
         hidden_states = hidden_states + self.residual(attn_output, self.ls1)
         return hidden_states + self.residual(self.mlp(self.norm2(hidden_states)), self.ls2)
 
@@ -265,9 +257,10 @@ class ViTFTPreTrainedModel(PreTrainedModel):
             init.trunc_normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
+        elif isinstance(module, (nn.LayerNorm, RMSNorm)):
             init.ones_(module.weight)
-            init.zeros_(module.bias)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
         elif isinstance(module, ViTFTEmbeddings):
             tokens = ("position_embeddings", "cls_token", "distillation_token", "register_tokens")
             for token in (getattr(module, name) for name in tokens if getattr(module, name) is not None):
@@ -301,77 +294,56 @@ class ViTFTPreTrainedModel(PreTrainedModel):
 
 
 class ViTFTModel(ViTFTPreTrainedModel):
-    """The ViT encoder. `pooler_output` is the CLS token (or the patch-token mean) after the final LayerNorm;
+    """The ViT encoder. `pooler_output` is the pooled tokens (`pooling`) after the final norm;
     `hidden_states` and `attentions` are recorded by transformers' `capture_outputs` when asked for."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__(config)
         self.embeddings = ViTFTEmbeddings(config)
-        hidden, eps = config.hidden_size, config.layer_norm_eps
-        self.pre_layernorm = nn.LayerNorm(hidden, eps=eps) if config.pre_norm else None
+        self.pre_layernorm = make_norm(config) if config.pre_norm else None
         # stochastic depth rising linearly with depth (DeiT, timm); on the CPU explicitly, as transformers' models
         # do, so that the model also builds on the meta device (init_empty_weights, device_map, FSDP loading)
-        depth = config.num_hidden_layers
-        rates = [x.item() for x in torch.linspace(0, config.drop_path_rate, depth, device="cpu")]
+        rates = torch.linspace(0, config.drop_path_rate, config.num_hidden_layers, device="cpu").tolist()
         self.layers = nn.ModuleList([ViTFTLayer(config, rate) for rate in rates])
-        self.layernorm = nn.LayerNorm(hidden, eps=eps)
-        self.attn_pool = ViTFTAttentionPool(config) if config.pooling == "map" else None
+        # the final LayerNorm on every token, or with `fc_norm` on the pooled one (MAE's fine-tuning layout)
+        self.layernorm = None if config.fc_norm else make_norm(config)
+        self.attn_pool = ViTFTAttentionPool(config) if config.pooling in ("map", "attn") else None
+        self.fc_norm = make_norm(config) if config.fc_norm else None
         self.gradient_checkpointing = False
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
 
-    def check_pixel_shape(self, pixel_values: torch.Tensor) -> None:
-        """A ValueError saying what to pass for one unbatched image, an empty batch, or channels-last pixels
-        `(batch, height, width, channels)`. Shapes only: free, and static under torch.compile and export (the
-        channels are tested first, so a valid input puts no guard on its height or width). The
-        `torch.channels_last` memory format is a `(batch, channels, height, width)` tensor, and fine."""
-        shape, channels = pixel_values.shape, self.config.num_channels
-        if pixel_values.dim() == 3 and shape[0] == channels:
-            raise ValueError(
-                f"pixel_values has shape {tuple(shape)}: one image without a batch dimension; pass a batch: "
-                "pixel_values[None]."
-            )
-        if pixel_values.dim() != 4:
-            raise ValueError(
-                f"pixel_values has shape {tuple(shape)}: pass a (batch, channels, height, width) batch of images."
-            )
-        if shape[1] != channels and shape[3] == channels:
-            raise ValueError(
-                f"pixel_values has shape {tuple(shape)}: (batch, height, width, channels), the channels last; pass "
-                "pixel_values.permute(0, 3, 1, 2), (batch, channels, height, width) (the torch.channels_last "
-                "memory format of such a tensor is fine)."
-            )
-        if shape[0] == 0:
-            raise ValueError(f"pixel_values has shape {tuple(shape)}: an empty batch; pass at least one image.")
-
     def forward_features(self, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """`(batch, channels, height, width)` -> normalised tokens `(batch, prefix + num_patches, hidden)`."""
-        if not pixel_values.is_floating_point():  # a dtype check: free, and static under torch.compile
-            raise ValueError(
-                f"pixel_values is {pixel_values.dtype}: pass float pixels normalised as the model's image processor "
-                "does (rescaled and normalised with its mean/std), not raw 0-255 integers."
-            )
-        self.check_pixel_shape(pixel_values)
+        """`(batch, channels, height, width)` -> tokens `(batch, prefix + num_patches, hidden)`, normalised
+        unless the norm follows the pooling (`fc_norm`)."""
+        check_pixel_values(pixel_values, self.config.num_channels)
         pixel_values = pixel_values.to(self.embeddings.patch_embeddings.projection.weight.dtype)
         hidden_states = self.embeddings(pixel_values)  # (B, prefix + N, hidden)
+        rope, cfg = None, self.config
+        if cfg.rope_theta is not None:
+            grid = patch_grid(*pixel_values.shape[2:], self.embeddings.patch_size)
+            head_dim = cfg.hidden_size // cfg.num_attention_heads
+            rope = rotary_cos_sin(grid, head_dim, cfg.rope_theta, hidden_states.dtype, hidden_states.device)
         if self.pre_layernorm is not None:
             hidden_states = self.pre_layernorm(hidden_states)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, **kwargs)
-        return self.layernorm(hidden_states)
+            hidden_states = layer(hidden_states, rope, **kwargs)
+        return hidden_states if self.layernorm is None else self.layernorm(hidden_states)
 
     def forward_head(self, sequence_output: torch.Tensor) -> torch.Tensor:
         """Pool `(batch, prefix + num_patches, hidden)` tokens to `(batch, hidden)` (`2 * hidden` for cls+mean)."""
         pooling, patches = self.config.pooling, sequence_output[:, self.config.num_prefix_tokens :]
-        if pooling == "map":
-            return self.attn_pool(sequence_output)
-        if pooling == "mean":
-            return patches.mean(dim=1)
-        if pooling == "cls+mean":
+        if self.attn_pool is not None:
+            pooled = self.attn_pool(sequence_output)
+        elif pooling == "mean":
+            pooled = patches.mean(dim=1)
+        elif pooling == "cls+mean":
             return torch.cat([sequence_output[:, 0], patches.mean(dim=1)], dim=-1)
-        return sequence_output[:, 0]
+        else:
+            pooled = sequence_output[:, 0]
+        return pooled if self.fc_norm is None else self.fc_norm(pooled)
 
     # the hidden states are the layers' outputs before the final LayerNorm, as transformers' ViT returns them
     @capture_outputs(tie_last_hidden_states=False)

@@ -25,6 +25,7 @@ from transformers.core_model_loading import (
 
 from .conversion import HEAD_KEYS, LAYER_RENAMES, QKV_SOURCES
 from .families import (
+    AIMV2_HEAD_KV,
     CLIP_CLASS_EMBEDDING,
     FAMILY_PREFIXES,
     FAMILY_QKV_SOURCES,
@@ -80,12 +81,37 @@ class FuseQKV(ConversionOps):
             for part, source in zip(("query", "key", "value"), source_patterns, strict=True)
             if source not in input_dict
         ]
+        if missing == ["key"] and kwargs["full_layer_name"].endswith("bias"):
+            # DINOv3 has no key bias: zeros are exact, as a key bias adds the same to every logit of a query's row
+            input_dict[source_patterns[1]] = [torch.zeros_like(input_dict[source_patterns[0]][0])]
+            missing = []
+            active_load().mapped["no key bias -> attention.qkv"] = "zeros (exact: softmax ignores a key bias)"
         if missing:
             _refuse(
                 f"the checkpoint has an incomplete attention projection for {kwargs['full_layer_name']}: missing "
                 f"{missing}; load a complete transformers ViT checkpoint."
             )
         parts = [tensor for source in source_patterns for tensor in input_dict.pop(source)]
+        return {target_patterns[0]: torch.cat(parts, dim=0)}
+
+
+class PackGatedMLP(ConversionOps):
+    """DINOv3's and AIMv2's MLP: a gated one's `gate_proj` and `up_proj` -> our packed fc1 `(2 * width, ...)`, gate
+    first (our SwiGLU); a plain one's `up_proj` alone is our fc1 as it is. AIMv2's pooling head packs its key and
+    value projections into our `attn_pool.kv` the same way."""
+
+    def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
+        """Half our fc1 (gated, the two packed) or all of it (plain)."""
+        half = (targets[0][0] // 2, *targets[0][1:])
+        return tuple(shape) if tuple(shape) == tuple(targets[0]) else half
+
+    @torch.no_grad()
+    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+        present = [source for source in source_patterns if source in input_dict]
+        parts = [tensor for source in present for tensor in input_dict.pop(source)]
+        if len(present) > 1:
+            how = "packed, gate first (our SwiGLU)" if "gate" in present[0] else "packed, key then value"
+            active_load().mapped[f"{' + '.join(present)} -> {target_patterns[0]}"] = how
         return {target_patterns[0]: torch.cat(parts, dim=0)}
 
 
@@ -192,6 +218,8 @@ def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
     ]
     qkv_sources = (*QKV_SOURCES, *FAMILY_QKV_SOURCES)
     mapping += [_Converter(list(names), "attention.qkv", [FuseQKV()]) for names in qkv_sources]
+    mapping.append(_Converter(["mlp.gate_proj", "mlp.up_proj"], "mlp.fc1", [PackGatedMLP()]))
+    mapping.append(_Converter(list(AIMV2_HEAD_KV), "attn_pool.kv", [PackGatedMLP()]))  # key then value
     mapping.append(_Converter(CLIP_CLASS_EMBEDDING, "embeddings.cls_token", [ReshapeClassToken()]))
     for kind in ("weight", "bias"):
         targets = [f"attn_pool.q.{kind}", f"attn_pool.kv.{kind}"]

@@ -266,17 +266,13 @@ def _embedding_figures(
         components, explained, output_dir / "patch_embedding_pca.png"
     ).name
     grid = tuple(network.config.grid_size)
+    numbers = {"grey": grey, "components": len(components), "explained_variance_ratio": explained.tolist()}
+    if embeddings.position_embeddings is None:  # rotary positions (DINOv3): no learned table to compare
+        return {"patch_embedding_pca": numbers, "position_similarity": {"skipped": "rotary positions, no table"}}
     similarity = position_similarity(embeddings.position_embeddings, grid, network.config.num_position_prefix)
     path, panels = plot_position_similarity(similarity, output_dir / "position_similarity.png")
     figures["position_similarity"] = path.name
-    return {
-        "patch_embedding_pca": {
-            "grey": grey,
-            "components": len(components),
-            "explained_variance_ratio": explained.tolist(),
-        },
-        "position_similarity": {"grid": list(grid), "panels": panels},
-    }
+    return {"patch_embedding_pca": numbers, "position_similarity": {"grid": list(grid), "panels": panels}}
 
 
 def _distance_figure(

@@ -1,0 +1,53 @@
+"""What the model refuses of its input, each a ValueError that says what to pass instead. Shapes and dtypes only:
+free, and static under torch.compile and export (the channels are tested first, so a valid input puts no guard on
+its height or width). A saved folder carries this file."""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_pixel_values(pixel_values: torch.Tensor, num_channels: int) -> None:
+    """Refuse integer pixels, one unbatched image, an empty batch, channels-last pixels `(batch, height, width,
+    channels)` and another channel count. The `torch.channels_last` memory format of a `(batch, channels, height,
+    width)` tensor is fine."""
+    shape = tuple(pixel_values.shape)
+    if not pixel_values.is_floating_point():
+        raise ValueError(
+            f"pixel_values is {pixel_values.dtype}: pass float pixels normalised as the model's image processor "
+            "does (rescaled and normalised with its mean/std), not raw 0-255 integers."
+        )
+    if pixel_values.dim() == 3 and shape[0] == num_channels:
+        raise ValueError(
+            f"pixel_values has shape {shape}: one image without a batch dimension; pass a batch: pixel_values[None]."
+        )
+    if pixel_values.dim() != 4:
+        raise ValueError(f"pixel_values has shape {shape}: pass a (batch, channels, height, width) batch of images.")
+    if shape[1] != num_channels and shape[3] == num_channels:
+        raise ValueError(
+            f"pixel_values has shape {shape}: (batch, height, width, channels), the channels last; pass "
+            "pixel_values.permute(0, 3, 1, 2), (batch, channels, height, width) (the torch.channels_last "
+            "memory format of such a tensor is fine)."
+        )
+    if shape[0] == 0:
+        raise ValueError(f"pixel_values has shape {shape}: an empty batch; pass at least one image.")
+    if shape[1] != num_channels:
+        raise ValueError(
+            f"pixel_values has {shape[1]} channels but the model expects {num_channels}: "
+            "pass (batch, channels, height, width) images converted to RGB."
+        )
+
+
+def patch_grid(height: int, width: int, patch_size: tuple[int, int]) -> tuple[int, int]:
+    """The patch grid (rows, columns) of an input of `height` x `width` pixels, or a ValueError saying what to fix."""
+    ph, pw = patch_size
+    if height % ph or width % pw or height <= 0 or width <= 0:
+        raise ValueError(
+            f"Input size {height}x{width} is not a multiple of the patch size {ph}x{pw}: resize or crop the "
+            f"images to a multiple, e.g. {max(ph, round(height / ph) * ph)}x{max(pw, round(width / pw) * pw)}, "
+            "or use the model's image processor."
+        )
+    return (height // ph, width // pw)
+
+
+__all__ = ["check_pixel_values", "patch_grid"]
