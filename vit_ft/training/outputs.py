@@ -53,6 +53,8 @@ def save_outputs(
         usual_modes(output_dir)  # safetensors writes 0600: the model readable like every other file (checkpoints too)
     # every process: predict gathers across them; T is fitted on validation, never on test
     calibration = task.calibrate(trainer)
+    # the bank's forward passes: on every process where the weights are sharded (each forward gathers them)
+    bank = _feature_bank(trainer, training_args.seed) if _shards_weights(trainer) else None
     if not trainer.is_world_process_zero():
         return
     id2label = dict(enumerate(names))
@@ -60,7 +62,7 @@ def save_outputs(
         json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
     )
     write_examples(trainer.eval_dataset, names, output_dir)
-    feature_bank = _write_feature_bank(trainer, output_dir, training_args.seed)
+    feature_bank = _save_feature_bank(bank or _feature_bank(trainer, training_args.seed), output_dir)
     run_info = {
         "recipe": recipe,
         "base_model": model_args.model_name_or_path,
@@ -141,25 +143,35 @@ def run_summary(output_dir: str | Path, metrics: dict[str, float], metric: str, 
     )
 
 
-def _write_feature_bank(trainer: Trainer, output_dir: Path, seed: int) -> dict[str, Any]:
-    """`feature_bank.safetensors` (`tasks.feature_bank`): the final model's features of the training images (a
+def _shards_weights(trainer: Trainer) -> bool:
+    """Whether each process holds only part of the weights (FSDP, DeepSpeed ZeRO-3): then every process runs the
+    model's forward passes together, or the one that runs alone waits for the others forever."""
+    deepspeed = trainer.accelerator.state.deepspeed_plugin
+    return trainer.is_fsdp_enabled or (deepspeed is not None and deepspeed.zero_stage == 3)
+
+
+def _save_feature_bank(bank: Any, output_dir: Path) -> dict[str, Any]:
+    """`feature_bank.safetensors` written and its run-record entry, or {"written": False, "why": ...}."""
+    from ..tasks.feature_bank import FEATURE_BANK_FILE
+
+    if isinstance(bank, str):
+        logger.info("No %s: %s.", FEATURE_BANK_FILE, bank)
+        return {"written": False, "why": bank}
+    bank.save(output_dir / FEATURE_BANK_FILE)
+    return {"written": True, **bank.record()}
+
+
+def _feature_bank(trainer: Trainer, seed: int) -> Any:
+    """The feature bank (`tasks.feature_bank`) of the final model: its features of the training images (a
     class-stratified sample of at most BANK_MAX_IMAGES) through the evaluation transform, with the
-    out-of-distribution thresholds fitted on validation; its run-record entry, or {"written": False, "why": ...}
-    for a streamed training split (never read whole). Process zero alone, after the model is saved."""
+    out-of-distribution thresholds fitted on validation; or why there is none (a streamed training split is never
+    read whole). Process zero alone, after the model is saved, unless the weights are sharded."""
     from ..data.streaming import TrainStream
     from ..data.transforms import build_transforms
-    from ..tasks.feature_bank import (
-        BANK_MAX_IMAGES,
-        FEATURE_BANK_FILE,
-        FIT_MAX_IMAGES,
-        build_feature_bank,
-        stratified_rows,
-    )
+    from ..tasks.feature_bank import BANK_MAX_IMAGES, FIT_MAX_IMAGES, build_feature_bank, stratified_rows
 
     if isinstance(trainer.train_dataset, TrainStream) or trainer.train_dataset is None:
-        why = "a streamed training split is not read whole after training"
-        logger.info("No %s: %s.", FEATURE_BANK_FILE, why)
-        return {"written": False, "why": why}
+        return "a streamed training split is not read whole after training"
     processor = trainer.processing_class
     transform = build_transforms(
         (processor.size["height"], processor.size["width"]), processor.image_mean, processor.image_std,
@@ -172,9 +184,7 @@ def _write_feature_bank(trainer: Trainer, output_dir: Path, seed: int) -> dict[s
     if trainer.eval_dataset is not None:
         held_out = trainer.eval_dataset.with_format(None)
         validation = held_out.select(range(min(len(held_out), FIT_MAX_IMAGES)))["image"]
-    bank = build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation)
-    bank.save(output_dir / FEATURE_BANK_FILE)
-    return {"written": True, **bank.record()}
+    return build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation)
 
 
 def _bad_images(trainer: Trainer) -> dict[str, Any] | None:
