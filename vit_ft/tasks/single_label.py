@@ -71,7 +71,10 @@ class SingleLabel:
 
     @classmethod
     def of(cls, config: Any = None, run_record: dict[str, Any] | None = None) -> SingleLabel:
-        return cls(recorded_temperature(run_record))
+        """The run record's temperature; 1.0 for a model whose config says it is already folded into its head."""
+        from .temperature import folded_temperature_of
+
+        return cls(1.0 if folded_temperature_of(config) is not None else recorded_temperature(run_record))
 
     # ---- training ---------------------------------------------------------------------------------------
 
