@@ -13,8 +13,8 @@ calibrated softmax and `pipeline()` or onnxruntime give it as they are. The fold
 
 from __future__ import annotations
 
-import logging
 import copy
+import logging
 from typing import Any
 
 import numpy as np
