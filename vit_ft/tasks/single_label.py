@@ -152,6 +152,12 @@ class SingleLabel:
         """Calibrated probabilities `(batch, num_classes)`: the softmax of `logits / temperature`, float32."""
         return softmax_with_temperature(logits, self.temperature).numpy()
 
+    def logits_of(self, probabilities: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Logits whose `probabilities` are `probabilities` `(batch, num_classes)` (rows summing to 1), float32:
+        `temperature * log(p)`, for outputs that are averaged probabilities (test-time augmentation)."""
+        p = torch.as_tensor(probabilities).float().clamp_min(torch.finfo(torch.float32).tiny)
+        return (self.temperature * p.log()).numpy()
+
     def predicted_labels(
         self, probabilities: np.ndarray | torch.Tensor, id2label: dict[int, str], top_k: int
     ) -> list[tuple[list[str], list[float]]]:

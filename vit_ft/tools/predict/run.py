@@ -20,6 +20,7 @@ from ...reports.figures import display_image, plot_image_grid, short
 from ...utils.files import staged_file
 from ..inference import describe_error, iter_batches
 from ..trained import Trained, load_trained
+from ..tta import with_tta
 from .output import (
     MULTI_LABEL_COLUMNS,
     PREDICTION_COLUMNS,
@@ -142,6 +143,7 @@ def run_prediction(
     max_tokens: int | None = MAX_IMAGE_TOKENS,
     bf16: str | bool = False,
     overwrite: bool = False,
+    tta: str | None = None,
 ) -> dict[str, Any]:
     """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl): its top
     `top_k_labels` labels, or for a multi-label model every label at or above its decision threshold (the
@@ -152,7 +154,8 @@ def run_prediction(
     that predict did not write unless `overwrite` (`written_by_predict`). The output appears only
     when complete: a failure leaves an existing file as it was. `max_tokens` bounds the patch tokens per image
     at `image_size` (None: no bound); `bf16` runs the model under bf16 autocast ("auto": where the hardware
-    has native bf16). Returns a summary: rows, errors, output and figure paths.
+    has native bf16). `tta` ("flip" or "crops", `tools.tta`) averages each image's probabilities over several
+    views. Returns a summary: rows, errors, output and figure paths.
     """
     output = check_output_path(output)  # before the model loads
     if max_pixels is not None and max_pixels < 1:
@@ -168,6 +171,7 @@ def run_prediction(
     )
     _refuse_overwriting_inputs(files, output, figure_path)
     classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
+    classifier = with_tta(classifier, tta)  # type: ignore[assignment]  # one view unless asked
     refuse_replacing_others({"--output": output, "--figure": figure_path}, overwrite)  # before any write
     shown: list[Prediction] = []
     rows = errors = 0
