@@ -13,17 +13,20 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoImageProcessor, pipeline
+from transformers import AutoImageProcessor, AutoModelForImageClassification, pipeline
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.metrics.calibration import FOLDED_TEMPERATURE_ATTRIBUTE
 from vit_ft.tasks import task_for
 from vit_ft.tasks.temperature import fold_temperature
+from vit_ft.tools.evaluate.data import resolve_eval_data
+from vit_ft.tools.evaluate.outputs import predict_dataset
 from vit_ft.tools.export.hub import stage_for_hub
 from vit_ft.tools.predict.run import predict_files
 from vit_ft.tools.trained import load_trained
 
 from ..conftest import randomize, tiny_ft_config
+from .test_hub import write_lora_run
 
 needs_onnx = pytest.mark.skipif(
     any(importlib.util.find_spec(n) is None for n in ("onnx", "onnxscript", "onnxruntime")),
@@ -71,6 +74,20 @@ def test_nothing_is_folded_where_no_temperature_applies(problem_type, record):
     assert fold_temperature(model, task_for(model.config, record)) is model
 
 
+def test_a_lora_run_is_merged_then_folded(hf_classifier_dir, tmp_path):
+    peft_model = write_lora_run(hf_classifier_dir, tmp_path / "out")
+    record_file = tmp_path / "out" / "vit_ft_run.json"
+    record = json.loads(record_file.read_text())
+    record_file.write_text(json.dumps({**record, "calibration": {"temperature": 2.5, "ece": [0.1, 0.02]}}))
+    staged = stage_for_hub(tmp_path / "out", tmp_path / "staged", "me/vit-lora")
+    pixels = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = AutoModelForImageClassification.from_pretrained(staged).eval()(pixels).logits
+        expected = peft_model(pixel_values=pixels).logits / 2.5  # the adapter's head (modules_to_save), folded
+    assert (got - expected).abs().max().item() <= 1e-5
+    assert "temperature 2.500" in (staged / "README.md").read_text()
+
+
 def test_push_folds_the_temperature_and_every_tool_agrees(staged, tiny_finetuned_dir):
     source = load_trained(tiny_finetuned_dir, device="cpu")
     folded = load_trained(staged, device="cpu")
@@ -93,6 +110,12 @@ def test_push_folds_the_temperature_and_every_tool_agrees(staged, tiny_finetuned
     theirs = list(predict_files(folded, files, top_k_labels=5, progress=False))
     for a, b in zip(ours, theirs, strict=True):
         assert a.labels == b.labels and np.allclose(a.scores, b.scores, atol=1e-6)
+
+    # evaluate: the recorded test split through both models, its probabilities (every report's numbers)
+    data = resolve_eval_data(source.origin, source.id2label, split="test")
+    plain, folded_out = (predict_dataset(m, data, progress=False) for m in (source, folded))
+    assert np.abs(folded_out.probabilities - plain.probabilities).max() <= 1e-6
+    assert (folded_out.predictions == plain.predictions).all()
 
     # transformers' pipeline on the pushed folder: our calibrated scores, and predict's top-5 on a non-square image
     classify = pipeline("image-classification", model=str(staged), device="cpu")
