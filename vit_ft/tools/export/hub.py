@@ -3,10 +3,12 @@
 Two formats, chosen by `hub_format.choose_format` unless asked for. "transformers" (the default wherever the model
 is exactly transformers' `ViTForImageClassification`: a plain ViT with CLS pooling): the standard transformers
 export (`vit_ft.model.export`), which loads with `pipeline()` and `AutoModelForImageClassification` and runs in
-the Hub's widget, no remote code. "vit_ft" (where the model needs it, e.g. mean pooling, or `--format vit_ft`):
+the Hub's widget, no remote code, with the calibration temperature folded into its head
+(`tasks.temperature.fold_temperature`, after a LoRA merge) so that `pipeline()` gives the calibrated scores. "vit_ft" (where the model needs it, e.g. mean pooling, or `--format vit_ft`):
 our weights and config with the model's code beside them and `auto_map`, so
 `AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True)` loads it anywhere; a LoRA
-adapter is shared too. Either way the repository gets the image processor at the fine-tuned resolution, the
+adapter is shared too. Either way the repository gets the image processor at the fine-tuned resolution (resize
+and centre crop, as our evaluation: `evaluation_image_processor`), the
 label maps, the run record and a model card saying which format it is and why; checkpoints, TensorBoard runs and
 pickles (training_args.bin) stay local.
 """

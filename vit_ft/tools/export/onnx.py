@@ -10,7 +10,9 @@ PyTorch's logits at a second resolution; otherwise the graph is fixed at the fin
 result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place;
 only the export's own files in the folder are replaced (`EXPORT_FILES`), the user's others are kept. A
 multi-label model's `config.json` keeps its `problem_type` and `decision_threshold`: its label probabilities are
-the sigmoid of the logits, each label predicted at or above its threshold.
+the sigmoid of the logits, each label predicted at or above its threshold. A single-label model's calibration
+temperature is folded into the graph's head (`tasks.temperature.fold_temperature`; `config.json` records
+`folded_temperature`): onnxruntime's softmax of its logits is the calibrated probability.
 """
 
 from __future__ import annotations
