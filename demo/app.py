@@ -42,6 +42,7 @@ from vit_ft.data.images import (  # noqa: E402
 )
 from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: E402
 from vit_ft.tasks.feature_bank import expected_input_text, feature_taps, pre_logits  # noqa: E402
+from vit_ft.tasks.temperature import UNSURE_BELOW  # noqa: E402
 from vit_ft.tools.inspect.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.ood import OODScorer  # noqa: E402
 from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
@@ -51,7 +52,7 @@ from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
 logger = logging.getLogger("vit_ft")
 
 TOP_K = 5
-LOW_CONFIDENCE = 0.5  # a top-1 probability (calibrated) below this is reported as unsure
+LOW_CONFIDENCE = UNSURE_BELOW  # a top-1 probability (calibrated) below this is reported as unsure (the card too)
 BELOW_SHOWN = 3  # a multi-label answer also shows this many labels under their thresholds: the near misses
 HEAT_ALPHA = 0.6  # overlay_heatmap's default: the legend shows the same blend
 READY = "Upload an image or click an example: it is classified at once."

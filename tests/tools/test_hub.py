@@ -129,7 +129,9 @@ def test_push_sends_a_complete_vit_ft_repo(pushed, tiny_finetuned_dir):
     )
     assert config["id2label"] == {str(i): str(i) for i in range(10)} and config["label2id"]["7"] == 7
     processor = json.loads(files["preprocessor_config.json"])
-    assert processor["size"] == {"height": 32, "width": 32} and processor["resample"] == 3  # bicubic
+    # resize the shorter side and centre-crop, as our evaluation does (`hub.evaluation_image_processor`)
+    assert processor["size"] == {"shortest_edge": 32} and processor["crop_size"] == {"height": 32, "width": 32}
+    assert processor["resample"] == 3  # bicubic
     assert files["model.safetensors"] == (tiny_finetuned_dir / "model.safetensors").read_bytes()
     # the fine-tune's example images, which the demo offers when it loads the repo by id
     examples = sorted((tiny_finetuned_dir / "examples").iterdir())
@@ -174,7 +176,7 @@ def test_default_push_of_a_plain_vit_sends_transformers_own_class(pushed):
     config = json.loads(files["config.json"])
     assert config["model_type"] == "vit" and "auto_map" not in config and config["image_size"] == 32
     assert config["architectures"] == ["ViTForImageClassification"]
-    assert json.loads(files["preprocessor_config.json"])["size"] == {"height": 32, "width": 32}
+    assert json.loads(files["preprocessor_config.json"])["crop_size"] == {"height": 32, "width": 32}
     meta, body = card_metadata(files["README.md"])
     assert "custom_code" not in meta["tags"] and meta["model-index"][0]["name"] == "vit-digits-hf"
     assert (
@@ -192,8 +194,7 @@ def test_received_repos_load_in_a_clean_process(pushed, tiny_finetuned_dir, tmp_
     hub, _ = pushed
     pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     torch.save(pixels, tmp_path / "pixels.pt")
-    # square images, resized (40x40) or not (the fine-tune's 32x32 examples): transformers' ViT processor squashes
-    # a non-square image where vit-ft's eval transform crops its centre, so only square inputs compare
+    # square images, resized (40x40) or not (the fine-tune's 32x32 examples); non-square ones: test_folded_calibration
     images = [tmp_path / "noise.png", *sorted((tiny_finetuned_dir / "examples").iterdir())[:2]]
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(images[0])
@@ -212,20 +213,16 @@ def test_received_repos_load_in_a_clean_process(pushed, tiny_finetuned_dir, tmp_
     with torch.no_grad():
         expected = ViTFTForImageClassification.from_pretrained(tiny_finetuned_dir).eval()(pixels).logits
     assert (torch.tensor(out["remote"]) - expected).abs().max().item() <= 1e-5
-    assert (torch.tensor(out["plain"]) - expected).abs().max().item() <= 1e-5
-    # pipeline() on the default push gives vit-ft's own predictions: the same top-5 labels, and the softmax of
-    # the model's logits within 1e-4 (the repository holds the logits; predict's scores also divide them by the
-    # fine-tune's calibration temperature, which ranks them alike)
+    # the default push has the calibration temperature folded into its head: its logits are ours / T
     trained = load_trained(tiny_finetuned_dir, device="cpu")
+    assert trained.temperature != 1.0
+    assert (torch.tensor(out["plain"]) - expected / trained.temperature).abs().max().item() <= 1e-5
+    # pipeline() on the default push gives vit-ft's own predictions: the same top-5 labels and predict's
+    # calibrated scores
     ours = list(predict_files(trained, images, progress=False))
-    probabilities = trained.logits(
-        torch.stack([trained.transform.transform_image(str(i)) for i in images])
-    ).softmax(-1)
-    label2id = {name: i for i, name in trained.id2label.items()}
-    for theirs, prediction, probs in zip(out["pipeline"], ours, probabilities, strict=True):
+    for theirs, prediction in zip(out["pipeline"], ours, strict=True):
         assert [e["label"] for e in theirs] == prediction.labels
-        expected = [probs[label2id[e["label"]]].item() for e in theirs]
-        assert np.allclose([e["score"] for e in theirs], expected, atol=1e-4), (theirs, expected)
+        assert np.allclose([e["score"] for e in theirs], prediction.scores, atol=1e-5), (theirs, prediction)
 
 
 def write_lora_run(base_checkpoint: str | Path, output_dir: Path) -> PeftModel:
@@ -272,7 +269,7 @@ def test_stage_lora_run_merges_the_adapter(hf_classifier_dir, tmp_path):
     merged = ViTFTForImageClassification.from_pretrained(staged).eval()
     with torch.no_grad():
         assert (merged(pixels).logits - peft_model(pixel_values=pixels).logits).abs().max().item() <= 1e-5
-    assert json.loads((staged / "preprocessor_config.json").read_text())["size"] == {
+    assert json.loads((staged / "preprocessor_config.json").read_text())["crop_size"] == {
         "height": 24,
         "width": 24,
     }

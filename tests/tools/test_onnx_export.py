@@ -46,18 +46,18 @@ def test_onnx_graphs_give_pytorchs_logits(exported, tiny_finetuned_dir):
     config = json.loads((out / "config.json").read_text())
     assert {int(k): v for k, v in config["id2label"].items()} == trained.id2label and "auto_map" not in config
     processor = json.loads((out / "preprocessor_config.json").read_text())
-    assert processor["size"] == {"height": 32, "width": 32}
+    assert processor["size"] == {"shortest_edge": 32} and processor["crop_size"] == {"height": 32, "width": 32}
     assert processor["image_mean"] == list(trained.preprocessing.mean)
 
     pixels, names = digits_test_pixels(tiny_finetuned_dir, trained)
-    expected = trained.logits(pixels)
+    expected = trained.logits(pixels) / trained.temperature  # the temperature is folded into the graph's head
     fp32, int8 = OnnxClassifier(out / ONNX_FILE), OnnxClassifier(out / INT8_FILE)
     assert (fp32.logits(pixels) - expected).abs().max().item() <= 1e-4
     for batch in (1, 7):  # the batch is dynamic
         assert (fp32.logits(pixels[:batch]) - expected[:batch]).abs().max().item() <= 1e-4
     assert "any height and width" in summary  # this exporter resamples the position table inside the graph
     larger = torch.nn.functional.interpolate(pixels[:4], size=(48, 40), mode="bilinear")
-    assert (fp32.logits(larger) - trained.logits(larger)).abs().max().item() <= 1e-4
+    assert (fp32.logits(larger) - trained.logits(larger) / trained.temperature).abs().max().item() <= 1e-4
 
     agreement = (int8.logits(pixels).argmax(-1) == expected.argmax(-1)).float().mean().item()
     assert len(names) > 300 and agreement >= 0.95, f"int8 top-1 agreement {agreement:.3f}"

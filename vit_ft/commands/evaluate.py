@@ -44,6 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max_mistakes", type=int, default=25,
                         help="Mistakes shown in mistakes.png (multi-label: false positives and negatives, each).")  # fmt: skip
     parser.add_argument("--top_k", type=int, default=5, help="k of the top-k accuracy.")
+    parser.add_argument("--tta", choices=("flip", "crops"),
+                        help="Test-time augmentation: average the probabilities over the image and its mirror (flip: "
+                        "models trained with flips only) or over it and five crops (crops).")  # fmt: skip
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
     parser.add_argument("--label_separator", default=";",
                         help="The character between an image's labels in a --data_dir's labels.csv (multi-label).")  # fmt: skip

@@ -46,6 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "preds.csv -> preds.png); 'none' writes none. Never an input file.")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true",
                         help="Replace an existing --output or --figure file that predict did not write.")  # fmt: skip
+    parser.add_argument("--tta", choices=("flip", "crops"),
+                        help="Test-time augmentation: average the probabilities over the image and its mirror (flip: "
+                        "models trained with flips only) or over it and five crops (crops).")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -74,6 +77,7 @@ def predict(argv: list[str] | None = None) -> dict[str, Any]:
         max_tokens=args.max_tokens,
         bf16=args.bf16,
         overwrite=args.overwrite,
+        tta=args.tta,
     )
 
 

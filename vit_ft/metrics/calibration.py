@@ -21,6 +21,9 @@ ECE_BINS = 15  # Guo et al.'s M = 15 equal-width confidence bins
 # a fitted temperature is kept inside these bounds: beyond them the validation split is too small or too
 # easy to say anything (every image right with margin drives T towards 0)
 TEMPERATURE_RANGE = (0.05, 20.0)
+# a config's record of a temperature already folded into its classifier head (weights and bias divided by it):
+# its logits are calibrated as they are, so no tool divides them again (`vit_ft.tasks.temperature.fold_temperature`)
+FOLDED_TEMPERATURE_ATTRIBUTE = "folded_temperature"
 
 
 def softmax_with_temperature(logits: torch.Tensor | np.ndarray, temperature: float = 1.0) -> torch.Tensor:
@@ -116,6 +119,7 @@ def fit_temperature(
 
 __all__ = [
     "ECE_BINS",
+    "FOLDED_TEMPERATURE_ATTRIBUTE",
     "ReliabilityBins",
     "TEMPERATURE_RANGE",
     "expected_calibration_error",

@@ -21,6 +21,9 @@ from typing import Any
 from huggingface_hub.errors import StrictDataclassError
 from transformers import CONFIG_MAPPING
 
+from ..metrics.calibration import FOLDED_TEMPERATURE_ATTRIBUTE
+from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
+
 # model_type -> the family's name in messages
 FAMILY_MODEL_TYPES = {
     "aimv2": "AIMv2",
@@ -164,6 +167,7 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
         architecture in with_head or model_type.startswith("dinov2")
     ) and "ForImageClassification" in architecture:
         fields.update(id2label=config_dict.get("id2label"), label2id=config_dict.get("label2id"))
+        fields.update(head_record(config_dict))
     else:
         fields["num_labels"] = 0
     return fields
@@ -208,6 +212,15 @@ def _aimv2_fields(vision: dict[str, Any], source: str) -> dict[str, Any]:
         "no_embed_class": True,
         "pooling": "attn" if vision.get("use_head", True) else "mean",
     }
+
+
+# what an exported head's config states beyond its labels, read back by every tool (`family_export.head_fields`)
+HEAD_RECORD_FIELDS = ("problem_type", THRESHOLD_ATTRIBUTE, FOLDED_TEMPERATURE_ATTRIBUTE)
+
+
+def head_record(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """The `HEAD_RECORD_FIELDS` a transformers config dict holds (not None)."""
+    return {name: config_dict[name] for name in HEAD_RECORD_FIELDS if config_dict.get(name) is not None}
 
 
 def _family_config(model_type: str, settings: dict[str, Any], source: str) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
+from ..metrics.calibration import FOLDED_TEMPERATURE_ATTRIBUTE
 from ..metrics.multilabel import THRESHOLD_ATTRIBUTE
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .families import swiglu_width
@@ -195,12 +196,13 @@ def transformers_export_reason(config: PretrainedConfig) -> str:
 def head_fields(config: PretrainedConfig) -> dict[str, Any]:
     """The classifier head's config fields every transformers export keeps: the label maps, `problem_type`
     (transformers' pipeline applies a sigmoid for "multi_label_classification") and, when the model has one, the
-    multi-label decision threshold tuned on validation (`THRESHOLD_ATTRIBUTE`), which every tool reads."""
+    multi-label decision threshold tuned on validation (`THRESHOLD_ATTRIBUTE`), which every tool reads, and a
+    calibration temperature folded into the head (`FOLDED_TEMPERATURE_ATTRIBUTE`), which no tool divides by again."""
     fields = {"id2label": dict(config.id2label), "label2id": dict(config.label2id),
               "problem_type": config.problem_type}  # fmt: skip
-    threshold = getattr(config, THRESHOLD_ATTRIBUTE, None)
-    if threshold is not None:
-        fields[THRESHOLD_ATTRIBUTE] = threshold
+    for name in (THRESHOLD_ATTRIBUTE, FOLDED_TEMPERATURE_ATTRIBUTE):  # a folded temperature: never divide twice
+        if getattr(config, name, None) is not None:
+            fields[name] = getattr(config, name)
     return fields
 
 

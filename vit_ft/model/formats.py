@@ -18,7 +18,7 @@ from transformers.utils import SAFE_WEIGHTS_NAME, cached_file
 
 from .checkpoint_checks import check_config_fits_weights
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
-from .families import FAMILY_MODEL_TYPES, family_config_fields, is_family_config
+from .families import FAMILY_MODEL_TYPES, family_config_fields, head_record, is_family_config
 from .jax_format import JAX_NORMALIZATION, find_jax_checkpoint, jax_config_fields, read_npz_shapes
 from .loading_report import CheckpointInfo
 from .timm_format import is_timm_config, read_safetensors_shapes, timm_config_fields, timm_normalization
@@ -102,6 +102,7 @@ def _from_transformers_vit(config_dict: dict[str, Any], architectures: list[str]
     fields = {name: config_dict[name] for name in kept if name in config_dict}
     if "ViTForImageClassification" in architectures and "id2label" in config_dict:
         fields.update(id2label=config_dict["id2label"], label2id=config_dict.get("label2id"))
+        fields.update(head_record(config_dict))  # problem_type, a threshold, a folded temperature
     else:
         fields["num_labels"] = 0  # a backbone checkpoint: no head, no label names to carry over
     return fields

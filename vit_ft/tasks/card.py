@@ -21,6 +21,7 @@ def model_card(
     format: str = "vit_ft",
     repo_id: str | None = None,
     format_reason: str | None = None,
+    folded_temperature: float | None = None,
 ) -> ModelCard:
     """The model card of a fine-tune, for its output folder and for the Hub alike.
 
@@ -33,9 +34,10 @@ def model_card(
     `format_reason` why (`tools.export.hub_format.ShareFormat.reason`; the card states it). `repo_id` is the Hub
     repository the card is pushed with: the usage snippet loads it by that id; without one the snippet loads
     "path/to/<name>" and says to put the folder's path there (a bare folder name only works from the folder's
-    parent).
+    parent). `folded_temperature`: the calibration temperature folded into the shared head (the card says the
+    scores are calibrated as they come out of the model), None where the tools divide by the recorded one.
     """
-    body = _card_body(run_info, name, format, Path(folder), repo_id, format_reason)
+    body = _card_body(run_info, name, format, Path(folder), repo_id, format_reason, folded_temperature)
     return ModelCard(f"---\n{_card_data(run_info, name, format).to_yaml()}\n---\n{body}")
 
 
@@ -95,7 +97,13 @@ def _card_data(run_info: dict[str, Any], name: str, format: str) -> ModelCardDat
 
 
 def _card_body(
-    run_info: dict[str, Any], name: str, format: str, folder: Path, repo_id: str | None, reason: str | None
+    run_info: dict[str, Any],
+    name: str,
+    format: str,
+    folder: Path,
+    repo_id: str | None,
+    reason: str | None,
+    folded_temperature: float | None = None,
 ) -> str:
     lora = bool(run_info.get("lora"))
     height, width = run_info.get("image_size") or (None, None)
@@ -121,6 +129,7 @@ def _card_body(
         f"- Dataset: `{dataset}`",
         _format_line(format, reason),
         *task.card_lines(run_info),
+        *(_calibration_lines(run_info, folded_temperature) if task.fits_temperature else []),
         "",
         "## Evaluation results",
         "",
@@ -136,6 +145,35 @@ def _card_body(
     if (folder / RUN_RECORD_FILE).is_file():
         lines += [f"All run settings are in `{RUN_RECORD_FILE}`.", ""]
     return "\n".join(lines)
+
+
+def _calibration_lines(run_info: dict[str, Any], folded: float | None) -> list[str]:
+    """The calibration the fine-tune fitted (temperature, ECE before and after, on which split), where the
+    scores get it (folded into the head, or divided by vit-ft's tools) and the "unsure" threshold."""
+    from ..utils.run_record import CALIBRATION_KEY, recorded_temperature
+    from .temperature import UNSURE_BELOW
+
+    record = run_info.get(CALIBRATION_KEY) if isinstance(run_info.get(CALIBRATION_KEY), dict) else {}
+    temperature = folded if folded is not None else recorded_temperature(run_info)
+    if temperature == 1.0:
+        return ["- Calibration: none fitted (raw softmax scores)"]
+    ece = record.get("ece")
+    measured = (
+        f", ECE {ece[0]:.4f} before and {ece[1]:.4f} after on {record.get('images', '?')} "
+        f"{record.get('split', 'validation')} images"
+        if isinstance(ece, list) and len(ece) == 2 and all(isinstance(v, (int, float)) for v in ece)
+        else ""
+    )
+    where = (
+        "folded into the classifier head (weights and bias divided by it): the scores `pipeline()`, onnxruntime "
+        "and vit-ft give are calibrated as they come out of the model"
+        if folded is not None
+        else "vit-ft's tools (predict, evaluate, the demo) divide the logits by it"
+    )
+    return [
+        f"- Calibration: temperature {temperature:.3f} fitted on the validation split{measured}; {where}",
+        f"- Unsure: a calibrated top-1 probability below {UNSURE_BELOW:.0%} is reported as unsure (the demo)",
+    ]
 
 
 def _format_line(format: str, reason: str | None) -> str:

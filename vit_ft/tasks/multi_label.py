@@ -158,6 +158,12 @@ class MultiLabel:
         """Independent label probabilities `(batch, num_labels)`: the sigmoid of each logit, float64."""
         return sigmoid(torch.as_tensor(logits).float().numpy())
 
+    def logits_of(self, probabilities: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Logits whose sigmoids are `probabilities` `(batch, num_labels)`, float32: `log(p / (1 - p))`, for
+        outputs that are averaged probabilities (test-time augmentation)."""
+        p = torch.as_tensor(probabilities).double().clamp(1e-12, 1 - 1e-12)
+        return torch.logit(p).float().numpy()
+
     def predicted_labels(
         self, probabilities: np.ndarray | torch.Tensor, id2label: dict[int, str], top_k: int
     ) -> list[tuple[list[str], list[float]]]:

@@ -71,7 +71,10 @@ class SingleLabel:
 
     @classmethod
     def of(cls, config: Any = None, run_record: dict[str, Any] | None = None) -> SingleLabel:
-        return cls(recorded_temperature(run_record))
+        """The run record's temperature; 1.0 for a model whose config says it is already folded into its head."""
+        from .temperature import folded_temperature_of
+
+        return cls(1.0 if folded_temperature_of(config) is not None else recorded_temperature(run_record))
 
     # ---- training ---------------------------------------------------------------------------------------
 
@@ -148,6 +151,12 @@ class SingleLabel:
     def probabilities(self, logits: torch.Tensor | np.ndarray) -> np.ndarray:
         """Calibrated probabilities `(batch, num_classes)`: the softmax of `logits / temperature`, float32."""
         return softmax_with_temperature(logits, self.temperature).numpy()
+
+    def logits_of(self, probabilities: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Logits whose `probabilities` are `probabilities` `(batch, num_classes)` (rows summing to 1), float32:
+        `temperature * log(p)`, for outputs that are averaged probabilities (test-time augmentation)."""
+        p = torch.as_tensor(probabilities).float().clamp_min(torch.finfo(torch.float32).tiny)
+        return (self.temperature * p.log()).numpy()
 
     def predicted_labels(
         self, probabilities: np.ndarray | torch.Tensor, id2label: dict[int, str], top_k: int

@@ -4,16 +4,24 @@ Guo et al. 2017 (arXiv 1706.04599): dividing the logits by one scalar T fitted o
 negative log-likelihood calibrates a network's confidence without changing a single prediction. The fine-tune
 records T in its run record (`utils.run_record.CALIBRATION_KEY`); `tools.trained.Trained.temperature` reads it
 back, so predict, evaluate, inspect and the demo all report calibrated probabilities.
+
+The exports that leave our tools (the transformers-format push, ONNX) carry T inside the model instead:
+`fold_temperature` divides the classifier head's weights and bias by T, so `softmax(folded logits)` is the
+calibrated softmax and `pipeline()` or onnxruntime give it as they are. The folded config records T under
+`FOLDED_TEMPERATURE_ATTRIBUTE`, and a task built from such a config has temperature 1: nothing divides twice.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..metrics.calibration import (
+    FOLDED_TEMPERATURE_ATTRIBUTE,
     expected_calibration_error,
     fit_temperature,
     negative_log_likelihood,
@@ -26,6 +34,42 @@ logger = logging.getLogger("vit_ft")
 MIN_CALIBRATION_IMAGES = (
     20  # below this one scalar fitted on the split says more about the split than the model
 )
+
+UNSURE_BELOW = 0.5  # a calibrated top-1 probability below this is reported as unsure (the demo, the card)
+# the heads whose outputs are the logits (DeiT's distillation head is averaged with the class head: both divided)
+HEAD_NAMES = ("classifier", "distillation_classifier")
+
+
+def folded_temperature_of(config: Any) -> float | None:
+    """The temperature already folded into the head of the model `config` describes (None: none folded)."""
+    value = getattr(config, FOLDED_TEMPERATURE_ATTRIBUTE, None)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def fold_temperature(model: torch.nn.Module, task: Any) -> torch.nn.Module:
+    """`model` with the `task`'s calibration temperature T folded into its classifier head: a copy whose head
+    weights and biases (`classifier`, and DeiT's `distillation_classifier`) are divided by T, so its logits are
+    the calibrated `logits / T`, and whose config records T (`FOLDED_TEMPERATURE_ATTRIBUTE`). Merge a LoRA
+    adapter first (the head the adapter trains must be in the weights). `model` itself is returned unchanged
+    where there is nothing to fold: a multi-label task (sigmoid probabilities are never divided), or T = 1."""
+    temperature = float(getattr(task, "temperature", 1.0))
+    if not getattr(task, "fits_temperature", False) or temperature == 1.0:
+        return model
+    if hasattr(model, "get_base_model"):
+        raise ValueError("fold the temperature into a merged model: merge the LoRA adapter first (merge_lora).")
+    heads = [getattr(model, name) for name in HEAD_NAMES if isinstance(getattr(model, name, None), torch.nn.Linear)]
+    if not heads:
+        raise ValueError(f"{type(model).__name__} has no linear classifier head to fold a temperature into.")
+    folded = copy.deepcopy(model)
+    with torch.no_grad():
+        for name in HEAD_NAMES:
+            head = getattr(folded, name, None)
+            if isinstance(head, torch.nn.Linear):
+                head.weight.div_(temperature)
+                if head.bias is not None:
+                    head.bias.div_(temperature)
+    setattr(folded.config, FOLDED_TEMPERATURE_ATTRIBUTE, temperature)
+    return folded
 
 
 def calibration_record(logits: np.ndarray, labels: np.ndarray, split: str = "validation") -> dict[str, Any]:
@@ -73,4 +117,12 @@ def fit_and_record_temperature(trainer: Any, eval_dataset: Any, split: str = "va
     return record
 
 
-__all__ = ["MIN_CALIBRATION_IMAGES", "calibration_record", "fit_and_record_temperature"]
+__all__ = [
+    "HEAD_NAMES",
+    "MIN_CALIBRATION_IMAGES",
+    "UNSURE_BELOW",
+    "calibration_record",
+    "fit_and_record_temperature",
+    "fold_temperature",
+    "folded_temperature_of",
+]

@@ -14,6 +14,7 @@ together.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..ood import OODScorer
 from ..trained import Trained, load_trained
+from ..tta import NO_OOD_SCORE, TTARunner, with_tta
 from .data import EvalData, folders_read, resolve_eval_data
 from .outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
 
@@ -61,6 +63,7 @@ def run_evaluation(
     bf16: str | bool = False,
     label_separator: str = ";",
     overwrite: bool = False,
+    tta: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md/.png, confusion_matrix.png/.csv/.npy,
     reliability.png, mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has
@@ -74,6 +77,9 @@ def run_evaluation(
     evaluation's own files there are replaced (`EVALUATION_FILES`: a file of those names it did not write only
     with `overwrite`); the folder's other files are kept.
 
+    `tta` ("flip" or "crops", `tools.tta`) averages each image's probabilities over several views; metrics.json
+    and report.md then also give the task's main metric on the evaluation view alone, measured on the same run.
+
     A multi-label model needs multi-label data (a `data_dir` with labels.csv, its labels separated by
     `label_separator`); its files are its task's (`tasks.MultiLabel.write_evaluation`): pr_curves.png,
     false_positives.png and false_negatives.png instead of the confusion matrix, reliability and mistakes.
@@ -83,17 +89,32 @@ def run_evaluation(
     output_dir = Path(output_dir)
     EVALUATION_FILES.check(output_dir, overwrite)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
+    runner = with_tta(trained, tta)  # a flip for a model trained without flips is refused here
     id2label = trained.id2label
     where = (recipe, data_dir, split, seed, max_samples)
     data = resolve_eval_data(trained.origin, id2label, *where, trained.task.problem_type, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
     logger.info("Evaluating %s on %s: %d images.", trained.source, data.description, len(data))
 
-    scorer = OODScorer.of(trained)
+    scorer = OODScorer.of(trained) if tta is None else OODScorer(trained, None, NO_OOD_SCORE)
     started = time.perf_counter()
-    outputs = predict_dataset(trained, data, batch_size, num_workers, progress, scorer)
+    outputs = predict_dataset(runner, data, batch_size, num_workers, progress, scorer)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
-    return write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer)
+    tta_numbers = tta_comparison(runner, outputs, trained, top_k) if tta else None
+    return write_evaluation(
+        output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer, tta_numbers
+    )
+
+
+def tta_comparison(runner: TTARunner, outputs: EvalOutputs, trained: Trained, top_k: int) -> dict[str, Any]:
+    """metrics.json's "tta": the views, and the task's main metric with them and on the evaluation view alone
+    (the same images, the same run: the first view's logits are kept as it goes)."""
+    single = dataclasses.replace(outputs, logits=runner.single_view_logits())
+    metric = outputs.task.best_metric
+    with_views = outputs.task.evaluation_numbers(outputs, trained, top_k).get(metric)
+    alone = outputs.task.evaluation_numbers(single, trained, top_k).get(metric)
+    return {"mode": runner.mode, "views": runner.description, "metric": metric, "with_tta": with_views,
+            "single_view": alone}  # fmt: skip
 
 
 def write_evaluation(
@@ -106,6 +127,7 @@ def write_evaluation(
     max_mistakes: int = 25,
     overwrite: bool = False,
     scorer: OODScorer | None = None,
+    tta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws, written
     aside and moved into `output_dir` (`EVALUATION_FILES.staged`: the folder's other files kept); returns
@@ -116,6 +138,8 @@ def write_evaluation(
     ood_line = ""
     if scorer is not None:
         metrics["unlike_training"], ood_line = unlike_training_count(outputs, scorer)
+    if tta is not None:  # test-time augmentation and its measured effect (`tta_comparison`)
+        metrics["tta"] = tta
 
     def images(rows: list[int]) -> list[Any]:
         return [data.dataset[row]["image"] for row in rows]
@@ -130,7 +154,7 @@ def write_evaluation(
             figures["training_curves"] = curves
         run_folder = trained.origin.run_folder  # linked from report.md, relative to where it will be read
         lines, notes = task.report_lines(output_dir, trained.source, metrics, table, figures, run_folder)
-        write_report_lines(staging, lines, [*data.notes, *notes, *([ood_line] if ood_line else [])])
+        write_report_lines(staging, lines, [*data.notes, *notes, *([ood_line] if ood_line else []), *tta_notes(tta)])
     logger.info("%s; report in %s", task.summary(metrics, top_k), output_dir / "report.md")
     if ood_line:
         logger.info(ood_line)
@@ -147,6 +171,19 @@ def unlike_training_count(outputs: EvalOutputs, scorer: OODScorer) -> tuple[dict
     line = (f"{flagged} of {total} images ({100 * flagged / max(total, 1):.1f} %) look unlike the training "
             f"images. {scorer.note()}")  # fmt: skip
     return entry, line
+
+
+def tta_notes(tta: dict[str, Any] | None) -> list[str]:
+    """report.md's note on test-time augmentation: the views and the main metric with and without them."""
+    if tta is None:
+        return []
+    with_views, alone = tta["with_tta"], tta["single_view"]
+    if not isinstance(with_views, (int, float)) or not isinstance(alone, (int, float)):
+        return [f"Test-time augmentation: {tta['views']}."]
+    return [
+        f"Test-time augmentation: {tta['views']}. {tta['metric']} {with_views:.4f} with it, {alone:.4f} on the "
+        f"evaluation view alone ({100 * (with_views - alone):+.2f} points), on the same images."
+    ]
 
 
 __all__ = ["EVALUATION_FILES", "EvalOutputs", "predict_dataset", "run_evaluation", "write_evaluation"]

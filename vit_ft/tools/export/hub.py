@@ -3,10 +3,12 @@
 Two formats, chosen by `hub_format.choose_format` unless asked for. "transformers" (the default wherever the model
 is exactly transformers' `ViTForImageClassification`: a plain ViT with CLS pooling): the standard transformers
 export (`vit_ft.model.export`), which loads with `pipeline()` and `AutoModelForImageClassification` and runs in
-the Hub's widget, no remote code. "vit_ft" (where the model needs it, e.g. mean pooling, or `--format vit_ft`):
+the Hub's widget, no remote code, with the calibration temperature folded into its head
+(`tasks.temperature.fold_temperature`, after a LoRA merge) so that `pipeline()` gives the calibrated scores. "vit_ft" (where the model needs it, e.g. mean pooling, or `--format vit_ft`):
 our weights and config with the model's code beside them and `auto_map`, so
 `AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True)` loads it anywhere; a LoRA
-adapter is shared too. Either way the repository gets the image processor at the fine-tuned resolution, the
+adapter is shared too. Either way the repository gets the image processor at the fine-tuned resolution (resize
+and centre crop, as our evaluation: `evaluation_image_processor`), the
 label maps, the run record and a model card saying which format it is and why; checkpoints, TensorBoard runs and
 pickles (training_args.bin) stay local.
 """
@@ -26,6 +28,7 @@ from huggingface_hub import HfApi
 from ...data.images import image_extensions
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ...tasks.card import model_card
+from ...tasks.temperature import fold_temperature, folded_temperature_of
 from ...utils.hub_ids import check_hub_id
 from ...utils.output_dir import check_output_dir
 from ...utils.run_record import ADAPTER_DIR, EXAMPLES_DIR, PROCESSOR_FILE, RUN_RECORD_FILE
@@ -83,9 +86,11 @@ def stage_for_hub(
                 examples, staging / EXAMPLES_DIR, tuple(f"*{s}" for s in sorted(image_extensions()))
             )
         run_info = _run_info(origin)
+        folded = folded_temperature_of(reference.config) if reference is not None else None
         card = model_card(
-            run_info, repo_id, staging, shared.name, repo_id=repo_id, format_reason=shared.reason
-        )
+            run_info, repo_id, staging, shared.name, repo_id=repo_id, format_reason=shared.reason,
+            folded_temperature=folded,
+        )  # fmt: skip
         card.save(staging / "README.md")
         verify_staged(staging, shared.name, source=output_dir, reference=reference)
     except BaseException:
@@ -108,8 +113,10 @@ def _stage_model(origin: Origin, staging: Path, format: str):
     if format == "transformers":
         from ...model.export import export_to_transformers
 
-        model = _load_merged(origin)
+        trained = load_trained(origin, device="cpu", merge_lora=True)  # merged first, then folded
+        model = fold_temperature(trained.model, trained.task)  # pipeline() gives the calibrated scores
         export_to_transformers(model, staging, image_processor=_processor(origin))
+        write_image_processor(origin, staging, model.config.image_hw)  # resize + centre crop, as we evaluate
         return model
     ours, complete = _our_code_files(), _has_complete_model(folder)
     _check_code(folder, _code_files(folder) if complete else [], ours)  # before anything is staged
@@ -349,7 +356,50 @@ def _processor(origin: Origin):
     if origin.processor is None:
         logger.warning("No %s in %s: sharing ViT's default image processor.", PROCESSOR_FILE, origin.name)
         return None
-    return ViTImageProcessorPil(**origin.processor)
+    return ViTImageProcessorPil(**_normalisation(origin.processor))
+
+
+# what an image processor's settings say of the pixels, beyond the geometry (which the export sets)
+NORMALISATION_KEYS = ("do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std", "resample")
+
+
+def _normalisation(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """The rescale / normalisation / resampling of image processor `settings` (ViT's mean and std 0.5 where
+    none are stated, as `tools.preprocessing.preprocessing_from` reads them)."""
+    from ...data.images import VIT_MEAN, VIT_STD
+
+    found = {key: settings[key] for key in NORMALISATION_KEYS if key in (settings or {})}
+    return {"image_mean": list(VIT_MEAN), "image_std": list(VIT_STD), **found}
+
+
+def evaluation_image_processor(settings: dict[str, Any] | None, size: tuple[int, int]) -> Any:
+    """The transformers image processor that preprocesses as our evaluation does (`data.transforms`' eval
+    transform: resize the shorter side to the model's size, keeping the aspect ratio, then centre-crop it).
+
+    A square `size`: `CLIPImageProcessorPil` (transformers' processor with a shortest-edge resize and a centre
+    crop; ViT's own resizes to the size, squashing a non-square image). PIL resizes for both with the same
+    filter, so the pixels are ours; transformers rounds the resized side down and the crop's offset down where
+    we round them (one pixel, on some image sizes). A non-square `size` (no shortest-edge resize covers it):
+    ViT's processor at that size, with a warning that it squashes."""
+    from transformers import CLIPImageProcessorPil, ViTImageProcessorPil
+
+    height, width = size
+    pixels = {**_normalisation(settings), "do_convert_rgb": True}
+    if height == width:
+        return CLIPImageProcessorPil(
+            **pixels,
+            do_resize=True,
+            size={"shortest_edge": height},
+            do_center_crop=True,
+            crop_size={"height": height, "width": width},
+        )
+    logger.warning(
+        "The model's resolution %dx%d is not square: its image processor resizes to it (squashing another "
+        "aspect ratio), where vit-ft's evaluation resizes and centre-crops.",
+        height,
+        width,
+    )
+    return ViTImageProcessorPil(**pixels, size={"height": height, "width": width})
 
 
 def _write_processor(origin: Origin, staging: Path) -> None:
@@ -360,15 +410,12 @@ def _write_processor(origin: Origin, staging: Path) -> None:
 
 
 def write_image_processor(origin: Origin, folder: Path, size: tuple[int, int]) -> None:
-    """The image processor a shared or exported model carries in `folder`: the fine-tune's settings (ViT's
-    defaults when the folder has none), resizing to `size` (height, width), the model's resolution."""
-    from transformers import ViTImageProcessorPil
-
-    processor = _processor(origin)
-    settings = processor.to_dict() if processor is not None else {}
-    ViTImageProcessorPil(**{**settings, "size": {"height": size[0], "width": size[1]}}).save_pretrained(
-        folder
-    )
+    """The image processor a shared or exported model carries in `folder`: the fine-tune's normalisation (ViT's
+    defaults when the folder has none), resizing and centre-cropping to `size` (height, width), the model's
+    resolution, as our evaluation does (`evaluation_image_processor`)."""
+    if origin.processor is None:
+        logger.warning("No %s in %s: sharing ViT's default normalisation.", PROCESSOR_FILE, origin.name)
+    evaluation_image_processor(origin.processor, tuple(size)).save_pretrained(folder)
 
 
 def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:
@@ -384,6 +431,7 @@ __all__ = [
     "FORMATS",
     "FORMAT_CHOICES",
     "check_same_logits",
+    "evaluation_image_processor",
     "push_output_dir",
     "stage_for_hub",
     "verify_staged",

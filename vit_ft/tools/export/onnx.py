@@ -10,7 +10,9 @@ PyTorch's logits at a second resolution; otherwise the graph is fixed at the fin
 result says which. Every export is checked against PyTorch with onnxruntime before it is moved into place;
 only the export's own files in the folder are replaced (`EXPORT_FILES`), the user's others are kept. A
 multi-label model's `config.json` keeps its `problem_type` and `decision_threshold`: its label probabilities are
-the sigmoid of the logits, each label predicted at or above its threshold.
+the sigmoid of the logits, each label predicted at or above its threshold. A single-label model's calibration
+temperature is folded into the graph's head (`tasks.temperature.fold_temperature`; `config.json` records
+`folded_temperature`): onnxruntime's softmax of its logits is the calibrated probability.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ...tasks import task_for
+from ...tasks.temperature import fold_temperature
 from ...utils.files import is_disk_full
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import Trained, load_trained
@@ -160,6 +163,17 @@ class OnnxClassifier:
         return torch.from_numpy(self.session.run(["logits"], {"pixel_values": pixels})[0])
 
 
+def graph_task(folder: str | os.PathLike) -> Any:
+    """The task of the graphs exported to `folder`, from its config.json: a single-label export has the
+    calibration temperature folded into its head (`tasks.temperature.fold_temperature`), so its task divides by
+    1; a multi-label one keeps its decision threshold."""
+    from transformers import PretrainedConfig
+
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return task_for(PretrainedConfig.from_dict(config), None)
+
+
 def _difference(model: torch.nn.Module, path: Path, sizes: list[tuple[int, int]]) -> float:
     """Max |onnxruntime - PyTorch| logits over two random images at each of `sizes`."""
     graph, worst = OnnxClassifier(path), 0.0
@@ -263,16 +277,13 @@ def export_onnx(
     output = check_export_dir(output_dir, given, overwrite)
     trained = _loaded(model)
     origin = trained.origin
+    model = fold_temperature(trained.model, trained.task)  # onnxruntime's softmax is then the calibrated one
     with EXPORT_FILES.staged(output, overwrite) as staging:
-        dynamic, difference, sizes = export_model(trained.model, staging / ONNX_FILE)
-        int8 = (
-            quantize_int8(trained.model, staging / ONNX_FILE, staging / INT8_FILE, sizes)
-            if quantize
-            else None
-        )
-        image_size = tuple(trained.model.config.image_hw)
+        dynamic, difference, sizes = export_model(model, staging / ONNX_FILE)
+        int8 = quantize_int8(model, staging / ONNX_FILE, staging / INT8_FILE, sizes) if quantize else None
+        image_size = tuple(model.config.image_hw)
         write_image_processor(origin, staging, image_size)
-        (staging / "config.json").write_text(json.dumps(_config_dict(trained.model.config), indent=2) + "\n")
+        (staging / "config.json").write_text(json.dumps(_config_dict(model.config), indent=2) + "\n")
         files = sorted(p.name for p in staging.iterdir())
     threshold = trained.task.threshold_summary(trained.id2label)
     return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, threshold=threshold)
@@ -314,7 +325,7 @@ def compare_accuracy(
     runners = {"PyTorch": trained}
     for name, file in (("ONNX fp32", ONNX_FILE), ("ONNX int8", INT8_FILE)):
         if (Path(folder) / file).is_file():
-            runners[name] = OnnxClassifier(Path(folder) / file, trained.transform, task=trained.task)
+            runners[name] = OnnxClassifier(Path(folder) / file, trained.transform, task=graph_task(folder))
     predictions = {
         name: predict_dataset(runner, data, batch_size, progress=False).predictions  # type: ignore[arg-type]
         for name, runner in runners.items()
@@ -344,6 +355,7 @@ __all__ = [
     "compare_accuracy",
     "export_model",
     "export_onnx",
+    "graph_task",
     "quantize_int8",
     "require_onnxruntime",
 ]

@@ -21,6 +21,7 @@ from ...utils.limits import MAX_IMAGE_TOKENS
 from ..inference import describe_error, iter_batches
 from ..ood import OODScorer
 from ..trained import Trained, load_trained
+from ..tta import NO_OOD_SCORE, with_tta
 from .output import (
     MULTI_LABEL_COLUMNS,
     OOD_COLUMNS,
@@ -151,6 +152,7 @@ def run_prediction(
     max_tokens: int | None = MAX_IMAGE_TOKENS,
     bf16: str | bool = False,
     overwrite: bool = False,
+    tta: str | None = None,
 ) -> dict[str, Any]:
     """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl): its top
     `top_k_labels` labels, or for a multi-label model every label at or above its decision threshold (the
@@ -161,7 +163,8 @@ def run_prediction(
     that predict did not write unless `overwrite` (`written_by_predict`). The output appears only
     when complete: a failure leaves an existing file as it was. `max_tokens` bounds the patch tokens per image
     at `image_size` (None: no bound); `bf16` runs the model under bf16 autocast ("auto": where the hardware
-    has native bf16). Returns a summary: rows, errors, output and figure paths.
+    has native bf16). `tta` ("flip" or "crops", `tools.tta`) averages each image's probabilities over several
+    views. Returns a summary: rows, errors, output and figure paths.
     """
     output = check_output_path(output)  # before the model loads
     if max_pixels is not None and max_pixels < 1:
@@ -177,6 +180,7 @@ def run_prediction(
     )
     _refuse_overwriting_inputs(files, output, figure_path)
     classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
+    classifier = with_tta(classifier, tta)  # type: ignore[assignment]  # one view unless asked
     refuse_replacing_others({"--output": output, "--figure": figure_path}, overwrite)  # before any write
     shown: list[Prediction] = []
     rows = errors = 0
@@ -185,7 +189,7 @@ def run_prediction(
         logger.info(
             "Multi-label model: every label with probability >= its decision threshold %s.", threshold
         )
-    scorer = OODScorer.of(classifier)
+    scorer = OODScorer.of(classifier) if tta is None else OODScorer(classifier, None, NO_OOD_SCORE)
     logger.info(scorer.note())
     unlike = 0
     with PredictionWriter(output, classifier.task) as writer:
