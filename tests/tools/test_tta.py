@@ -117,3 +117,6 @@ def test_predict_with_crops_writes_the_averaged_scores(trained, tiny_finetuned_d
     top = np.argsort(-probabilities)[:5]
     assert row["top_k_labels"] == [trained.id2label[int(i)] for i in top]
     assert np.allclose(row["top_k_scores"], probabilities[top], atol=1e-6)
+    # the folder keeps a feature bank, whose score is of the evaluation view: left empty with --tta, not wrong
+    assert (tiny_finetuned_dir / "feature_bank.safetensors").is_file()
+    assert row["unlike_training"] in ("", None) and row["ood_score"] in ("", None)
