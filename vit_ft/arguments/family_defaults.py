@@ -87,8 +87,8 @@ FAMILY_DEFAULTS: dict[str, FamilyProtocol] = {
         "SigLIP",
         {"learning_rate": 3e-5, "weight_decay": 0.1, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.1,
          "drop_path_rate": 0.1, "pooling": None, "fc_norm": None},
-        "CLIP's row (common practice: the SigLIP papers give no full fine-tuning protocol), with the checkpoint's "
-        "own attention-pooling head",
+        "CLIP's row (common practice: SigLIP, Zhai et al. 2023, arXiv 2303.15343, and SigLIP 2, arXiv 2502.14786, "
+        "give no full fine-tuning protocol), with the checkpoint's own attention-pooling head",
     ),
     "mae": FamilyProtocol(
         "MAE",
