@@ -6,7 +6,7 @@ recipe's optimisation keys, except those given on the command line; a recipe run
 `OPTIMISATION_KEYS` and where they come from. Learning rates are for a global batch of 512, the recipes' batch
 (MAE's base rate 5e-4 per 256 images, scaled linearly as its FINETUNE.md does). `choose_family_defaults` decides,
 from the recipe's values and the flags, which are taken; `parse_args` (recipes.py) merges them between the recipe
-and the flags and hands the decision to the run (`FineTuneTrainingArguments.family_defaults`), whose first log
+and the flags and hands the decision to the run (the training arguments' `family_defaults` attribute), whose first log
 lines (`describe_family_defaults`) and run record state it.
 """
 

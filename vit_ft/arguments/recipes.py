@@ -352,7 +352,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     except ValueError as error:
         raise RecipeError(str(error)) from error
     validate(model_args, data_args, training_args)
-    training_args.family_defaults = family_decision  # the run's first log lines and its record state it
+    # not a key (no field): which family defaults were taken and why, for the run's first log lines and record
+    training_args.family_defaults = family_decision
     return model_args, data_args, training_args
 
 

@@ -268,8 +268,6 @@ def check_precision(training_args: Any, device_type: str | None = None) -> None:
 class FineTuneTrainingArguments(TrainingArguments):
     """TrainingArguments with layer decay, EMA, early stopping and class-imbalance keys (all off by default)."""
 
-    # not a key: which family defaults `parse_args` took over the recipe's values, and why (None: no decision)
-    family_defaults: dict | None = field(default=None, init=False, repr=False)
     layer_decay: float | None = field(
         default=None,
         metadata={
