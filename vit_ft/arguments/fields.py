@@ -24,6 +24,7 @@ from ..model.checks import (
 from ..model.configuration_vit_ft import POOLING_CHOICES
 from .augmentation_arguments import AugmentationArguments
 from .checks import check_ranges
+from .family_defaults import FAMILY_DEFAULTS, check_recipe_family
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 BUILTIN_PRETRAININGS = ("digits",)
@@ -79,12 +80,29 @@ class ModelArguments:
         default=0.0,
         metadata={"help": "Dropout on the attention weights."},
     )
+    fc_norm: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Normalise the pooled token instead of every token (MAE's fine-tuning layout, with pooling "
+            "mean): the checkpoint's final LayerNorm is replaced by a new one after the pooling. None keeps the "
+            "checkpoint's own layout."
+        },
+    )
     drop_path_rate: float | None = field(
         default=None,
         metadata={
             "help": "Stochastic depth: each block's residual branches are dropped per sample with a probability "
             "rising linearly from 0 at the first block to this at the last (DeiT/BEiT fine-tune with 0.1); "
             "inactive in evaluation. None keeps the checkpoint's own value (0 for a plain ViT), 0 turns it off."
+        },
+    )
+    recipe_family: str | None = field(
+        default=None,
+        metadata={
+            "help": "The ViT family whose fine-tuning protocol the recipe's optimisation values follow (one of "
+            f"{', '.join(FAMILY_DEFAULTS)}). When --model_name_or_path names a checkpoint of another family, that "
+            "family's defaults (docs/model.md) replace them, except keys given as flags. None: the family of the "
+            "recipe's own model_name_or_path."
         },
     )
     use_lora: bool = field(
@@ -126,6 +144,12 @@ class ModelArguments:
         if not self.model_name_or_path:
             raise ValueError("model_name_or_path is empty; set it to a Hub id or a local checkpoint folder.")
         _check_choice("pooling", self.pooling, POOLING_CHOICES, allow_none=True)
+        check_recipe_family(self.recipe_family)
+        if self.fc_norm and self.pooling == "cls+mean":
+            raise ValueError(
+                "fc_norm=true normalises one pooled token, not pooling 'cls+mean'; use pooling mean (MAE's layout), "
+                "cls or map with it, or fc_norm false."
+            )
         self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
         _check_choice("pretrain_if_missing", self.pretrain_if_missing, BUILTIN_PRETRAININGS, allow_none=True)
         if self.image_size is not None:  # against the checkpoint's patch (read only when local) and the bound

@@ -4,7 +4,10 @@ argument dataclasses (`parse_args`); every unknown key is an error naming the cl
 A recipe's keys are exactly the field names of `ModelArguments`, `DataArguments` and
 `transformers.TrainingArguments` (alignment-handbook style), resolved in this order, later wins:
 
-    dataclass defaults < TRAINING_DEFAULTS < the recipe's YAML < command-line flags
+    dataclass defaults < TRAINING_DEFAULTS < the recipe's YAML < family defaults < command-line flags
+
+The family defaults (`family_defaults.py`) apply only when --model_name_or_path names a checkpoint of another ViT
+family than the one the recipe was written for: that family's optimisation keys replace the recipe's.
 
     vit-ft finetune --recipe dogs --learning_rate 0.01 --image_size 448
 
@@ -30,6 +33,7 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 from vit_ft.arguments.checks import RecipeError, suggest, validate
+from vit_ft.arguments.family_defaults import choose_family_defaults
 from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.training_arguments import (
     NUM_WORKERS_HELP,
@@ -337,7 +341,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     flags = vars(namespace)
     recipe = flags.pop("recipe", None)
     recipe_values = load_recipe(resolve_recipe(recipe)) if recipe else {}
-    values = merge_values(recipe_values, flags, recipe_name(recipe) if recipe else None)
+    name = recipe_name(recipe) if recipe else None
+    # a checkpoint of another family than the recipe's: its protocol over the recipe's values, under the flags
+    family_values, family_decision = choose_family_defaults(recipe_values, flags, name)
+    values = merge_values({**recipe_values, **family_values}, flags, name)
     try:  # HfArgumentParser.parse_dict: each dataclass takes its fields, in order, and checks them when built
         model_args, data_args, training_args = parser.parse_dict(values)
     except RecipeError:
@@ -345,6 +352,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     except ValueError as error:
         raise RecipeError(str(error)) from error
     validate(model_args, data_args, training_args)
+    # not a key (no field): which family defaults were taken and why, for the run's first log lines and record
+    training_args.family_defaults = family_decision
     return model_args, data_args, training_args
 
 

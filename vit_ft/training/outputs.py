@@ -73,6 +73,8 @@ def save_outputs(
         "data_seed": training_args.data_seed,
         "world_size": training_args.world_size,
         "batch": batch_record(training_args),  # world size, per device, accumulation, global batch
+        # the family defaults taken over the recipe's values, and why (arguments.family_defaults)
+        "family_defaults": getattr(training_args, "family_defaults", None),
         "written_by_process": training_args.process_index,
         "metrics": metrics,
         "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode

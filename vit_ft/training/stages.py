@@ -16,6 +16,7 @@ import datasets
 from transformers import TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
+from ..arguments.family_defaults import describe_family_defaults
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed, describe_batch
 from ..data.bad_images import decode_error, prescan_small_splits
@@ -207,6 +208,7 @@ def build_model(
         image_size=model_args.image_size,
         problem_type=task.problem_type,
         **({} if model_args.pooling is None else {"pooling": model_args.pooling}),
+        **({} if getattr(model_args, "fc_norm", None) is None else {"fc_norm": model_args.fc_norm}),
         hidden_dropout_prob=model_args.hidden_dropout_prob,
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
         # None keeps the checkpoint's own rate (a timm checkpoint's, where its config records one)
@@ -214,8 +216,8 @@ def build_model(
         cache_dir=model_args.cache_dir,
     )
     kernelize(model)  # the CPU kernels where the switch allows them, before LoRA wraps the layers
-    # a head, or a pooling head asked for
-    new_heads = ("classifier.", "distillation_classifier.", "attn_pool.")
+    # a head, a pooling head asked for, or the norm after the pooling (MAE's fc_norm: new, as MAE's fine-tuning)
+    new_heads = ("classifier.", "distillation_classifier.", "attn_pool.", "fc_norm.")
     missing = [key for key in model.loading_report.newly_initialized if not key.startswith(new_heads)]
     if missing:
         raise ValueError(
@@ -376,7 +378,10 @@ def _finetune(
     recipe: str | None,
 ) -> dict[str, float]:
     """`run_finetune`'s stages, in the locked output folder."""
-    # first: the global batch is the run's protocol (the run record's `batch` states it too)
+    # first: the family defaults taken over the recipe's values, and the global batch: the run's protocol (the
+    # run record's `family_defaults` and `batch` state them too)
+    for line in describe_family_defaults(getattr(training_args, "family_defaults", None)):
+        logger.info(line)
     logger.info(describe_batch(training_args))
     set_seed(training_args.seed)
     resume = resolve_resume(training_args)
