@@ -26,7 +26,7 @@ from .augmentation_arguments import AugmentationArguments
 from .checks import check_ranges
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
-BUILTIN_PRETRAININGS = ("digits",)
+BUILTIN_PRETRAININGS = ("digits", "digits-small")
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
