@@ -18,9 +18,11 @@ from vit_ft.arguments.fields import ModelArguments
 from vit_ft.tasks.losses import ClassificationLoss
 from vit_ft.training.distillation import DistillationLoss, Distiller, HeadOutputs, distillation_term
 from vit_ft.training.lora import apply_lora
+from vit_ft.utils.run_record import is_finished
 
 from ..cli_runner import run_script
 from ..conftest import randomize, tiny_ft_config, write_tiny_recipe
+from .test_distributed import launch_two_processes
 from .test_finetune_errors import assert_one_line_error
 from .test_resume import assert_same_run, final_run, finetune
 
@@ -139,6 +141,7 @@ def count_teacher_calls(monkeypatch) -> list[torch.Tensor]:
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "token", "lora"), [("soft", True, False), ("hard", False, False), ("hard", True, True)]
 )
@@ -169,6 +172,7 @@ def test_finetune_with_a_teacher(tmp_path, tiny_finetuned_dir, token_backbone, m
     assert {p.name: p.read_bytes() for p in tiny_finetuned_dir.iterdir() if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_resume_with_a_teacher_is_exact_and_a_changed_teacher_is_refused(tmp_path, tiny_finetuned_dir, capfd):
     first = tmp_path / "first"
     first.mkdir()
@@ -192,6 +196,19 @@ def test_resume_with_a_teacher_is_exact_and_a_changed_teacher_is_refused(tmp_pat
     assert_same_run(final_run(out), uninterrupted)
 
 
+@pytest.mark.slow
+def test_two_processes_each_with_its_own_teacher(tmp_path, tiny_finetuned_dir):
+    """Two CPU processes (gloo): each runs the teacher on its own share of the batch; the student alone is
+    wrapped by DDP and saved."""
+    recipe = write_tiny_recipe(tmp_path, teacher_model_name_or_path=str(tiny_finetuned_dir), num_train_epochs=1)
+    log = launch_two_processes(recipe, tmp_path)
+    assert "Distilling from" in log
+    out = tmp_path / "out"
+    assert is_finished(out)
+    with safe_open(out / "model.safetensors", "pt") as weights:
+        assert set(weights.keys()) == set(ViTFTForImageClassification.from_pretrained(out).state_dict())
+
+
 # id -> (flags, where {tmp} is the test's folder and {teacher} the tiny fine-tuned folder; words in the error)
 BAD = {
     "missing teacher": (["--teacher_model_name_or_path", "{tmp}/outputs/digits"], "run `vit-ft finetune --recipe"),
@@ -206,7 +223,8 @@ BAD = {
                      "is not one of: soft, hard"),
     "settings without a teacher": (["--distillation_type", "soft"], "distillation_type needs a teacher"),
     "other classes": (["--teacher_model_name_or_path", "{classifier}"], "predicts 3 classes [ant, bee, wasp]"),
-    "teacher as output": (["--teacher_model_name_or_path", "{teacher}", "--output_dir", "{teacher}"], "teacher"),
+    "teacher as output": (["--teacher_model_name_or_path", "{teacher}", "--output_dir", "{teacher}"],
+                          "is inside the input folder"),
 }  # fmt: skip
 
 
