@@ -16,7 +16,7 @@ from safetensors import safe_open
 from vit_ft import ViTFTForImageClassification
 from vit_ft.arguments.fields import ModelArguments
 from vit_ft.tasks.losses import ClassificationLoss
-from vit_ft.training.distillation import DistillationLoss, Distiller, HeadOutputs, distillation_term
+from vit_ft.training.distillation import DistillationLoss, Distiller, HeadOutputs, distillation_term, load_teacher
 from vit_ft.training.lora import apply_lora
 from vit_ft.utils.run_record import is_finished
 
@@ -115,6 +115,30 @@ def test_teacher_runs_without_gradient_in_its_dtype():
         expected = teacher(pixel_values=pixels.to(torch.bfloat16)).logits.float()
     assert loss.teacher_logits.dtype == torch.float32 and not loss.teacher_logits.requires_grad
     assert torch.equal(loss.teacher_logits, expected)
+
+
+def test_teachers_load_as_their_own_class_computes_them(tmp_path):
+    """A transformers ViT classifier through vit_ft's loader and another transformers classifier through
+    AutoModelForImageClassification: each gives its own class's logits, frozen, in eval mode."""
+    from transformers import ResNetConfig, ResNetForImageClassification, ViTForImageClassification
+
+    from ..conftest import tiny_hf_config
+
+    labels = {"id2label": dict(enumerate(DIGITS)), "label2id": {n: i for i, n in enumerate(DIGITS)}}
+    references = {
+        "vit": randomize(ViTForImageClassification(tiny_hf_config(**labels)), seed=4),
+        "resnet": randomize(ResNetForImageClassification(
+            ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], **labels)), seed=5),
+    }  # fmt: skip
+    pixels = torch.randn(2, 3, 16, 16)
+    for name, reference in references.items():
+        reference.save_pretrained(tmp_path / name)
+        teacher = load_teacher(str(tmp_path / name), DIGITS)
+        assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
+        assert isinstance(teacher, ViTFTForImageClassification) is (name == "vit")
+        with torch.no_grad():
+            torch.testing.assert_close(teacher(pixel_values=pixels).logits, reference(pixel_values=pixels).logits)
+    assert next(load_teacher(str(tmp_path / "vit"), DIGITS, bf16=True).parameters()).dtype == torch.bfloat16
 
 
 # ---- the fine-tune with a teacher -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.checks import read_local_config
+from ..model.families import FAMILY_MODEL_TYPES
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..tasks.losses import ClassificationLoss
 
@@ -33,8 +33,9 @@ logger = logging.getLogger("vit_ft")
 DISTILLATION_TYPES = ("soft", "hard")
 # DeiT's defaults (main.py: --distillation-type, --distillation-alpha 0.5, --distillation-tau 1.0); hard is its best
 DEFAULT_TYPE, DEFAULT_ALPHA, DEFAULT_TAU = "hard", 0.5, 1.0
-# the model types vit_ft's own loader reads (its folders, transformers' ViT family, DeiT with its teacher head)
-_VIT_FT_TYPES = frozenset({"vit_ft", "vit", "deit", "dinov2", "clip_vision_model", "siglip_vision_model"})
+# the model types vit_ft's own loader reads: its folders, transformers' ViT and the ViT family (timm's configs and
+# the paper's .npz files have none)
+_VIT_FT_TYPES = frozenset({"vit_ft", "vit", *FAMILY_MODEL_TYPES})
 
 
 def distillation_term(student: torch.Tensor, teacher: torch.Tensor, kind: str, tau: float) -> torch.Tensor:
@@ -125,7 +126,7 @@ def load_teacher(name: str, names: list[str], bf16: bool = False, cache_dir: str
     """The teacher: a vit_ft folder or a ViT-family classifier through vit_ft's loader (its trained heads checked
     complete), any other transformers image classifier through `AutoModelForImageClassification`; eval mode, no
     gradients, bf16 where the student trains in bf16. Its classes must be `names`, in order (one-line error)."""
-    model_type = (read_local_config(name, cache_dir) or {}).get("model_type")
+    model_type = _model_type(name, cache_dir)
     if model_type is None or model_type in _VIT_FT_TYPES:
         teacher = ViTFTForImageClassification.from_pretrained(name, cache_dir=cache_dir)
         untrained = [key for key in teacher.loading_report.newly_initialized if "classifier" in key]
@@ -151,6 +152,17 @@ def load_teacher(name: str, names: list[str], bf16: bool = False, cache_dir: str
         )
     teacher.eval().requires_grad_(False)
     return teacher.to(torch.bfloat16) if bf16 else teacher
+
+
+def _model_type(name: str, cache_dir: str | None) -> str | None:
+    """The checkpoint's `model_type` as its config.json states it (None: none, or no config.json: a JAX .npz)."""
+    from transformers import PretrainedConfig
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(name, cache_dir=cache_dir)
+    except (OSError, ValueError):  # no config.json: vit_ft's loader reads the rest, or reports what is wrong
+        return None
+    return config.get("model_type")
 
 
 def _shown(names: list[str]) -> str:
