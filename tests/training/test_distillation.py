@@ -16,7 +16,13 @@ from safetensors import safe_open
 from vit_ft import ViTFTForImageClassification
 from vit_ft.arguments.fields import ModelArguments
 from vit_ft.tasks.losses import ClassificationLoss
-from vit_ft.training.distillation import DistillationLoss, Distiller, HeadOutputs, distillation_term, load_teacher
+from vit_ft.training.distillation import (
+    DistillationLoss,
+    Distiller,
+    HeadOutputs,
+    distillation_term,
+    load_teacher,
+)
 from vit_ft.training.lora import apply_lora
 from vit_ft.utils.run_record import is_finished
 
