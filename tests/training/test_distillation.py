@@ -159,12 +159,13 @@ def token_backbone(tmp_path_factory) -> Path:
     return path
 
 
-def count_teacher_calls(monkeypatch) -> list[torch.Tensor]:
-    seen: list[torch.Tensor] = []
+def count_teacher_calls(monkeypatch) -> list[tuple[torch.Tensor, torch.dtype]]:
+    """Each training batch the teacher sees, with the teacher's dtype then."""
+    seen: list[tuple[torch.Tensor, torch.dtype]] = []
     see = Distiller.see
 
     def spy(self, pixel_values):
-        seen.append(pixel_values)
+        seen.append((pixel_values, next(self.teacher.parameters()).dtype))
         return see(self, pixel_values)
 
     monkeypatch.setattr(Distiller, "see", spy)
@@ -173,16 +174,19 @@ def count_teacher_calls(monkeypatch) -> list[torch.Tensor]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("kind", "token", "lora"), [("soft", True, False), ("hard", False, False), ("hard", True, True)]
-)
+    ("kind", "token", "lora", "bf16"),
+    [("soft", True, False, False), ("hard", False, False, False), ("hard", True, True, False),
+     ("soft", False, False, True)],
+)  # fmt: skip
 def test_finetune_with_a_teacher(tmp_path, tiny_finetuned_dir, token_backbone, monkeypatch, capfd, kind, token,
-                                 lora):  # fmt: skip
+                                 lora, bf16):  # fmt: skip
     seen = count_teacher_calls(monkeypatch)
     before = {p.name: p.read_bytes() for p in tiny_finetuned_dir.iterdir() if p.is_file()}
     extra = {"model_name_or_path": str(token_backbone)} if token else {}
     recipe = write_tiny_recipe(
         tmp_path, teacher_model_name_or_path=str(tiny_finetuned_dir), distillation_type=kind,
-        distillation_alpha=0.5, distillation_tau=2.0, use_lora=lora, merge_lora=lora, **extra,
+        distillation_alpha=0.5, distillation_tau=2.0, use_lora=lora, merge_lora=lora,
+        **({"bf16": True, "use_cpu": True} if bf16 else {}), **extra,
     )  # fmt: skip
     result = run_script("scripts/finetune.py", ["--recipe", str(recipe)], capfd, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -190,7 +194,8 @@ def test_finetune_with_a_teacher(tmp_path, tiny_finetuned_dir, token_backbone, m
     assert f"Distilling from {tiny_finetuned_dir}: {kind}" in logs
     assert ("through the distillation token" in logs) is token
     assert len(seen) == 12  # 2 epochs of 6 training batches; never an evaluation batch
-    assert all(p.dtype == torch.float32 and p.shape[1:] == (3, 32, 32) for p in seen)  # the augmented pixels
+    assert all(p.dtype == torch.float32 and p.shape[1:] == (3, 32, 32) for p, _ in seen)  # the augmented pixels
+    assert {dtype for _, dtype in seen} == {torch.bfloat16 if bf16 else torch.float32}  # the student's precision
     out = tmp_path / "out"
     with safe_open(out / "model.safetensors", "pt") as weights:
         saved = set(weights.keys())
