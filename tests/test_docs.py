@@ -142,13 +142,15 @@ def test_a_digits_number_copied_out_of_its_table_is_found(monkeypatch, tmp_path)
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    """A folder holding what the docs' commands read: the digits images and a one-epoch built-in pre-training."""
+    """A folder holding what the docs' commands read: the digits images and the one-epoch built-in pre-trainings."""
     from vit_ft.data.digits import write_digits_imagefolder
     from vit_ft.training.pretrain import pretrain_digits
 
     root = tmp_path_factory.mktemp("docs")
     write_digits_imagefolder(root / "data/digits", seed=0)
     pretrain_digits(root / "outputs/digits-pretrained", root / "data/digits/train", epochs=1)
+    small = root / "outputs/digits-small-pretrained"  # digits-distill's student
+    pretrain_digits(small, root / "data/digits/train", epochs=1, size="digits-small")
     previous = Path.cwd()
     os.chdir(root)
     try:

@@ -147,6 +147,8 @@ RANGES: dict[str, Range] = {
     "ema_decay": Range("(0, 1)", "e.g. 0.999, or unset to keep no EMA"),
     "early_stopping_patience": Range("[1, inf)", "evaluations without improvement, e.g. 3, or unset", True),
     "early_stopping_threshold": Range("[0, inf)", "the least improvement that counts, e.g. 0"),
+    "distillation_alpha": Range("[0, 1]", "the teacher's share of the loss, e.g. 0.5 (DeiT)"),
+    "distillation_tau": Range("(0, inf)", "the soft distillation's temperature, e.g. 1.0 (DeiT)"),
 }
 # numeric fields with no range, each with the reason (none today: every number a recipe can set has one)
 EXEMPT: dict[str, str] = {}
@@ -372,6 +374,24 @@ def check_imbalance(training_args: Any) -> None:
         )
 
 
+def check_distillation(training_args: Any) -> None:
+    """The teacher exists where it is a path; the distillation settings come with a teacher."""
+    teacher = training_args.teacher_model_name_or_path
+    if teacher is None:
+        given = [k for k in ("distillation_type", "distillation_alpha", "distillation_tau")
+                 if getattr(training_args, k) is not None]  # fmt: skip
+        if given:
+            raise RecipeError(
+                f"{given[0]} needs a teacher: set --teacher_model_name_or_path (e.g. outputs/digits), or drop it."
+            )
+        return
+    expected = (
+        "a fine-tuned classifier's folder or Hub id (for outputs/digits, run `vit-ft finetune --recipe digits` "
+        "first)"
+    )
+    check_path(teacher, f"teacher_model_name_or_path={teacher!r}", expected, RecipeError)
+
+
 def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) -> None:
     """Every check across the arguments, once, cheapest first-to-fail order: model path, pooling against the
     checkpoint, schedule, launch, global batch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
@@ -391,6 +411,7 @@ def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) 
         check_early_stopping(training_args)
         check_ema(training_args)
         check_imbalance(training_args)
+        check_distillation(training_args)
 
 
 __all__ = [

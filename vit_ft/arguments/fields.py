@@ -27,7 +27,7 @@ from .checks import check_ranges
 from .family_defaults import FAMILY_DEFAULTS, check_recipe_family
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
-BUILTIN_PRETRAININGS = ("digits",)
+BUILTIN_PRETRAININGS = ("digits", "digits-small")
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")

@@ -351,6 +351,31 @@ class FineTuneTrainingArguments(TrainingArguments):
         },
     )
 
+    teacher_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Distil from this fine-tuned classifier (DeiT): a vit_ft output folder (e.g. outputs/digits), a "
+            "transformers image classifier or a Hub id of one, with the data's classes. It runs in eval mode on "
+            "each augmented training batch; a student with a distillation token learns it with that head, "
+            "one without on its logits. None: off."
+        },
+    )
+    distillation_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "DeiT's distillation: 'hard' (cross-entropy with the teacher's top class; DeiT's best) or "
+            "'soft' (KL divergence at distillation_tau). Unset: hard, with a teacher."
+        },
+    )
+    distillation_alpha: float | None = field(
+        default=None,
+        metadata={"help": "The teacher's share of the loss, in [0, 1]: (1 - alpha) labels + alpha teacher. Unset: 0.5."},
+    )
+    distillation_tau: float | None = field(
+        default=None,
+        metadata={"help": "The soft distillation's temperature, > 0. Unset: 1.0 (DeiT's)."},
+    )
+
     global_batch_size: int | None = field(
         default=None,
         metadata={
@@ -371,6 +396,10 @@ class FineTuneTrainingArguments(TrainingArguments):
                 f"pos_weight={self.pos_weight!r} is not supported; use 'balanced', or leave it unset."
             )
         self.class_weights = parse_class_weights(self.class_weights)
+        if self.distillation_type is not None and self.distillation_type not in ("soft", "hard"):
+            raise RecipeError(
+                f"distillation_type={self.distillation_type!r} is not one of: soft, hard (DeiT's); hard is its best."
+            )
 
 
 _PAIRED = (("eval_strategy", "save_strategy"), ("eval_steps", "save_steps"))

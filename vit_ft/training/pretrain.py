@@ -30,6 +30,12 @@ logger = logging.getLogger(__name__)
 
 # Small enough to pre-train in about a minute on two CPU cores; deep enough to be a real encoder.
 DIGITS_VIT = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 256}
+# the built-in pre-trainings (`pretrain_if_missing`): digits-small is the distillation student of the digits model
+# (recipes/digits-distill.yaml): half its width, its depth, its head size, so about a quarter of its parameters
+DIGITS_SIZES = {
+    "digits": DIGITS_VIT,
+    "digits-small": {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 128},
+}
 
 
 def read_image_folder(root: str | Path, size: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -74,15 +80,16 @@ def pretrain_digits(
     learning_rate: float = 3e-3,
     seed: int = 0,
     progress: bool = True,
+    size: str = "digits",
 ) -> Path:
-    """Pre-train the small ViT on `train_dir` and write it as a transformers ViTModel checkpoint. `progress`: a
-    progress bar over the steps with its ETA and the last epoch's train accuracy (as Trainer's; off with
-    `disable_tqdm`, when one log line per 10 epochs says how it goes)."""
+    """Pre-train the small ViT (`DIGITS_SIZES[size]`) on `train_dir` and write it as a transformers ViTModel
+    checkpoint. `progress`: a progress bar over the steps with its ETA and the last epoch's train accuracy (as
+    Trainer's; off with `disable_tqdm`, when one log line per 10 epochs says how it goes)."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     pixels, labels, classes = read_image_folder(train_dir, image_size)
     config = ViTFTConfig(
-        **DIGITS_VIT,
+        **DIGITS_SIZES[size],
         image_size=image_size,
         patch_size=patch_size,
         num_labels=len(classes),
@@ -124,4 +131,4 @@ def pretrain_digits(
     return export_to_transformers(model.eval(), output_dir, image_processor=processor, with_head=False)
 
 
-__all__ = ["pretrain_digits", "read_image_folder"]
+__all__ = ["DIGITS_SIZES", "pretrain_digits", "read_image_folder"]

@@ -66,7 +66,10 @@ GROW = ("max_steps", "num_train_epochs")
 STREAM_FIXED = frozenset({"dataloader_num_workers"})
 # not recorded: a secret, a value that differs between the processes of one run, and how this run starts
 _NOT_RECORDED = frozenset({"hub_token", "local_rank", "resume_from_checkpoint"})
-_PATHS = ("model_name_or_path", "train_dir", "validation_dir", "test_dir", "output_dir", "cache_dir")
+_PATHS = (
+    "model_name_or_path", "teacher_model_name_or_path", "train_dir", "validation_dir", "test_dir", "output_dir",
+    "cache_dir",
+)  # fmt: skip
 
 
 def _json_value(value: Any) -> Any:

@@ -68,7 +68,7 @@ def prepare_builtin_checkpoint(
     It pre-trains on the built-in digits images; when the command line replaced the recipe's digits data
     with the user's own, those images are written to data/digits for the pre-training alone.
     """
-    if model_args.pretrain_if_missing != "digits":
+    if model_args.pretrain_if_missing is None:
         return
     with training_args.main_process_first(desc="pre-training the built-in checkpoint"):
         missing = not Path(model_args.model_name_or_path).exists()
@@ -84,11 +84,13 @@ def prepare_builtin_checkpoint(
                 "No checkpoint at %s: pre-training the small digits ViT at 16x16 first.",
                 model_args.model_name_or_path,
             )
+            size = model_args.pretrain_if_missing  # digits, or digits-small (the distillation student)
             pretrain_digits(
                 model_args.model_name_or_path,
                 digits_train,
                 seed=training_args.seed,
                 progress=not training_args.disable_tqdm,
+                size=size,
             )
 
 
@@ -357,6 +359,9 @@ def run_finetune(
         logger.warning(finished)
         return dict((read_run_record(training_args.output_dir) or {}).get("metrics") or {})
     inputs = run_inputs(model_args, data_args)
+    teacher = getattr(training_args, "teacher_model_name_or_path", None)
+    if teacher and Path(teacher).expanduser().is_dir():  # the teacher's folder is read, never written
+        inputs.append(str(teacher))
     check_run_output_dir(training_args, overwrite_output_dir, inputs)
     index, world_size = training_args.process_index, training_args.world_size
     with output_lock_in_process_zero(training_args.output_dir, "vit-ft finetune", index, world_size):
@@ -426,6 +431,7 @@ def _finetune(
         resume=resume,
         balanced_labels=balanced,
         skip_bad_images=bad_images.collator,
+        names=names,
     )  # fmt: skip
     trainer.add_callback(bad_images)
     trainer.bad_images = bad_images  # the batches' names of the images they dropped reach the callback

@@ -28,6 +28,7 @@ from ..data.mixup import MixupCutmix
 from ..data.streaming import TrainStream, stream_dataloader
 from ..data.transforms import collate_fn
 from .callbacks import AugmentationEpochCallback, EvaluationTime
+from .distillation import Distiller, build_distiller
 from .ema import EMACallback
 from .optimizer import build_optimizer, wants_own_groups
 from .sampler import ClassBalancedSampler
@@ -50,8 +51,9 @@ class FineTuneTrainer(Trainer):
 
     def __init__(self, *args: Any, ema: EMACallback | None = None, train_collator: Any = None,
                  batch_augmentation: BatchAugmentation | None = None, balanced_labels: list[int] | None = None,
-                 **kwargs: Any) -> None:  # fmt: skip
+                 distiller: Distiller | None = None, **kwargs: Any) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
+        self.distiller = distiller
         self.ema, self.train_collator, self.balanced_labels = ema, train_collator, balanced_labels
         self.batch_augmentation = batch_augmentation
         self.bad_images: Any = None  # the run's BadImageCallback, which keeps the skipped images' names
@@ -67,6 +69,9 @@ class FineTuneTrainer(Trainer):
             self.bad_images.note(skipped)
         if self.batch_augmentation is not None:
             inputs = self.batch_augmentation(self._prepare_inputs(inputs))
+        if self.distiller is not None:  # the teacher sees the very pixels the student is about to see
+            inputs = self._prepare_inputs(inputs)
+            self.distiller.see(inputs["pixel_values"])
         return super().training_step(model, inputs, num_items_in_batch)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -166,6 +171,7 @@ def build_trainer(
     resume: str | None = None,
     balanced_labels: list[int] | None = None,
     skip_bad_images: Callable[[Callable[[list[dict[str, Any]]], Any]], Any] | None = None,
+    names: list[str] | None = None,
 ) -> tuple[FineTuneTrainer, EvaluationTime]:
     """The Trainer over the train and validation splits, and the callback that times its evaluations.
 
@@ -176,13 +182,18 @@ def build_trainer(
     (`device_augmentation`), its flip, augmentation and normalisation, and the mixup of the `MixupCutmix` among
     the targets (then not in `train_collator`), run per batch on the device (`BatchAugmentation`, see
     `FineTuneTrainer`). `skip_bad_images` (`BadImageCallback.collator`) wraps whichever training collator that
-    leaves, so that images that do not decode are dropped before it. `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
+    leaves, so that images that do not decode are dropped before it. With `teacher_model_name_or_path`, the loss
+    becomes DeiT's distillation loss over the task's (`distillation`; `names` are the classes the teacher must
+    predict). `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
     command.
     """
     trainer_args = copy.copy(training_args)
     trainer_args.push_to_hub = False
     # the model's own loss (and Trainer's label smoothing) unless weights or mixed batches need the task's
     loss = task.training_loss(training_args, data_args, loss_weights)
+    distiller = build_distiller(model, training_args, names or [], task, loss)
+    if distiller is not None:
+        loss = distiller.loss
     if loss is not None:
         trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
         trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
@@ -220,6 +231,7 @@ def build_trainer(
         train_collator=train_collator,
         batch_augmentation=batch_augmentation,
         balanced_labels=balanced,
+        distiller=distiller,
     )
     return trainer, evaluation_time
 
