@@ -12,11 +12,11 @@ import torch
 from transformers import (
     Siglip2Config,
     Siglip2ForImageClassification,
-    Siglip2ImageProcessor,
     Siglip2Model,
     Siglip2VisionConfig,
     Siglip2VisionModel,
 )
+from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2ImageProcessorPil
 
 from vit_ft import ViTFTConfig, ViTFTForImageClassification, ViTFTModel
 from vit_ft.model.naflex import resize_positional_embeddings
@@ -60,7 +60,7 @@ def batch() -> dict[str, torch.Tensor]:
     """transformers' processor output for images of several aspect ratios, padded to the budget."""
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in IMAGE_SIZES]
-    processor = Siglip2ImageProcessor(patch_size=4, max_num_patches=BUDGET)
+    processor = Siglip2ImageProcessorPil(patch_size=4, max_num_patches=BUDGET)
     inputs = dict(processor(images=images, return_tensors="pt"))
     assert len({tuple(s) for s in inputs["spatial_shapes"].tolist()}) == len(IMAGE_SIZES)
     assert bool((inputs["pixel_attention_mask"] == 0).any())  # some padding to mask
