@@ -15,7 +15,7 @@ from transformers.models.siglip2.image_processing_pil_siglip2 import (
 )
 
 from vit_ft import ViTFTConfig, ViTFTForImageClassification
-from vit_ft.data.naflex import collate_patches, image_size_for_max_num_patches, to_patches
+from vit_ft.data.naflex import collate_patches, from_patches, image_size_for_max_num_patches, to_patches
 from vit_ft.data.transforms import build_transforms, collate_fn
 
 HALF = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
@@ -32,6 +32,7 @@ def test_patch_layout_is_the_processors():
     ours = to_patches(pixels, 4)
     assert ours.shape == (3, 5, 48)
     assert torch.equal(ours.flatten(0, 1), torch.from_numpy(convert_image_to_patches(pixels.numpy(), 4)))
+    assert torch.equal(from_patches(ours, 4), pixels)  # the figures' way back
 
 
 def images_at_their_naflex_size() -> list[Image.Image]:

@@ -41,6 +41,13 @@ def to_patches(pixels: torch.Tensor, patch_size: int) -> torch.Tensor:
     return patches.permute(1, 3, 2, 4, 0).reshape(rows, columns, -1)  # (rows, columns, p * p * C)
 
 
+def from_patches(grid: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """`to_patches`' inverse: `(rows, columns, patch * patch * channels)` -> `(channels, height, width)` (figures)."""
+    rows, columns, width = grid.shape
+    patches = grid.reshape(rows, columns, patch_size, patch_size, width // (patch_size * patch_size))
+    return patches.permute(4, 0, 2, 1, 3).reshape(-1, rows * patch_size, columns * patch_size)
+
+
 def collate_patches(
     patches: list[torch.Tensor], spatial_shapes: list[Any], length: int | None = None
 ) -> dict[str, torch.Tensor]:
@@ -65,4 +72,4 @@ def is_naflex_batch(batch: Any) -> bool:
     return isinstance(batch, dict) and "spatial_shapes" in batch
 
 
-__all__ = ["collate_patches", "image_size_for_max_num_patches", "is_naflex_batch", "to_patches"]
+__all__ = ["collate_patches", "from_patches", "image_size_for_max_num_patches", "is_naflex_batch", "to_patches"]
