@@ -129,10 +129,14 @@ class ImageClassificationTransform:
 
     def describe(self) -> str:
         """What the transform does to an image, in a few words (figure titles, logs)."""
+        naflex = f"its own aspect ratio, at most {self.max_num_patches} patches (NaFlex)" if self.max_num_patches else ""
         if not self.train:
+            if naflex:
+                return f"resize to {naflex}"
             return f"resize + centre crop (crop_pct {self.crop_pct:g}) to {self.image_size[0]}x{self.image_size[1]}"
         low, high = self.crop_scale
-        parts = [f"random resized crop (scale {low:g}-{high:g}) to {self.image_size[0]}x{self.image_size[1]}"]
+        to = naflex or f"{self.image_size[0]}x{self.image_size[1]}"
+        parts = [f"random resized crop (scale {low:g}-{high:g}) to {to}"]
         parts += ["flip"] if self.horizontal_flip else []
         parts += [self.augmentation.describe()] if self._augments else []
         return " + ".join(parts)

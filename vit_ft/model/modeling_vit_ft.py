@@ -21,15 +21,15 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
 from .inputs import check_inputs, patch_grid
-from .naflex import attention_bias, masked_mean, naflex_embeddings
+from .naflex import attention_bias, masked_mean, naflex_positions, patchified_projection
 from .norms import RMSNorm, make_norm
 from .pos_embed import resample_position_embeddings
 from .rotary import apply_rotary, rotary_cos_sin
 
 
 class ViTFTPatchEmbeddings(nn.Module):
-    """`(batch, channels, height, width)` pixels -> `(batch, num_patches, hidden)` patch embeddings, normalised
-    with `patch_norm` (AIMv2)."""
+    """`(batch, channels, height, width)` pixels, or NaFlex patches `(batch, num_patches, patch_h * patch_w *
+    channels)`, -> `(batch, num_patches, hidden)` patch embeddings, normalised with `patch_norm` (AIMv2)."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
@@ -39,6 +39,8 @@ class ViTFTPatchEmbeddings(nn.Module):
         self.norm = make_norm(config) if config.patch_norm else nn.Identity()
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        if pixel_values.dim() == 3:  # NaFlex: the convolution as a linear map over the patches (`naflex.py`)
+            return self.norm(patchified_projection(self.projection, pixel_values))
         return self.norm(self.projection(pixel_values).flatten(2).transpose(1, 2))  # (B, N, hidden)
 
 
@@ -68,14 +70,13 @@ class ViTFTEmbeddings(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor, spatial_shapes: torch.Tensor | None = None) -> torch.Tensor:
         batch_size, cfg, table, pos = pixel_values.shape[0], self.config, self.position_embeddings, 0.0
-        if spatial_shapes is not None:  # NaFlex patches (B, N, patch_h * patch_w * channels), each image's grid
-            embeddings, pos = naflex_embeddings(self, pixel_values, spatial_shapes)  # (B, N, hidden), positions
-        else:
+        embeddings = self.patch_embeddings(pixel_values)  # (B, N, hidden), of images or of NaFlex patches
+        if spatial_shapes is not None and table is not None:  # NaFlex: the table resized to each image's grid
+            pos = naflex_positions(self, spatial_shapes, pixel_values.shape[1])  # (B, prefix + N, hidden)
+        elif table is not None:  # rotary positions are applied in attention
             grid = patch_grid(*pixel_values.shape[2:], self.patch_size)
-            embeddings = self.patch_embeddings(pixel_values)  # (B, N, hidden)
-            if table is not None:  # rotary positions are applied in attention
-                args = (self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias)
-                pos = resample_position_embeddings(table, *args)
+            args = (self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias)
+            pos = resample_position_embeddings(table, *args)
         tokens = [t for t in (self.cls_token, self.distillation_token) if t is not None]
         prefix = [t.expand(batch_size, -1, -1) for t in tokens]  # each (B, 1, hidden)
         if cfg.no_embed_class:  # timm's option: the prefix tokens have no position
@@ -353,8 +354,7 @@ class ViTFTModel(ViTFTPreTrainedModel):
         interpolate_pos_encoding: bool | None = None,  # accepted for transformers compatibility; always on
         **kwargs: Any,
     ) -> BaseModelOutputWithPooling:
-        # NaFlex's token mask (B, prefix + N), None for images
-        mask = check_inputs(pixel_values, pixel_attention_mask, spatial_shapes, self.config)
+        mask = check_inputs(pixel_values, pixel_attention_mask, spatial_shapes, self.config)  # NaFlex's, or None
         sequence_output = self.forward_features(pixel_values, mask, spatial_shapes, **kwargs)
         pooled = self.forward_head(sequence_output, mask)
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled)

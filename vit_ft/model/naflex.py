@@ -42,12 +42,11 @@ def naflex_token_mask(
     return torch.cat([valid.new_ones(batch, config.num_prefix_tokens), valid], dim=1)
 
 
-def patchified_embeddings(patch_embeddings: nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
+def patchified_projection(projection: nn.Conv2d, pixel_values: torch.Tensor) -> torch.Tensor:
     """`(batch, max_patches, patch_h * patch_w * channels)` patches -> `(batch, max_patches, hidden)`: the patch
     convolution as a linear map over the processor's layout (rows, columns, channels within a patch)."""
-    projection = patch_embeddings.projection
     weight = projection.weight.permute(0, 2, 3, 1).flatten(1)  # (hidden, patch_h * patch_w * channels)
-    return patch_embeddings.norm(F.linear(pixel_values.to(weight.dtype), weight, projection.bias))
+    return F.linear(pixel_values.to(weight.dtype), weight, projection.bias)
 
 
 def resize_positional_embeddings(
@@ -75,20 +74,14 @@ def resize_positional_embeddings(
     return (weights.to(flat.device) @ flat.float()).to(table.dtype)
 
 
-def naflex_embeddings(
-    embeddings: nn.Module, pixel_values: torch.Tensor, spatial_shapes: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | float]:
-    """`ViTFTEmbeddings`' two parts for NaFlex patches `(batch, max_patches, patch_h * patch_w * channels)`: the
-    patch embeddings `(batch, max_patches, hidden)` and the positions `(batch, prefix + max_patches, hidden)` (the
-    prefix slots of the table as they are, its patch positions resized to each image's grid; 0.0 without a table)."""
-    patches = patchified_embeddings(embeddings.patch_embeddings, pixel_values)
-    if embeddings.position_embeddings is None:
-        return patches, 0.0
+def naflex_positions(embeddings: nn.Module, spatial_shapes: torch.Tensor, max_length: int) -> torch.Tensor:
+    """`ViTFTEmbeddings`' position table `(1, prefix + rows * columns, hidden)` for a NaFlex batch -> `(batch,
+    prefix + max_length, hidden)`: the prefix slots as they are, the patch positions resized to each image's grid."""
     slots = embeddings.config.num_position_prefix
     prefix, table = embeddings.position_embeddings[:, :slots], embeddings.position_embeddings[0, slots:]
     table = table.reshape(*embeddings.grid_size, -1)  # (rows, columns, hidden)
-    positions = resize_positional_embeddings(table, spatial_shapes, pixel_values.shape[1])
-    return patches, torch.cat([prefix.expand(positions.shape[0], -1, -1), positions], dim=1)
+    positions = resize_positional_embeddings(table, spatial_shapes, max_length)
+    return torch.cat([prefix.expand(positions.shape[0], -1, -1), positions], dim=1)
 
 
 def attention_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -113,8 +106,8 @@ def masked_mean(tokens: torch.Tensor, mask: torch.Tensor | None, start: int = 0)
 __all__ = [
     "attention_bias",
     "masked_mean",
-    "naflex_embeddings",
+    "naflex_positions",
     "naflex_token_mask",
-    "patchified_embeddings",
+    "patchified_projection",
     "resize_positional_embeddings",
 ]
