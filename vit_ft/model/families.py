@@ -1,4 +1,4 @@
-"""The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP,
+"""The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP (2),
 MAE, MSN, AIMv2) -> ours, and the family's options read from a timm checkpoint (`timm_family_fields`, for `timm_format.py`).
 
 Each family's `config.json` (by `model_type`) becomes our config fields through transformers' own config class (so
