@@ -178,3 +178,17 @@ def test_naflex_is_refused_under_rotary_positions():
                          image_size=16, patch_size=4, rope_theta=100.0)  # fmt: skip
     with pytest.raises(ValueError, match="rotary ones"):
         ViTFTModel(config)(**GOOD)
+
+
+def test_eager_and_sdpa_agree_with_the_mask_and_the_maps_ignore_padding(checkpoints, batch):
+    """The eager path (output_attentions) adds the same key mask as SDPA: equal outputs, and no attention on padding."""
+    folder = checkpoints["vision"][0]
+    eager = ViTFTModel.from_pretrained(folder, attn_implementation="eager").eval()
+    sdpa = ViTFTModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        maps = eager(**batch, output_attentions=True)
+        expected = sdpa(**batch)
+    torch.testing.assert_close(maps.pooler_output, expected.pooler_output, atol=1e-5, rtol=0)
+    padding = batch["pixel_attention_mask"] == 0  # (B, N): keys no query may attend to
+    for layer in maps.attentions:
+        assert float(layer.permute(0, 3, 1, 2)[padding].abs().max()) == 0.0

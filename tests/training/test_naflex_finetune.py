@@ -30,8 +30,17 @@ def test_naflex_finetune_then_predict_and_evaluate(tmp_path):
     out = tmp_path / "naflex"
     assert json.loads((out / "config.json").read_text())["max_num_patches"] == 16
     assert "test_accuracy" in json.loads((out / "all_results.json").read_text())
+    from safetensors.torch import load_file
 
+    bank = load_file(out / "feature_bank.safetensors")  # the bank's features: of NaFlex batches, as predict's
     trained = load_trained(out)
+    train_images = sorted((tmp_path / "train").rglob("*.png"))
+    with torch.no_grad():
+        batch = trained.transform.collate([trained.transform.transform_image(path) for path in train_images])
+        pooled = torch.nn.functional.normalize(trained.model.vit(**batch).pooler_output.float(), dim=-1)
+    distances = torch.cdist(bank["features"].float(), pooled).min(dim=1).values  # each row: its image's feature
+    assert bank["features"].shape[0] == 12 and float(distances.max()) < 1e-4
+
     image = next((tmp_path / "test" / "red").iterdir())
     grid = trained.transform.transform_image(image)
     assert grid.shape == (2, 6, 8 * 8 * 3)  # 32x96 -> 16x48: the whole image, 12 of the 16 patches
