@@ -77,6 +77,7 @@ def test_naflex_parity_with_transformers(checkpoints, batch, name):
         model = ours_cls.from_pretrained(folder).eval()
         out = model(**batch)
     assert model.loading_report.newly_initialized == []
+    assert any("patch_embedding (linear)" in what for what in model.loading_report.mapped)  # the report says so
     assert model.config.max_num_patches == 16 and model.config.grid_size == (4, 4)
     if name == "classifier":
         torch.testing.assert_close(out.logits, expected.logits, atol=1e-5, rtol=0)
