@@ -33,7 +33,8 @@ CLEAN_PROCESS = WITHOUT_VIT_FT + textwrap.dedent(
     except ImportError:
         pass
     with torch.no_grad():
-        logits = model(torch.load(pixels_path)).logits
+        inputs = torch.load(pixels_path)  # pixels, or NaFlex's three inputs by name
+        logits = (model(**inputs) if isinstance(inputs, dict) else model(inputs)).logits
     json.dump({"cls": type(model).__module__ + "." + type(model).__name__, "logits": logits.tolist(),
                "id2label": model.config.id2label}, open(out_path, "w"))
     """
@@ -66,6 +67,7 @@ def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_p
         "rotary.py",
         "inputs.py",
         "norms.py",
+        "naflex.py",
         "sizes.py",
     }
     pixels = torch.randn(2, 3, 24, 32)
@@ -79,7 +81,7 @@ def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_p
     assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
 
 
-def run_in_clean_process(folder, pixels: torch.Tensor, tmp_path, kernels: str = "0") -> dict:
+def run_in_clean_process(folder, pixels: torch.Tensor | dict, tmp_path, kernels: str = "0") -> dict:
     """CLEAN_PROCESS on the saved `folder` and `pixels`: its output (class, logits, labels)."""
     torch.save(pixels, tmp_path / "pixels.pt")
     env_cache = {
@@ -115,6 +117,23 @@ def test_family_options_load_in_a_clean_process(tmp_path):
         with torch.no_grad():
             expected = model(pixels).logits
         assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
+
+
+def test_naflex_inputs_run_in_a_clean_process(tmp_path):
+    """A NaFlex batch (patches, mask, spatial_shapes) runs from a saved folder's code alone: naflex.py travels."""
+    from ..conftest import TINY, randomize
+
+    naflex = {"class_token": False, "no_embed_class": True, "pooling": "map", "max_num_patches": 12}
+    config = ViTFTConfig(**TINY, **naflex, num_labels=3)
+    model = randomize(ViTFTForImageClassification(config), seed=5)
+    model.save_pretrained(tmp_path / "model")
+    patch = config.patch_hw[0] * config.patch_hw[1] * 3
+    inputs = {"pixel_values": torch.randn(2, 12, patch), "spatial_shapes": torch.tensor([[2, 6], [3, 3]]),
+              "pixel_attention_mask": torch.tensor([[1] * 12, [1] * 9 + [0] * 3])}  # fmt: skip
+    out = run_in_clean_process(tmp_path / "model", inputs, tmp_path)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
 
 
 def test_transformers_export_loads_in_plain_pipeline(finetuned, tmp_path):

@@ -87,6 +87,7 @@ class Range:
 RANGES: dict[str, Range] = {
     # ModelArguments
     "image_size": Range("[1, inf)", "pixels, e.g. 224 or 384; unset to keep the checkpoint's resolution", True),
+    "max_num_patches": Range("[1, inf)", "a patch budget per image, e.g. 256 (SigLIP 2 NaFlex)", True),
     "hidden_dropout_prob": Range("[0, 1)", "a probability, e.g. 0.1, or 0 to disable"),
     "attention_probs_dropout_prob": Range("[0, 1)", "a probability, e.g. 0.1, or 0 to disable"),
     "drop_path_rate": Range("[0, 1)", "e.g. 0.1 (DeiT/BEiT), 0 to disable, or unset for the checkpoint's own"),
@@ -392,6 +393,17 @@ def check_distillation(training_args: Any) -> None:
     check_path(teacher, f"teacher_model_name_or_path={teacher!r}", expected, RecipeError)
 
 
+def check_naflex(max_num_patches: int | None, data_args: Any) -> None:
+    """Refuse batch-level mixes with NaFlex batches (`max_num_patches`, the model's after loading): their images
+    have different patch grids, which mixup and CutMix cannot blend."""
+    if max_num_patches is not None and getattr(data_args, "mixes_batches", False):
+        raise RecipeError(
+            f"mixup / cutmix with max_num_patches={max_num_patches} (NaFlex): images of different aspect ratios "
+            "cannot be mixed; set mixup_alpha and cutmix_alpha to 0, or fine-tune on square crops (leave "
+            "max_num_patches unset for a checkpoint without it)."
+        )
+
+
 def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) -> None:
     """Every check across the arguments, once, cheapest first-to-fail order: model path, pooling against the
     checkpoint, schedule, launch, global batch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
@@ -407,6 +419,7 @@ def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) 
     check_global_batch(training_args)
     check_push(training_args)
     check_evaluation(data_args, training_args)
+    check_naflex(getattr(model_args, "max_num_patches", None), data_args)
     if hasattr(training_args, "ema_decay"):  # a FineTuneTrainingArguments, as parse_args makes
         check_early_stopping(training_args)
         check_ema(training_args)
@@ -427,6 +440,7 @@ __all__ = [
     "check_global_batch",
     "check_imbalance",
     "check_model_path",
+    "check_naflex",
     "check_pooling",
     "check_push",
     "check_ranges",

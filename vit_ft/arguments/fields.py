@@ -70,6 +70,14 @@ class ModelArguments:
             "checkpoint's own (cls for ViT, DeiT and CLIP, cls+mean for DINOv2, map for SigLIP)."
         },
     )
+    max_num_patches: int | None = field(
+        default=None,
+        metadata={
+            "help": "NaFlex (SigLIP 2): each image keeps its aspect ratio, resized to at most this many patches, "
+            "padded and masked, in training, evaluation and prediction. Unset keeps the checkpoint's own (its "
+            "num_patches for SigLIP 2, square image_size crops for the others)."
+        },
+    )
     hidden_dropout_prob: float = field(
         default=0.0,
         metadata={

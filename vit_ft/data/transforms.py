@@ -38,10 +38,12 @@ from .images import (
     describe_source,
     load_image,
     random_resized_crop,
+    random_resized_crop_box,
     resize_and_center_crop,
     to_normalized_tensor,
     to_uint8_tensor,
 )
+from .naflex import collate_patches, image_size_for_max_num_patches, to_patches
 
 __all__ = [
     "INDEX_COLUMN",
@@ -87,6 +89,8 @@ class ImageClassificationTransform:
     seed: int | None = None
     augmentation: AugmentationSpec | None = None
     device_augmentation: bool = False
+    max_num_patches: int | None = None
+    patch_size: int = 16
 
     def __post_init__(self) -> None:
         self.mean = tuple(float(m) for m in self.mean)
@@ -125,10 +129,14 @@ class ImageClassificationTransform:
 
     def describe(self) -> str:
         """What the transform does to an image, in a few words (figure titles, logs)."""
+        naflex = f"its own aspect ratio, at most {self.max_num_patches} patches (NaFlex)" if self.max_num_patches else ""
         if not self.train:
+            if naflex:
+                return f"resize to {naflex}"
             return f"resize + centre crop (crop_pct {self.crop_pct:g}) to {self.image_size[0]}x{self.image_size[1]}"
         low, high = self.crop_scale
-        parts = [f"random resized crop (scale {low:g}-{high:g}) to {self.image_size[0]}x{self.image_size[1]}"]
+        to = naflex or f"{self.image_size[0]}x{self.image_size[1]}"
+        parts = [f"random resized crop (scale {low:g}-{high:g}) to {to}"]
         parts += ["flip"] if self.horizontal_flip else []
         parts += [self.augmentation.describe()] if self._augments else []
         return " + ".join(parts)
@@ -160,8 +168,10 @@ class ImageClassificationTransform:
         the uint8 crop with `device_augmentation`.
 
         Train draws the crop, the flip and the augmentation from `generator`, or from torch's global RNG
-        when None.
+        when None. With `max_num_patches`: NaFlex patches `(rows, columns, patch * patch * channels)`.
         """
+        if self.max_num_patches is not None:
+            return self._naflex(image, generator)
         if self.train:
             img = random_resized_crop(
                 image,
@@ -184,6 +194,33 @@ class ImageClassificationTransform:
             img = resize_and_center_crop(img, self.image_size, self.crop_pct, self.resample)
         return to_normalized_tensor(img, self.mean, self.std, self.rescale_factor)
 
+    def _naflex(self, image: Any, generator: torch.Generator | None) -> torch.Tensor:
+        """NaFlex (`naflex.py`): train crops a random box of the recipe's scale at an aspect ratio about the
+        image's own (`crop_ratio` times it) and flips; then the crop, or the whole image in eval, is resized to its
+        size under the patch budget (`Siglip2ImageProcessor`'s rule), normalised (augmented in train) and cut into
+        `(rows, columns, patch * patch * channels)` patches."""
+        img = load_image(image, max_pixels=self.max_pixels)
+        box = (0.0, 0.0, float(img.width), float(img.height))
+        if self.train:
+            aspect = img.width / img.height
+            ratio = (self.crop_ratio[0] * aspect, self.crop_ratio[1] * aspect)
+            box = random_resized_crop_box(img.width, img.height, self.crop_scale, ratio, generator)
+        crop_h, crop_w = max(1, round(box[3] - box[1])), max(1, round(box[2] - box[0]))
+        height, width = image_size_for_max_num_patches(crop_h, crop_w, self.patch_size, self.max_num_patches)
+        img = img.resize((width, height), resample=self.resample, box=box)
+        if self.train and self.horizontal_flip and torch.rand(1, generator=generator).item() < 0.5:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        if self.train and self._augment is not None:
+            return to_patches(self._augmented(img, generator), self.patch_size)
+        return to_patches(to_normalized_tensor(img, self.mean, self.std, self.rescale_factor), self.patch_size)
+
+    def collate(self, pixels: list[torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+        """This transform's outputs -> the model's input: `(batch, channels, height, width)` pixels, or with
+        `max_num_patches` the padded NaFlex batch (`pixel_values`, `pixel_attention_mask`, `spatial_shapes`)."""
+        if self.max_num_patches is None:
+            return torch.stack(pixels)
+        return collate_patches(pixels, [grid.shape[:2] for grid in pixels])
+
     def _augmented(self, img: Image.Image, generator: torch.Generator | None) -> torch.Tensor:
         """The augmentation of the cropped, flipped `img`, normalised; its draws seeded from `generator`."""
         pixels = to_normalized_tensor(img, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), self.rescale_factor)  # [0, 1]
@@ -193,7 +230,9 @@ class ImageClassificationTransform:
 
     def _blank(self) -> torch.Tensor:
         """A bad evaluation image's stand-in: the mean colour (zeros once normalised); training skips its bad
-        images instead (`BadImage`)."""
+        images instead (`BadImage`). NaFlex: one patch of it."""
+        if self.max_num_patches is not None:
+            return torch.zeros(1, 1, self.patch_size * self.patch_size * 3)
         return torch.zeros(3, *self.image_size)
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
@@ -226,6 +265,10 @@ class ImageClassificationTransform:
                 )
                 pixel_values.append(self._blank())
         output: dict[str, list] = {"pixel_values": pixel_values}
+        if self.max_num_patches is not None:  # NaFlex: each image's patches and its grid (a skipped one: none)
+            grids = [p.shape[:2] if isinstance(p, torch.Tensor) else (0, 0) for p in pixel_values]
+            output["spatial_shapes"] = [list(grid) for grid in grids]
+            output["pixel_values"] = [p.flatten(0, 1) if isinstance(p, torch.Tensor) else p for p in pixel_values]
         if self.label_column in batch:
             output["labels"] = [_label_value(label) for label in batch[self.label_column]]
         if self.train and INDEX_COLUMN in batch:  # for a batch-level mix seeded by its images (data.mixup)
@@ -251,6 +294,8 @@ def build_transforms(
     seed: int | None = None,
     augmentation: AugmentationSpec | None = None,
     device_augmentation: bool = False,
+    max_num_patches: int | None = None,
+    patch_size: int = 16,
 ) -> ImageClassificationTransform:
     """Batch transform {image_column: [...], label_column: [...]} -> {"pixel_values": [(3, height, width)
     float32 tensor, ...], "labels": [int, ...]} for `Dataset.with_transform` / `set_transform`.
@@ -291,12 +336,21 @@ def build_transforms(
         device_augmentation: train only: return the crop as uint8 (channels, height, width) and leave the
             flip, the augmentation and the normalisation to `vit_ft.data.batch_augmentation.BatchAugmentation`
             (per batch on the training device, each image its own draws); the eval transform is unchanged.
+        max_num_patches, patch_size: NaFlex (`vit_ft.data.naflex`): each image at its own aspect ratio, resized to
+            at most this many `patch_size` patches (train: a random crop about its aspect ratio and a flip
+            first; no crop in eval) -> `pixel_values` `(rows * columns, patch * patch * 3)` and `spatial_shapes`;
+            `collate_fn` pads and masks them. Not with `device_augmentation` (its batches are square crops).
     """
     _check_statistics_and_crops(mean, std, crop_scale, crop_ratio, crop_pct)
+    if max_num_patches is not None and device_augmentation and train:
+        raise ValueError(
+            "max_num_patches (NaFlex) needs the augmentation in the workers: build the train transform with "
+            "device_augmentation=False."
+        )
     return ImageClassificationTransform(  # the fields in the signature's order
         _height_width(image_size), mean, std, train, crop_scale, crop_ratio, horizontal_flip, crop_pct,
         rescale_factor, resample, image_column, label_column, max_pixels, draft, seed, augmentation,
-        device_augmentation)  # fmt: skip
+        device_augmentation, max_num_patches, patch_size)  # fmt: skip
 
 
 def augmentation_seed(seed: int, epoch: int, index: int, stream: str = "") -> int:
@@ -351,9 +405,14 @@ def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Transformed examples -> {"pixel_values": (batch, channels, height, width), "labels": (batch,) long, or
     (batch, num_labels) float32 multi-hot for multi-label examples}.
 
-    `labels` is left out when the examples have none (prediction on unlabelled images).
+    `labels` is left out when the examples have none (prediction on unlabelled images). NaFlex examples (with
+    `spatial_shapes`) give the padded batch instead of the pixels (`vit_ft.data.naflex.collate_patches`).
     """
-    batch = {"pixel_values": torch.stack([example["pixel_values"] for example in examples])}
+    if "spatial_shapes" in examples[0]:
+        pixels = [example["pixel_values"] for example in examples]
+        batch = collate_patches(pixels, [example["spatial_shapes"] for example in examples])
+    else:
+        batch = {"pixel_values": torch.stack([example["pixel_values"] for example in examples])}
     if "labels" in examples[0]:
         # class ids give a long tensor, multi-hot float vectors a float32 one (torch's default dtype)
         batch["labels"] = torch.tensor([_label_value(example["labels"]) for example in examples])

@@ -69,6 +69,9 @@ class ViTFTConfig(PretrainedConfig):
         norm_type: "layernorm" or "rmsnorm" (AIMv2) for every norm of the model; `layer_norm_eps` is its eps.
         patch_norm: a norm on the patch embeddings before the positions are added (AIMv2).
         proj_bias / mlp_bias: biases of the attention's output projection and of the MLP (AIMv2 has none).
+        max_num_patches: NaFlex (SigLIP 2): images enter at their own aspect ratio as at most this many patches,
+            padded and masked (`naflex.py`); None for `image_size` crops. The model takes either input; this says
+            which one its data path, evaluation and prediction make.
     """
 
     model_type = "vit_ft"
@@ -102,6 +105,7 @@ class ViTFTConfig(PretrainedConfig):
     patch_norm: bool = False
     proj_bias: bool = True
     mlp_bias: bool = True
+    max_num_patches: int | None = None
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._validate()
@@ -144,6 +148,9 @@ class ViTFTConfig(PretrainedConfig):
                 f"rope_theta needs a head width (hidden_size / num_attention_heads = "
                 f"{self.hidden_size // self.num_attention_heads}) divisible by 4: pick another head count."
             )
+        budget = self.max_num_patches
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
+            raise ValueError(f"max_num_patches must be a positive int or None (square crops), got {budget!r}.")
         if self.hidden_act not in ACT2FN:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not in transformers' ACT2FN: e.g. 'gelu'.")
 

@@ -1,4 +1,4 @@
-"""The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP,
+"""The ViT family in transformers' layouts (DeiT, DINOv2, DINOv2 with registers, DINOv3, CLIP, MetaCLIP 2, SigLIP (2),
 MAE, MSN, AIMv2) -> ours, and the family's options read from a timm checkpoint (`timm_family_fields`, for `timm_format.py`).
 
 Each family's `config.json` (by `model_type`) becomes our config fields through transformers' own config class (so
@@ -38,6 +38,8 @@ FAMILY_MODEL_TYPES = {
     "metaclip_2_vision_model": "MetaCLIP 2",
     "siglip": "SigLIP",
     "siglip_vision_model": "SigLIP",
+    "siglip2": "SigLIP 2",
+    "siglip2_vision_model": "SigLIP 2",
     "vit_mae": "MAE",
     "vit_msn": "MSN",
 }
@@ -128,7 +130,12 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
     vision = full.vision_config.to_dict() if hasattr(full, "vision_config") else full.to_dict()
     kept = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act")
     fields = {name: vision[name] for name in kept if name in vision}
-    fields.update({name: vision[name] for name in ("image_size", "patch_size", "num_channels")})
+    fields.update({name: vision[name] for name in ("patch_size", "num_channels")})
+    if model_type.startswith("siglip2"):  # NaFlex: a square table of `num_patches` positions, resized per image
+        side = math.isqrt(vision["num_patches"])
+        fields.update(image_size=side * vision["patch_size"], max_num_patches=vision["num_patches"])
+    else:
+        fields["image_size"] = vision["image_size"]
     fields["layer_norm_eps"] = vision.get("layer_norm_eps", vision.get("rms_norm_eps"))  # AIMv2's is RMSNorm's
     fields["_drop_path_rate"] = vision.get("drop_path_rate", 0.0)
     if model_type.startswith("dinov2"):
@@ -154,15 +161,15 @@ def family_config_fields(config_dict: dict[str, Any], source: str) -> dict[str, 
         fields.update(qkv_bias=vision["qkv_bias"])
     elif model_type in CLIP_TYPES:
         fields.update(pre_norm=True)
-    else:  # SigLIP: no class token, position embeddings for the patches only, attention pooling
+    else:  # SigLIP (2): no class token, position embeddings for the patches only, attention pooling
         pooling = "map" if vision.get("vision_use_head", True) else "mean"
-        if architecture == "SiglipForImageClassification":  # its head reads the mean of all tokens
+        if architecture in ("SiglipForImageClassification", "Siglip2ForImageClassification"):  # the token mean
             pooling = "mean"
         fields.update(class_token=False, no_embed_class=True, pooling=pooling)
     # heads our model reproduces: DeiT's two averaged heads, DINOv2's on cls+mean, SigLIP's on the token mean,
     # MSN's on the class token
     with_head = {"DeiTForImageClassificationWithTeacher", "SiglipForImageClassification",
-                 "ViTMSNForImageClassification"}  # fmt: skip
+                 "Siglip2ForImageClassification", "ViTMSNForImageClassification"}  # fmt: skip
     if (
         architecture in with_head or model_type.startswith("dinov2")
     ) and "ForImageClassification" in architecture:

@@ -4,7 +4,11 @@ its height or width). A saved folder carries this file."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from .naflex import naflex_token_mask
 
 
 def check_pixel_values(pixel_values: torch.Tensor, num_channels: int) -> None:
@@ -38,6 +42,20 @@ def check_pixel_values(pixel_values: torch.Tensor, num_channels: int) -> None:
         )
 
 
+def check_inputs(
+    pixel_values: torch.Tensor | None, pixel_attention_mask: torch.Tensor | None, spatial_shapes: torch.Tensor | None,
+    config: Any,
+) -> torch.Tensor | None:  # fmt: skip
+    """Check the model's input, images or NaFlex patches (`naflex.py`); -> the NaFlex token mask `(batch, prefix +
+    max_patches)`, or None for images."""
+    if pixel_values is None:
+        raise ValueError("pixel_values is required: a (batch, channels, height, width) float tensor.")
+    if spatial_shapes is None:
+        check_pixel_values(pixel_values, config.num_channels)
+        return None
+    return naflex_token_mask(pixel_values, pixel_attention_mask, spatial_shapes, config)
+
+
 def patch_grid(height: int, width: int, patch_size: tuple[int, int]) -> tuple[int, int]:
     """The patch grid (rows, columns) of an input of `height` x `width` pixels, or a ValueError saying what to fix."""
     ph, pw = patch_size
@@ -50,4 +68,4 @@ def patch_grid(height: int, width: int, patch_size: tuple[int, int]) -> tuple[in
     return (height // ph, width // pw)
 
 
-__all__ = ["check_pixel_values", "patch_grid"]
+__all__ = ["check_inputs", "check_pixel_values", "patch_grid"]

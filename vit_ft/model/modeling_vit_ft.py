@@ -1,8 +1,8 @@
 """The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2/v3, CLIP,
-SigLIP, MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel that reads top to bottom like `modeling_vit.py`.
-A saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`, `norms.py`,
-`pos_embed.py` and `rotary.py`; checkpoint formats are loading code (`loading.py`, through the `checkpoint_loader`
-hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
+SigLIP (2, NaFlex), MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel that reads top to bottom like
+`modeling_vit.py`. A saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`,
+`naflex.py`, `norms.py`, `pos_embed.py` and `rotary.py`; checkpoint formats are loading code (`loading.py`, through
+the `checkpoint_loader` hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,16 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
-from .inputs import check_pixel_values, patch_grid
+from .inputs import check_inputs, patch_grid
+from .naflex import attention_bias, masked_mean, naflex_positions, patchified_projection
 from .norms import RMSNorm, make_norm
 from .pos_embed import resample_position_embeddings
 from .rotary import apply_rotary, rotary_cos_sin
 
 
 class ViTFTPatchEmbeddings(nn.Module):
-    """`(batch, channels, height, width)` pixels -> `(batch, num_patches, hidden)` patch embeddings, normalised
-    with `patch_norm` (AIMv2)."""
+    """`(batch, channels, height, width)` pixels, or NaFlex patches `(batch, num_patches, patch_h * patch_w *
+    channels)`, -> `(batch, num_patches, hidden)` patch embeddings, normalised with `patch_norm` (AIMv2)."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
@@ -38,18 +39,19 @@ class ViTFTPatchEmbeddings(nn.Module):
         self.norm = make_norm(config) if config.patch_norm else nn.Identity()
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        if pixel_values.dim() == 3:  # NaFlex: the convolution as a linear map over the patches (`naflex.py`)
+            return self.norm(patchified_projection(self.projection, pixel_values))
         return self.norm(self.projection(pixel_values).flatten(2).transpose(1, 2))  # (B, N, hidden)
 
 
 class ViTFTEmbeddings(nn.Module):
     """Prefix tokens (class, distillation, registers) + patch embeddings + learned position embeddings, resampled
-    when the input size differs (none under rotary ones). Without `no_embed_class` the class/distillation tokens
-    have position slots."""
+    when the input size differs (none under rotary ones), or resized per image for NaFlex patches (`naflex.py`,
+    with `spatial_shapes`). Without `no_embed_class` the class/distillation tokens have position slots."""
 
     def __init__(self, config: ViTFTConfig):
         super().__init__()
-        self.patch_size = config.patch_hw
-        self.grid_size = config.grid_size
+        self.patch_size, self.grid_size = config.patch_hw, config.grid_size
         image_hw = config.image_hw
         if min(image_hw) <= 0 or image_hw[0] % self.patch_size[0] or image_hw[1] % self.patch_size[1]:
             raise ValueError(
@@ -58,8 +60,7 @@ class ViTFTEmbeddings(nn.Module):
             )
         hidden, registers, self.config = config.hidden_size, config.num_register_tokens, config
         self.cls_token = nn.Parameter(torch.zeros(1, 1, hidden)) if config.class_token else None
-        dist = config.distillation_token
-        self.distillation_token = nn.Parameter(torch.zeros(1, 1, hidden)) if dist else None
+        self.distillation_token = nn.Parameter(torch.zeros(1, 1, hidden)) if config.distillation_token else None
         self.register_tokens = nn.Parameter(torch.zeros(1, registers, hidden)) if registers else None
         self.patch_embeddings = ViTFTPatchEmbeddings(config)
         num_positions = self.grid_size[0] * self.grid_size[1] + config.num_position_prefix
@@ -67,16 +68,15 @@ class ViTFTEmbeddings(nn.Module):
         self.position_embeddings = nn.Parameter(torch.zeros(1, num_positions, hidden)) if learned else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        batch_size, _, height, width = pixel_values.shape
-        grid = patch_grid(height, width, self.patch_size)
-        cfg = self.config
-        embeddings = self.patch_embeddings(pixel_values)  # (B, N, hidden)
-        pos = 0.0  # rotary positions are applied in attention
-        if self.position_embeddings is not None:
-            pos = resample_position_embeddings(
-                self.position_embeddings, self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias
-            )
+    def forward(self, pixel_values: torch.Tensor, spatial_shapes: torch.Tensor | None = None) -> torch.Tensor:
+        batch_size, cfg, table, pos = pixel_values.shape[0], self.config, self.position_embeddings, 0.0
+        embeddings = self.patch_embeddings(pixel_values)  # (B, N, hidden), of images or of NaFlex patches
+        if spatial_shapes is not None and table is not None:  # NaFlex: the table resized to each image's grid
+            pos = naflex_positions(self, spatial_shapes, pixel_values.shape[1])  # (B, prefix + N, hidden)
+        elif table is not None:  # rotary positions are applied in attention
+            grid = patch_grid(*pixel_values.shape[2:], self.patch_size)
+            args = (self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias)
+            pos = resample_position_embeddings(table, *args)
         tokens = [t for t in (self.cls_token, self.distillation_token) if t is not None]
         prefix = [t.expand(batch_size, -1, -1) for t in tokens]  # each (B, 1, hidden)
         if cfg.no_embed_class:  # timm's option: the prefix tokens have no position
@@ -117,12 +117,10 @@ class ViTFTAttention(nn.Module):
                 f"({config.num_attention_heads}); pick a head count that divides it, e.g. "
                 f"{[h for h in range(1, 33) if config.hidden_size % h == 0][-3:]}."
             )
-        self.config = config
-        self.num_heads = config.num_attention_heads
+        self.config, self.num_heads = config, config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
         self.scaling = self.head_dim**-0.5
-        self.attention_dropout = config.attention_probs_dropout_prob
-        self.is_causal = False
+        self.attention_dropout, self.is_causal = config.attention_probs_dropout_prob, False
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
         self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.proj_bias)
 
@@ -140,9 +138,10 @@ class ViTFTAttention(nn.Module):
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
-        dropout = self.attention_dropout if self.training else 0.0
+        # NaFlex's padding: an additive (B, 1, 1, N) key mask
+        dropout, mask = (self.attention_dropout if self.training else 0.0), kwargs.pop("attention_mask", None)
         attn_output, attn_weights = attention_interface(
-            self, query, key, value, None, dropout=dropout, scaling=self.scaling, **kwargs
+            self, query, key, value, mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
         attn_output = attn_output.reshape(batch_size, seq_len, hidden)  # (B, N, hidden)
         return self.proj(attn_output), attn_weights
@@ -181,13 +180,14 @@ class ViTFTAttentionPool(nn.Module):
         self.proj = nn.Linear(hidden, hidden)
         self.norm, self.mlp = (make_norm(config), ViTFTMLP(config)) if full else (None, None)
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         batch_size, seq_len, hidden = hidden_states.shape
         heads, head_dim = self.num_heads, hidden // self.num_heads
         query = self.q(self.latent).view(1, heads, 1, head_dim).expand(batch_size, -1, -1, -1)
         kv = self.kv(hidden_states).view(batch_size, seq_len, 2, heads, head_dim)
         key, value = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, head_dim)
-        pooled = nn.functional.scaled_dot_product_attention(query, key, value).reshape(batch_size, hidden)
+        bias = attention_bias(mask, query.dtype)  # only the valid tokens (NaFlex)
+        pooled = nn.functional.scaled_dot_product_attention(query, key, value, bias).reshape(batch_size, hidden)
         pooled = self.proj(pooled)  # (B, hidden)
         return pooled if self.mlp is None else pooled + self.mlp(self.norm(pooled))
 
@@ -277,9 +277,7 @@ class ViTFTPreTrainedModel(PreTrainedModel):
         load = super().from_pretrained
         if cls.checkpoint_loader is None:
             return load(pretrained_model_name_or_path, *model_args, **kwargs)
-        return cls.checkpoint_loader.from_pretrained(
-            load, pretrained_model_name_or_path, *model_args, **kwargs
-        )
+        return cls.checkpoint_loader.from_pretrained(load, pretrained_model_name_or_path, *model_args, **kwargs)
 
     def _adjust_missing_and_unexpected_keys(self, loading_info: Any) -> None:
         """transformers' hook after the weights are in (the keys it ignores), then `checkpoint_loader`'s."""
@@ -315,13 +313,13 @@ class ViTFTModel(ViTFTPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
 
-    def forward_features(self, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """`(batch, channels, height, width)` -> tokens `(batch, prefix + num_patches, hidden)`, normalised
-        unless the norm follows the pooling (`fc_norm`)."""
-        check_pixel_values(pixel_values, self.config.num_channels)
-        pixel_values = pixel_values.to(self.embeddings.patch_embeddings.projection.weight.dtype)
-        hidden_states = self.embeddings(pixel_values)  # (B, prefix + N, hidden)
+    def forward_features(self, pixel_values: torch.Tensor, mask: Any = None, spatial_shapes: Any = None, **kwargs):
+        """`(batch, channels, height, width)`, or NaFlex patches with their token `mask` and `spatial_shapes` ->
+        tokens `(batch, prefix + num_patches, hidden)`, normalised unless the norm follows the pooling (`fc_norm`)."""
         rope, cfg = None, self.config
+        pixel_values = pixel_values.to(self.embeddings.patch_embeddings.projection.weight.dtype)
+        hidden_states = self.embeddings(pixel_values, spatial_shapes)  # (B, prefix + N, hidden)
+        kwargs["attention_mask"] = attention_bias(mask, hidden_states.dtype)
         if cfg.rope_theta is not None:
             grid = patch_grid(*pixel_values.shape[2:], self.embeddings.patch_size)
             head_dim = cfg.hidden_size // cfg.num_attention_heads
@@ -332,15 +330,16 @@ class ViTFTModel(ViTFTPreTrainedModel):
             hidden_states = layer(hidden_states, rope, **kwargs)
         return hidden_states if self.layernorm is None else self.layernorm(hidden_states)
 
-    def forward_head(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        """Pool `(batch, prefix + num_patches, hidden)` tokens to `(batch, hidden)` (`2 * hidden` for cls+mean)."""
-        pooling, patches = self.config.pooling, sequence_output[:, self.config.num_prefix_tokens :]
+    def forward_head(self, sequence_output: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Pool `(batch, prefix + num_patches, hidden)` tokens (the valid ones of the token `mask` where given) to
+        `(batch, hidden)` (`2 * hidden` for cls+mean)."""
+        pooling, prefix = self.config.pooling, self.config.num_prefix_tokens
         if self.attn_pool is not None:
-            pooled = self.attn_pool(sequence_output)
+            pooled = self.attn_pool(sequence_output, mask)
         elif pooling == "mean":
-            pooled = patches.mean(dim=1)
+            pooled = masked_mean(sequence_output, mask, prefix)
         elif pooling == "cls+mean":
-            return torch.cat([sequence_output[:, 0], patches.mean(dim=1)], dim=-1)
+            return torch.cat([sequence_output[:, 0], masked_mean(sequence_output, mask, prefix)], dim=-1)
         else:
             pooled = sequence_output[:, 0]
         return pooled if self.fc_norm is None else self.fc_norm(pooled)
@@ -350,15 +349,15 @@ class ViTFTModel(ViTFTPreTrainedModel):
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
+        pixel_attention_mask: torch.Tensor | None = None,  # NaFlex (`naflex.py`): the padding, (B, max_patches)
+        spatial_shapes: torch.Tensor | None = None,  # NaFlex: each image's patch grid, (B, 2)
         interpolate_pos_encoding: bool | None = None,  # accepted for transformers compatibility; always on
         **kwargs: Any,
     ) -> BaseModelOutputWithPooling:
-        if pixel_values is None:
-            raise ValueError("pixel_values is required: a (batch, channels, height, width) float tensor.")
-        sequence_output = self.forward_features(pixel_values, **kwargs)
-        return BaseModelOutputWithPooling(
-            last_hidden_state=sequence_output, pooler_output=self.forward_head(sequence_output)
-        )
+        mask = check_inputs(pixel_values, pixel_attention_mask, spatial_shapes, self.config)  # NaFlex's, or None
+        sequence_output = self.forward_features(pixel_values, mask, spatial_shapes, **kwargs)
+        pooled = self.forward_head(sequence_output, mask)
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled)
 
 
 class ViTFTForImageClassification(ViTFTPreTrainedModel):
@@ -381,10 +380,12 @@ class ViTFTForImageClassification(ViTFTPreTrainedModel):
         self,
         pixel_values: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        pixel_attention_mask: torch.Tensor | None = None,  # NaFlex inputs (`naflex.py`)
+        spatial_shapes: torch.Tensor | None = None,
         interpolate_pos_encoding: bool | None = None,  # accepted for transformers compatibility; always on
         **kwargs: Any,
     ) -> ImageClassifierOutput:
-        outputs: BaseModelOutputWithPooling = self.vit(pixel_values, **kwargs)
+        outputs: BaseModelOutputWithPooling = self.vit(pixel_values, pixel_attention_mask, spatial_shapes, **kwargs)
         logits = self.classifier(outputs.pooler_output)  # (B, num_labels)
         if self.config.distillation_token:  # timm and transformers average both heads when not distilling
             logits = (logits + self.distillation_classifier(outputs.last_hidden_state[:, 1])) / 2

@@ -174,6 +174,26 @@ class SplitInProjection(ConversionOps):
         }
 
 
+class PatchLinearToConv(ConversionOps):
+    """SigLIP 2's patch projection, a linear map over patchified pixels `(hidden, patch_h * patch_w * channels)`
+    in its processor's layout (rows, columns, channels) -> our convolution `(hidden, channels, patch_h, patch_w)`;
+    every other checkpoint's convolution passes unchanged."""
+
+    def source_shape(self, shape: Shape, targets: list[Shape]) -> Shape:
+        hidden, channels, patch_h, patch_w = targets[0]
+        return (hidden, patch_h * patch_w * channels) if len(shape) == 2 else targets[0]
+
+    def convert(self, input_dict, source_patterns, target_patterns, model=None, config=None, **kwargs):
+        (tensor,) = input_dict.pop(source_patterns[0])
+        if tensor.dim() == 2:
+            (patch_h, patch_w), channels = config.patch_hw, config.num_channels
+            tensor = tensor.reshape(-1, patch_h, patch_w, channels).permute(0, 3, 1, 2).contiguous()
+            active_load().mapped["embeddings.patch_embedding (linear) -> patch convolution"] = (
+                "reshaped (rows, columns, channels) -> (channels, rows, columns): the same map (NaFlex)"
+            )
+        return {target_patterns[0]: tensor}
+
+
 class KeepHeadForSameLabels(ConversionOps):
     """Keep a classifier only for the checkpoint's own labels; otherwise drop it, so that transformers
     initialises a new one (zero, as in the paper) and lists it as missing."""
@@ -229,6 +249,8 @@ def checkpoint_conversion_mapping() -> list[WeightRenaming | WeightConverter]:
             "embeddings.position_embeddings", "embeddings.position_embeddings", [ResamplePositionEmbeddings()]
         )
     )
+    patch = "embeddings.patch_embeddings.projection.weight"
+    mapping.append(_Converter(patch, patch, [PatchLinearToConv()]))
     heads = (*HEAD_KEYS, "distillation_classifier.weight", "distillation_classifier.bias")
     mapping += [_Converter(key, key, [KeepHeadForSameLabels()]) for key in heads]
     return mapping

@@ -18,6 +18,7 @@ from PIL import Image
 
 from ..data.images import load_image
 from ..data.mixup import MixupCutmix
+from ..data.naflex import from_patches
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, augmentation_seed
 from ..utils.files import staged_file
 from .figures import plot_image_grid
@@ -78,7 +79,10 @@ def _original(image: Any) -> Image.Image | None:
 
 
 def _shown(pixels: torch.Tensor, transform: ImageClassificationTransform) -> Image.Image:
-    """A normalised (channels, height, width) tensor back to 8-bit RGB: pixels * std + mean, over the rescale."""
+    """A normalised (channels, height, width) tensor (or NaFlex patches) back to 8-bit RGB: pixels * std + mean,
+    over the rescale."""
+    if getattr(transform, "max_num_patches", None) is not None:
+        pixels = from_patches(pixels, transform.patch_size)
     mean = torch.tensor(transform.mean).view(-1, 1, 1)
     std = torch.tensor(transform.std).view(-1, 1, 1)
     values = (pixels * std + mean) / (255 * transform.rescale_factor)  # [0, 1] whatever the rescale factor

@@ -50,11 +50,12 @@ SPACES = ("features", "input")  # the bank's two feature spaces: pooled (what th
 # ---- features ------------------------------------------------------------------------------------------------
 
 
-def pre_logits(model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
-    """`(batch, channels, height, width)` -> the pooled `(batch, hidden)` features the classifier head sees (CLS
-    after the final LayerNorm, or the patch-token mean for `pooling: mean`)."""
+def pre_logits(model: torch.nn.Module, pixel_values: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+    """`(batch, channels, height, width)` (or a NaFlex batch's dict) -> the pooled `(batch, hidden)` features the
+    classifier head sees (CLS after the final LayerNorm, or the patch-token mean for `pooling: mean`)."""
     backbone = getattr(model, "vit", model)  # ViTFTForImageClassification.vit is the encoder with its pooling
-    return backbone(pixel_values=pixel_values).pooler_output
+    inputs = pixel_values if isinstance(pixel_values, dict) else {"pixel_values": pixel_values}
+    return backbone(**inputs).pooler_output
 
 
 @contextmanager
@@ -109,8 +110,12 @@ def bank_features(
                     except Exception:  # noqa: BLE001 - an image that does not decode has no feature
                         continue
                     kept.append(start + offset)
-                if pixels:
-                    pre_logits(model, torch.stack(pixels).to(parameter.device, parameter.dtype))
+                if pixels:  # stacked pixels, or a padded NaFlex batch (the transform's own collation)
+                    batch = getattr(transform, "collate", torch.stack)(pixels)
+                    if isinstance(batch, dict):
+                        pre_logits(model, {name: value.to(parameter.device) for name, value in batch.items()})
+                    else:
+                        pre_logits(model, batch.to(parameter.device, parameter.dtype))
                     for space in SPACES:
                         chunks[space].append(taps[space].cpu().numpy())
     finally:

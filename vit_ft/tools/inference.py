@@ -129,6 +129,7 @@ def iter_batches(
     task = getattr(classifier, "task", None) or task_for()
     pool = ThreadPoolExecutor(num_workers) if num_workers > 0 else None
     transform_image = classifier.transform.transform_image
+    collate = getattr(classifier.transform, "collate", torch.stack)  # a NaFlex transform pads and masks
 
     def decode(source: Any) -> torch.Tensor:  # an image whose pixels are not finite is an error for that image
         return check_finite_pixels(transform_image(source), source_name(source))
@@ -150,7 +151,8 @@ def iter_batches(
                     pixels = [future.result() for future in futures]
                 decoded = [i for i, p in enumerate(pixels) if isinstance(p, torch.Tensor)]
                 errors = {i: p for i, p in enumerate(pixels) if not isinstance(p, torch.Tensor)}
-                outputs = forward(torch.stack([pixels[i] for i in decoded])) if decoded else None
+                # stacked pixels, or a padded NaFlex batch (the transform's own collation)
+                outputs = forward(collate([pixels[i] for i in decoded])) if decoded else None
                 bar.update(len(chunk))
                 yield Batch(start, chunk, decoded, errors, outputs, task)
     finally:

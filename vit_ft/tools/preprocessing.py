@@ -28,6 +28,8 @@ class Preprocessing:
     rescale_factor: float = RESCALE_FACTOR
     resample: int = Image.Resampling.BICUBIC  # what vit_ft fine-tunes and evaluates with
     max_pixels: int | None = DEFAULT_MAX_PIXELS
+    max_num_patches: int | None = None  # NaFlex (the model's config): each image at its own aspect ratio
+    patch_size: int = 16
 
     def transform(self) -> ImageClassificationTransform:
         """The eval transform of `vit_ft.data.transforms.build_transforms` with these settings."""
@@ -39,6 +41,8 @@ class Preprocessing:
             rescale_factor=self.rescale_factor,
             resample=self.resample,
             max_pixels=self.max_pixels,
+            max_num_patches=self.max_num_patches,
+            patch_size=self.patch_size,
         )
 
 

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -284,12 +284,14 @@ class Trained:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     @torch.inference_mode()
-    def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)` on CPU.
-        Pixels that are not finite (NaN, inf) are a ValueError: they would give NaN logits, read as a label."""
-        check_finite_pixels(pixel_values)
+    def logits(self, pixel_values: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        """`(batch, channels, height, width)` normalised pixels, or a NaFlex batch (`transform.collate`'s dict) ->
+        float32 logits `(batch, num_labels)` on CPU. Pixels that are not finite (NaN, inf) are a ValueError: they
+        would give NaN logits, read as a label."""
+        inputs = pixel_values if isinstance(pixel_values, dict) else {"pixel_values": pixel_values}
+        check_finite_pixels(inputs["pixel_values"])
         with self.autocast():
-            out = self.model(pixel_values=pixel_values.to(self.device))
+            out = self.model(**{name: value.to(self.device) for name, value in inputs.items()})
         return out.logits.float().cpu()
 
     def probabilities(self, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -333,6 +335,9 @@ def load_trained(
         )
     size = check_image_size(image_size, config.patch_hw, max_tokens, default=tuple(config.image_hw))
     preprocessing = preprocessing_from(origin.processor, size, max_pixels, origin.name)
+    if getattr(config, "max_num_patches", None) is not None:  # NaFlex: the model's patch budget, not crops
+        budget = {"max_num_patches": config.max_num_patches, "patch_size": config.patch_hw[0]}
+        preprocessing = replace(preprocessing, **budget)
     id2label = {int(k): str(v) for k, v in config.id2label.items()} if has_head else {}
     return Trained(loaded.to(device).eval(), preprocessing, id2label, origin, device, bf16)
 

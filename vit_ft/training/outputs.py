@@ -174,10 +174,12 @@ def _feature_bank(trainer: Trainer, seed: int) -> Any:
 
     if isinstance(trainer.train_dataset, TrainStream) or trainer.train_dataset is None:
         return "a streamed training split is not read whole after training"
-    processor = trainer.processing_class
+    processor, config = trainer.processing_class, getattr(trainer.model, "config", None)
+    budget = getattr(config, "max_num_patches", None)  # NaFlex: the model's patch budget, as the tools read it
+    naflex = {} if budget is None else {"max_num_patches": budget, "patch_size": config.patch_hw[0]}
     transform = build_transforms(
         (processor.size["height"], processor.size["width"]), processor.image_mean, processor.image_std,
-        train=False, rescale_factor=processor.rescale_factor,
+        train=False, rescale_factor=processor.rescale_factor, **naflex,
     )  # fmt: skip  # the evaluation transform, as attach_transforms builds it and the tools read it back
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # class ids, or multi-hot rows

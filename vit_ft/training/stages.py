@@ -17,6 +17,7 @@ from transformers import TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
 from ..arguments.family_defaults import describe_family_defaults
+from ..arguments.checks import check_naflex
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed, describe_batch
 from ..data.bad_images import decode_error, prescan_small_splits
@@ -209,6 +210,8 @@ def build_model(
         label2id={name: i for i, name in id2label.items()},
         image_size=model_args.image_size,
         problem_type=task.problem_type,
+        # NaFlex asked for (`vit_ft.data.naflex`); unset keeps the checkpoint's own (SigLIP 2's num_patches)
+        **({} if model_args.max_num_patches is None else {"max_num_patches": model_args.max_num_patches}),
         **({} if model_args.pooling is None else {"pooling": model_args.pooling}),
         **({} if getattr(model_args, "fc_norm", None) is None else {"fc_norm": model_args.fc_norm}),
         hidden_dropout_prob=model_args.hidden_dropout_prob,
@@ -298,20 +301,24 @@ def write_augmentations(
 
 
 def attach_transforms(
-    splits: datasets.DatasetDict, processor: ViTImageProcessorPil, data_args: DataArguments, seed: int
-) -> ImageClassificationTransform:
+    splits: datasets.DatasetDict, processor: ViTImageProcessorPil, data_args: DataArguments, seed: int,
+    naflex: dict[str, Any] | None = None,
+) -> ImageClassificationTransform:  # fmt: skip
     """Random-resized-crop + flip (+ the recipe's RandAugment, colour jitter, random erasing) for training,
     resize + center crop for evaluation, normalised by the processor.
 
     The train split gains `INDEX_COLUMN` (its row positions) and its augmentation becomes a function of (seed,
     epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets. It returns uint8
-    crops: the rest runs per batch on the training device (`build_trainer`'s `BatchAugmentation`).
+    crops: the rest runs per batch on the training device (`build_trainer`'s `BatchAugmentation`). With `naflex`
+    (`max_num_patches`, `patch_size`: the model's), NaFlex patches instead, everything in the workers.
     """
+    naflex = naflex if naflex and naflex.get("max_num_patches") is not None else {}
     size = (processor.size["height"], processor.size["width"])
     common = {
         "mean": processor.image_mean,
         "std": processor.image_std,
         "rescale_factor": processor.rescale_factor,
+        **naflex,
     }
     train_transform = build_transforms(
         size,
@@ -320,7 +327,8 @@ def attach_transforms(
         horizontal_flip=data_args.horizontal_flip,
         seed=seed,
         **_augmentation_kwargs(data_args),
-        device_augmentation=True,  # uint8 crops; the rest per batch on the device (BatchAugmentation)
+        # uint8 crops, the rest per batch on the device (BatchAugmentation); NaFlex grids differ: in the workers
+        device_augmentation=not naflex,
         **common,
     )
     eval_transform = build_transforms(size, train=False, **common)
@@ -407,7 +415,9 @@ def _finetune(
     # the class ids the balanced sampler draws by, read before the transforms replace the columns
     balanced = task.train_labels(splits["train"]) if training_args.balanced_sampler else None
     model, processor = build_model(model_args, names, task)
-    train_transform = attach_transforms(splits, processor, data_args, training_args.seed)
+    check_naflex(model.config.max_num_patches, data_args)  # a checkpoint's own NaFlex, too
+    naflex = {"max_num_patches": model.config.max_num_patches, "patch_size": model.config.patch_hw[0]}
+    train_transform = attach_transforms(splits, processor, data_args, training_args.seed, naflex)
     mixup = build_mixup(data_args, training_args, len(names))
     if resume is None and training_args.process_index == 0:  # before its first file: the names are the run's
         claim_output_dir(training_args.output_dir)
