@@ -16,8 +16,8 @@ import datasets
 from transformers import TrainingArguments, ViTImageProcessorPil, set_seed
 from transformers.image_utils import PILImageResampling
 
-from ..arguments.family_defaults import describe_family_defaults
 from ..arguments.checks import check_naflex
+from ..arguments.family_defaults import describe_family_defaults
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.training_arguments import data_seed, describe_batch
 from ..data.bad_images import decode_error, prescan_small_splits
