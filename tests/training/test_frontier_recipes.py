@@ -2,7 +2,7 @@
 a recipe run on another family's checkpoint taking that family's defaults (`arguments/family_defaults.py`).
 
 As tests/training/test_family_recipes.py: the fake Hub serves a tiny checkpoint saved by transformers' own class
-under each recipe's model id (`DINOv3ViTModel`, a whole image-text `SiglipModel` as google/siglip2-base-patch16-224
+under each recipe's model id (`DINOv3ViTModel`, a whole image-text `Siglip2Model` as google/siglip2-base-patch16-naflex
 is, `ViTMAEForPreTraining` with its pixel decoder as facebook/vit-mae-base is), the Stanford-Dogs-shaped set under
 timm/oxford-iiit-pet and the ImageNet stand-in under ILSVRC/imagenet-1k (streamed, as the recipe says). Each runs
 once with only sizes overridden, a process each; the trained folder reloads through the tools."""
@@ -17,9 +17,9 @@ import torch
 from transformers import (
     DINOv3ViTConfig,
     DINOv3ViTModel,
-    SiglipConfig,
-    SiglipImageProcessor,
-    SiglipModel,
+    Siglip2Config,
+    Siglip2ImageProcessor,
+    Siglip2Model,
     ViTImageProcessor,
     ViTMAEConfig,
     ViTMAEForPreTraining,
@@ -32,7 +32,7 @@ from vit_ft.tools.trained import load_trained
 
 from ..conftest import REPO, randomize
 from ..fake_hub import FakeHub
-from ..test_headline import CHECKPOINT_SIZE, SIZE, dogs_dataset_files, start
+from ..test_headline import CHECKPOINT_SIZE, PATCH, SIZE, dogs_dataset_files, start
 from ..tools.test_hub import push_env
 from .test_family_recipes import OVERRIDES, TEXT, TINY_VISION
 from .test_streaming_finetune import IMAGENET_ID, imagenet_files
@@ -41,6 +41,7 @@ pytestmark = pytest.mark.slow  # four tiny fine-tunes in their own processes
 
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 PETS_ID, MAE_ID, DINOV3_ID = "timm/oxford-iiit-pet", "facebook/vit-mae-base", "facebook/dinov3-vitb16-pretrain-lvd1689m"
+SIGLIP2_ID = "google/siglip2-base-patch16-naflex"
 
 
 def dinov3_checkpoint():
@@ -51,9 +52,12 @@ def dinov3_checkpoint():
 
 
 def siglip2_checkpoint():
-    """google/siglip2-base-patch16-224 in small: a SiglipModel (SigLIP 2's fixed-resolution checkpoints are)."""
-    model = SiglipModel(SiglipConfig(vision_config=TINY_VISION, text_config=TEXT))
-    return model, SiglipImageProcessor(size={"height": CHECKPOINT_SIZE, "width": CHECKPOINT_SIZE})
+    """google/siglip2-base-patch16-naflex in small: a Siglip2Model (NaFlex: a table of `num_patches` positions
+    resized per image) and its processor with the same patch budget."""
+    vision = {k: v for k, v in TINY_VISION.items() if k != "image_size"}
+    budget = (CHECKPOINT_SIZE // vision["patch_size"]) ** 2
+    model = Siglip2Model(Siglip2Config(vision_config={**vision, "num_patches": budget}, text_config=TEXT))
+    return model, Siglip2ImageProcessor(patch_size=vision["patch_size"], max_num_patches=budget)
 
 
 def mae_checkpoint():
@@ -68,8 +72,8 @@ def mae_checkpoint():
 # run -> (recipe, model id served, dataset id, builder, the class in the loading report, extra flags)
 RUNS = {
     "pets-dinov3": ("pets-dinov3", DINOV3_ID, PETS_ID, dinov3_checkpoint, "DINOv3ViTModel", []),
-    "pets-siglip2": ("pets-siglip2", "google/siglip2-base-patch16-224", PETS_ID, siglip2_checkpoint, "SiglipModel",
-                     []),  # fmt: skip
+    "pets-siglip2": ("pets-siglip2", SIGLIP2_ID, PETS_ID, siglip2_checkpoint, "Siglip2Model",
+                     ["--max_num_patches", str((CHECKPOINT_SIZE // PATCH) ** 2)]),  # fmt: skip
     "imagenet1k-mae": ("imagenet1k-mae", MAE_ID, IMAGENET_ID, mae_checkpoint, "ViTMAEForPreTraining", []),
     # a DINOv3 recipe on an MAE checkpoint: MAE's protocol replaces the recipe's optimisation keys, but the flag's
     "cross-family": ("pets-dinov3", MAE_ID, PETS_ID, mae_checkpoint, "ViTMAEForPreTraining",
@@ -132,6 +136,7 @@ def test_recipe_downloads_trains_and_reloads(runs, name):
         assert config.rope_theta is not None and config.num_register_tokens == 2
     if name == "pets-siglip2":
         assert not config.class_token and config.pooling == recipe["pooling"] == "map"
+        assert config.max_num_patches == (CHECKPOINT_SIZE // PATCH) ** 2  # NaFlex, the recipe's key at test size
     if name in ("imagenet1k-mae", "cross-family"):  # MAE's layout: the token mean, then the new fc_norm
         assert config.pooling == "mean" and config.fc_norm
     pixels = torch.randn(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(0))
