@@ -22,6 +22,7 @@ from ..data.bad_images import decode_error, prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
+from ..data.exclusions import apply_exclusions, read_exclusions
 from ..data.streaming import TrainStream, load_streamed_datasets, streamed_max_steps
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
@@ -119,6 +120,11 @@ def load_data(
             label_names=data_args.class_names,
             label_separator=data_args.label_separator,
         )
+    if data_args.exclude:  # an audit's findings: dropped or relabelled, recorded in the run record's "data"
+        plan = read_exclusions(data_args.exclude)
+        splits["train"], data_args.exclude_applied = apply_exclusions(splits["train"], names, plan)
+        logger.info("exclude: %s: %d training images dropped, %d relabelled.", plan.file,
+                    data_args.exclude_applied["dropped"], data_args.exclude_applied["relabelled"])  # fmt: skip
     if data_args.check_images:  # outside the barrier: each process scans its own small splits, none waits
         splits = datasets.DatasetDict(prescan_small_splits(splits, "image", logger))
     _check_two_classes(names, data_args)
@@ -141,6 +147,7 @@ _STREAM_REFUSED = {
     "class_weights": "a class's weight needs its count over the whole training split",
     "balanced_sampler": "it draws by index from the whole split",
     "pos_weight": "it is counted over the whole training split",
+    "exclude": "a stream is not read whole before training, so the images it names cannot be found",
 }
 
 
