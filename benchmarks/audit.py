@@ -1,8 +1,8 @@
 """`vit-ft audit` on digits with faults injected by a seeded script (issue 37): 5 % of the training labels flipped,
 20 test images copied into train at another size and JPEG quality, 10 images of no digit (noise) added to train.
 The backbone never saw the audited labels' truth: it is the digits pre-training (`training.pretrain`) run on the
-faulted training folder. Recall and precision per kind, confident learning (cleanlab, the audit's) against the
-plain baseline (most probable class is not the given label) on the same out-of-fold probabilities.
+faulted training folder. Recall and precision per kind; for label issues the audit's rule against cleanlab alone
+and the plain baseline (most probable class is not the given label) on the same out-of-fold probabilities.
 
     python -m benchmarks.audit --work /tmp/audit-bench                 # full size: the table of docs/tools.md
     python -m benchmarks.audit --work /tmp/audit-bench --epochs 5      # quicker, weaker backbone
@@ -101,6 +101,12 @@ def measure(work: str | os.PathLike, seed: int = 0, epochs: int = 60, pretrain_i
     record = run_audit(backbone, work / "faulted", work / "audit", AuditOptions(seed=seed, device="cpu", bf16=False),
                        overwrite=True)  # fmt: skip
     result = score(work / "audit" / "findings.csv", truth)
+    injected = set(truth["leak"]) | set(truth["outlier"])
+    for method, paths in record["compared"].items():  # the same probabilities, other rules
+        flagged = set(paths) - injected
+        found = len(flagged & set(truth["label_issue"]))
+        result[f"label_issue_{method}"] = {"recall": found / len(truth["label_issue"]),
+                                           "precision": found / max(1, len(flagged)), "flagged": len(flagged)}  # fmt: skip
     result["counts"] = record["counts"]
     result["probe"] = record["probe"]
     return result

@@ -2,12 +2,13 @@
 relabelled before training. FILE is the audit's `findings.csv` (every training image it names is dropped) or its
 `relabel.csv`, which a user edits (each row's `action`: `drop`, `relabel` to the row's `label`, or `keep`).
 
-    plan = read_exclusions("audit/relabel.csv")          # what to do with which file, checked
-    train = apply_exclusions(train, names, plan)          # rows dropped, labels changed; unknown files refused
+    plan = read_exclusions("audit/relabel.csv")                  # what to do with which file, checked
+    splits, record = apply_exclusions(splits, names, plan)        # rows dropped, labels changed; unknown refused
 
 Images are matched by their file path (resolved: a relative or symlinked path names the same file), or for data
-without files by `train[<row>]`, as the audit writes them. A file the training split does not hold is an error
-naming it: an exclude file meant for other data would otherwise change nothing, silently.
+without files by `train[<row>]`, as the audit writes them, in the training split and the validation split held out
+of it. A file neither holds is an error naming it: an exclude file meant for other data would otherwise change
+nothing, silently.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ FINDINGS_COLUMNS = ("path", "kind", "score", "given_label", "suggested_label", "
 RELABEL_COLUMNS = ("path", "action", "label", "given_label", "kind", "score")
 ACTIONS = ("drop", "relabel", "keep")
 KINDS = ("label_issue", "duplicate", "leak", "outlier")
+# the fine-tune's splits an exclude file's images are looked for in: the training folder's, which the validation
+# hold-out is cut from (test is never changed)
+AUDITED_SPLITS = ("train", "validation")
 
 
 @dataclass(frozen=True)
@@ -40,16 +44,16 @@ class Exclusions:
         return {"file": self.file, "sha256": self.sha256, "dropped": dropped, "relabelled": relabelled}
 
 
-def image_key(path: str | None, row: int) -> str:
-    """How an exclude file names a training image: its resolved file path, or `train[<row>]` without one."""
+def image_key(path: str | None, row: int, split: str = "train") -> str:
+    """How an exclude file names an image: its resolved file path, or `<split>[<row>]` without one."""
     if path:
         return os.path.realpath(os.path.expanduser(path))
-    return f"train[{row}]"
+    return f"{split}[{row}]"
 
 
 def _key_of(text: str) -> str:
     text = text.strip()
-    return text if text.startswith("train[") else image_key(text, -1)
+    return text if text.startswith(tuple(f"{split}[" for split in AUDITED_SPLITS)) else image_key(text, -1)
 
 
 def read_exclusions(path: str | os.PathLike) -> Exclusions:
@@ -97,23 +101,29 @@ def read_exclusions(path: str | os.PathLike) -> Exclusions:
     return Exclusions(str(path.resolve()), hashlib.sha256(data).hexdigest(), frozenset(drop), relabel)
 
 
-def apply_exclusions(train: Any, names: list[str], plan: Exclusions) -> tuple[Any, dict[str, Any]]:
-    """The training split (a `datasets.Dataset` with an "image" column of files and a ClassLabel "label")
-    without the rows `plan` drops and with its relabelled rows' labels changed, and the run record's entry.
-    A file `plan` names that the split does not hold, or a label that is not a class, is a ValueError."""
+def apply_exclusions(
+    splits: dict[str, Any], names: list[str], plan: Exclusions, subsampled: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The splits (`datasets.Dataset`s with an "image" column of files and a ClassLabel "label") without the rows
+    `plan` drops and with its relabelled rows' labels changed, and the run record's entry. Every split is looked
+    in: the validation images held out of the training folder were audited as training images. A file `plan`
+    names that no split holds (`subsampled`, a `max_train_samples` run: that is not a file), or a label that is not
+    a class, is a ValueError."""
     import datasets
 
-    paths = [image.get("path") if isinstance(image, dict) else None
-             for image in train.cast_column("image", datasets.Image(decode=False))["image"]]  # fmt: skip
-    keys = [image_key(p, row) for row, p in enumerate(paths)]
-    known = set(keys)
-    unknown = sorted((plan.drop | set(plan.relabel)) - known)
+    audited = {split: dataset for split, dataset in splits.items() if split in AUDITED_SPLITS}
+    keys = {split: [image_key(image.get("path") if isinstance(image, dict) else None, row, split) for row, image
+                    in enumerate(dataset.cast_column("image", datasets.Image(decode=False))["image"])]
+            for split, dataset in audited.items()}  # fmt: skip
+    known = set().union(*keys.values())
+    unknown = sorted(key for key in (plan.drop | set(plan.relabel)) - known
+                     if not (subsampled and os.path.isfile(key)))  # fmt: skip
     if unknown:
         raise ValueError(
-            f"exclude: {plan.file} names {len(unknown)} image(s) the training split does not hold, e.g. "
+            f"exclude: {plan.file} names {len(unknown)} image(s) the training data does not hold, e.g. "
             f"{unknown[0]}; pass the findings.csv or relabel.csv that vit-ft audit wrote for this training data."
         )
-    if plan.relabel and isinstance(train.features["label"], datasets.Sequence):
+    if plan.relabel and isinstance(splits["train"].features["label"], datasets.Sequence):
         raise ValueError(f"exclude: {plan.file} relabels images of multi-label data; drop them instead.")
     bad = sorted({label for label in plan.relabel.values() if label not in names})
     if bad:
@@ -122,24 +132,27 @@ def apply_exclusions(train: Any, names: list[str], plan: Exclusions) -> tuple[An
             f"({names[:20]}); correct the label column."
         )
     label_ids = {name: i for i, name in enumerate(names)}
-    new_labels = {row: label_ids[plan.relabel[key]] for row, key in enumerate(keys) if key in plan.relabel}
-    if new_labels:
-        labels = list(train["label"])
-        for row, label in new_labels.items():
-            labels[row] = label
-        features = train.features
-        train = train.remove_columns("label").add_column("label", labels).cast(features)
-    kept = [row for row, key in enumerate(keys) if key not in plan.drop]
-    dropped = len(keys) - len(kept)
-    if dropped:
-        train = train.select(kept)
-    if len(train) == 0:
+    result, dropped, relabelled = dict(splits), 0, 0
+    for split, dataset in audited.items():
+        new_labels = {row: label_ids[plan.relabel[key]] for row, key in enumerate(keys[split]) if key in plan.relabel}
+        if new_labels:
+            labels = list(dataset["label"])
+            for row, label in new_labels.items():
+                labels[row] = label
+            dataset = dataset.remove_columns("label").add_column("label", labels).cast(dataset.features)
+        kept = [row for row, key in enumerate(keys[split]) if key not in plan.drop]
+        if len(kept) < len(dataset):
+            dataset = dataset.select(kept)
+        dropped, relabelled = dropped + len(keys[split]) - len(kept), relabelled + len(new_labels)
+        result[split] = dataset
+    if len(result["train"]) == 0:
         raise ValueError(f"exclude: {plan.file} drops every training image; keep some of them.")
-    return train, plan.record(dropped, len(new_labels))
+    return result, plan.record(dropped, relabelled)
 
 
 __all__ = [
     "ACTIONS",
+    "AUDITED_SPLITS",
     "FINDINGS_COLUMNS",
     "KINDS",
     "RELABEL_COLUMNS",

@@ -20,7 +20,7 @@ from .figures import _empty_figure, plot_image_grid, short, shown_image
 GRID_IMAGES = 24  # findings shown per kind (the highest scores); findings.csv has them all
 OUTPUT_FILES = ("findings.csv", "relabel.csv", "report.md", "audit.json", *(f"audit_{kind}.png" for kind in KINDS))
 WHAT = {
-    "label_issue": "training images whose given label the out-of-fold probe doubts (confident learning)",
+    "label_issue": "training images whose given label the out-of-fold probe doubts (given -> suggested)",
     "duplicate": "training images that are a copy of an earlier training image",
     "leak": "training images that are a copy of a validation or test image (an accuracy that lies)",
     "outlier": "training images far from every other (k-th nearest neighbour distance)",
@@ -62,19 +62,22 @@ def findings_csv(rows: Sequence[AuditImage], names: list[str]) -> str:
 
 
 def relabel_csv(rows: Sequence[AuditImage], names: list[str]) -> str:
-    """relabel.csv's text: one row per flagged training image (its highest-ranked finding), with the action the
-    fine-tune takes (`relabel` to the suggestion for a label issue, else `drop`); a user edits action and label."""
+    """relabel.csv's text: one row per flagged training image (its first finding: kind order, then score), with
+    the action the fine-tune takes (`drop` for an image with any copy or outlier finding, `relabel` to the
+    suggestion for a label issue alone); a user edits action and label."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(RELABEL_COLUMNS)
+    drops = {row.path for row in rows if row.finding.split == "train" and DEFAULT_ACTION[row.finding.kind] == "drop"}
     seen: set[str] = set()
     for row in _sorted(rows):
         f = row.finding
         if f.split != "train" or row.path in seen:
             continue
         seen.add(row.path)
-        label = _label(names, f.suggested) if f.kind == "label_issue" else ""
-        writer.writerow([row.path, DEFAULT_ACTION[f.kind], label, _label(names, f.given), f.kind, f"{f.score:.4f}"])
+        action = "drop" if row.path in drops else DEFAULT_ACTION[f.kind]  # a copy or outlier is dropped, not relabelled
+        label = _label(names, f.suggested) if action == "relabel" else ""
+        writer.writerow([row.path, action, label, _label(names, f.given), f.kind, f"{f.score:.4f}"])
     return buffer.getvalue()
 
 
@@ -92,7 +95,7 @@ def plot_findings(
         given = short(_label(names, f.given), 10)
         if kind in ("duplicate", "leak"):
             images += [shown_image(row.image, image_size), shown_image(row.other, image_size)]
-            titles += [f"train, {f.score:.3f}", f"copy in {Path(row.other_path).parent.name or row.other_path}"]
+            titles += [f"train {given} ({f.score:.3f})", f"its copy in {f.other_split}"]
         else:
             images.append(shown_image(row.image, image_size))
             suggested = f" -> {short(_label(names, f.suggested), 10)}" if f.suggested >= 0 else ""

@@ -122,7 +122,9 @@ def load_data(
         )
     if data_args.exclude:  # an audit's findings: dropped or relabelled, recorded in the run record's "data"
         plan = read_exclusions(data_args.exclude)
-        splits["train"], data_args.exclude_applied = apply_exclusions(splits["train"], names, plan)
+        subsampled = data_args.max_train_samples is not None or data_args.max_eval_samples is not None
+        applied, data_args.exclude_applied = apply_exclusions(dict(splits), names, plan, subsampled)
+        splits = datasets.DatasetDict(applied)
         logger.info("exclude: %s: %d training images dropped, %d relabelled.", plan.file,
                     data_args.exclude_applied["dropped"], data_args.exclude_applied["relabelled"])  # fmt: skip
     if data_args.check_images:  # outside the barrier: each process scans its own small splits, none waits

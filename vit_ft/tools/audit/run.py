@@ -30,7 +30,6 @@ from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import load_trained
 from .findings import (
     FOLDS,
-    Finding,
     copies,
     disagreements,
     label_issues,
@@ -182,7 +181,7 @@ def run_audit(
 
     probabilities, probe = out_of_fold_probabilities(features["features"], labels, len(names), options.folds,
                                                      options.seed)  # fmt: skip
-    found: list[Finding] = label_issues(labels, probabilities)
+    found, cleanlab = label_issues(labels, probabilities)
     found += copies({"features": features["features"], "pixels": _pixels(images)}, held_values)
     scores = outlier_scores(bank)
     found += outliers(scores, labels)
@@ -191,6 +190,10 @@ def run_audit(
         "held_out": {split: len(values) for split, values in held_images.items()},
         "skipped": len(train) - len(kept), "folds": options.folds, "seed": options.seed, "probe": probe,
         "disagreements": int(disagreements(labels, probabilities).sum()),
+        # the comparisons on the same probabilities: cleanlab's flags alone, and most probable class != label
+        "compared": {"cleanlab": [image_key(images[i].get("path"), kept[i]) for i in np.flatnonzero(cleanlab)],
+                     "most_probable_not_given": [image_key(images[i].get("path"), kept[i])
+                                                 for i in np.flatnonzero(disagreements(labels, probabilities))]},
         "feature_seconds": round(feature_seconds, 2), "counts": {},
     }  # fmt: skip
     split_images = {"train": images, **held_images}
@@ -199,7 +202,7 @@ def run_audit(
     def located(split: str, index: int) -> tuple[Any, str]:
         image = split_images[split][index]
         path = image.get("path") if isinstance(image, dict) else None
-        return image, image_key(path, split_rows[split][index]).replace("train[", f"{split}[", 1)
+        return image, image_key(path, split_rows[split][index], split)
 
     rows = [AuditImage(finding, *located(finding.split, finding.index),
                        *(located(finding.other_split, finding.other_index) if finding.other_split else (None, "")))
