@@ -32,7 +32,11 @@ PIXEL_SMOOTH = 32  # every image resized to this first, so that upscaled copies 
 # cosine of two pixel descriptors from which they are one image: on digits (8x8 images, alike by nature) copies at
 # 2-3x the size as JPEG of quality 60-90 measured >= 0.9962, distinct images <= 0.9942 (docs/tools.md, Audit)
 PIXEL_COPY = 0.995
-FEATURE_COPY = 0.9999  # cosine of two centred pooled features from which they are one image, seen alike
+# two images are one in the model's eyes when their centred pooled features are closer (cosine distance) than this
+# fraction of the median distance of a training image to its nearest other: a scale of the backbone's own, since a
+# small or weak one packs all images within 1e-4 of each other (measured on digits: absolute thresholds flagged
+# hundreds of pairs there, and no leak a pixel descriptor missed)
+FEATURE_COPY = 0.02
 # the given label is less probable than not under the probe that never saw it: cleanlab's confident joint counts
 # only images above each class's mean probability, and missed a third of digits' flipped labels
 LABEL_ISSUE_BELOW = 0.5
@@ -114,7 +118,8 @@ def require_cleanlab() -> Any:
 def label_issues(labels: np.ndarray, probabilities: np.ndarray) -> tuple[list[Finding], np.ndarray]:
     """The label issues among images with given `labels` and out-of-fold `(n, num_classes)` probabilities: those
     whose given label has an out-of-fold probability below LABEL_ISSUE_BELOW, and those confident learning
-    (cleanlab's `find_label_issues`, pruned by noise rate) flags; score 1 - p(given), suggestion the argmax. Also
+    (cleanlab's `find_label_issues`, pruned by noise rate) flags; score 1 - p(given), suggestion the most probable
+    other class. Also
     `(n,)` cleanlab's flags alone (the comparison). On digits with 5 % of labels flipped cleanlab alone found two
     thirds of them at precision 1.0; the threshold reaches the issue's recall of 0.9 at precision 0.87 (docs/tools.md)."""
     find_label_issues = require_cleanlab()
@@ -122,8 +127,10 @@ def label_issues(labels: np.ndarray, probabilities: np.ndarray) -> tuple[list[Fi
     cleanlab = np.asarray(find_label_issues(labels, probabilities, filter_by="prune_by_noise_rate"), bool)
     given = probabilities[np.arange(len(labels)), labels]
     flagged = cleanlab | (given < LABEL_ISSUE_BELOW)
+    others = probabilities.copy()
+    others[np.arange(len(labels)), labels] = -1  # the suggestion is another class, even where the given one leads
     found = [Finding("train", int(i), "label_issue", float(1 - given[i]), int(labels[i]),
-                     int(probabilities[i].argmax())) for i in np.flatnonzero(flagged)]  # fmt: skip
+                     int(others[i].argmax())) for i in np.flatnonzero(flagged)]  # fmt: skip
     return found, cleanlab
 
 
@@ -143,43 +150,58 @@ def pixel_descriptor(image: Image.Image, size: int = PIXEL_SIZE) -> np.ndarray:
 
 
 def _similar_pairs(
-    queries: dict[str, np.ndarray], keys: dict[str, np.ndarray], thresholds: dict[str, float], same: bool
+    queries: np.ndarray, keys: np.ndarray, threshold: float, same: bool
 ) -> dict[tuple[int, int], float]:
-    """{(query, key): score} of the pairs whose cosine passes a space's threshold in any space (score: the
-    largest cosine, 1 for an exact copy); with `same` (queries are the keys) each pair once, self left out."""
+    """{(query, key): cosine} of the pairs of `(m, d)` queries and `(n, d)` keys (both unit norm) whose cosine is
+    at least `threshold`; with `same` (queries are the keys) each pair once, self left out."""
     found: dict[tuple[int, int], float] = {}
-    for space, threshold in thresholds.items():
-        q, k = normalized(queries[space]), normalized(keys[space])
-        for start in range(0, len(q), 1024):
-            similarity = q[start : start + 1024] @ k.T  # (chunk, keys)
-            if same:
-                similarity[np.arange(len(similarity)), np.arange(start, start + len(similarity))] = -1
-            for i, j in zip(*np.nonzero(similarity >= threshold), strict=True):
-                pair = (int(i) + start, int(j))
-                if same and pair[0] > pair[1]:
-                    pair = (pair[1], pair[0])
-                found[pair] = max(found.get(pair, -1.0), float(similarity[i, j]))
+    for start in range(0, len(queries), 1024):
+        similarity = queries[start : start + 1024] @ keys.T  # (chunk, keys)
+        if same:
+            similarity[np.arange(len(similarity)), np.arange(start, start + len(similarity))] = -1
+        for i, j in zip(*np.nonzero(similarity >= threshold), strict=True):
+            pair = (int(i) + start, int(j))
+            if same and pair[0] > pair[1]:
+                pair = (pair[1], pair[0])
+            found[pair] = float(similarity[i, j])
     return found
 
 
+def feature_copy_threshold(features: np.ndarray, fraction: float = FEATURE_COPY) -> float:
+    """The cosine from which two of these unit `(n, d)` features are one image: 1 - `fraction` of the median
+    distance from an image to its nearest other."""
+    nearest = np.zeros(len(features), np.float32)
+    for start in range(0, len(features), 1024):
+        similarity = features[start : start + 1024] @ features.T
+        similarity[np.arange(len(similarity)), np.arange(start, start + len(similarity))] = -1
+        nearest[start : start + 1024] = similarity.max(axis=1)
+    return float(1 - fraction * np.median(1 - nearest))
+
+
 def copies(
-    train: dict[str, np.ndarray], held_out: dict[str, dict[str, np.ndarray]],
-    thresholds: dict[str, float] | None = None,
+    train: dict[str, np.ndarray], held_out: dict[str, dict[str, np.ndarray]], pixel_copy: float = PIXEL_COPY,
+    feature_copy: float = FEATURE_COPY,
 ) -> list[Finding]:  # fmt: skip
     """Duplicates within the training images and leaks of held-out ones into them. `train` and each split of
-    `held_out` are {"features": `(n, hidden)`, "pixels": `(n, PIXEL_SIZE**2)`}; a pair is one image when its
-    cosine passes `thresholds` (default: FEATURE_COPY, PIXEL_COPY) in either (features centred on the training
-    images' mean first). A duplicate names the later
-    training image (the earlier one is kept), a leak the training image (the held-out image is `other`)."""
-    thresholds = thresholds or {"features": FEATURE_COPY, "pixels": PIXEL_COPY}
-    centre = train["features"].mean(axis=0)  # pooled features share a large common part: cosines near 1 for all
-    train = {**train, "features": train["features"] - centre}
-    held_out = {split: {**values, "features": values["features"] - centre} for split, values in held_out.items()}
+    `held_out` are {"features": `(n, hidden)`, "pixels": `(n, PIXEL_SIZE**2)`}; a pair is one image when its pixel
+    descriptors' cosine is at least `pixel_copy` or its features (centred on the training images' mean: pooled
+    features share a large common part) are closer than `feature_copy_threshold`. Score: the pixel cosine, or
+    the feature cosine where only the features match. A duplicate names the later training image (the earlier
+    one is kept), a leak the training image (the held-out image is `other`)."""
+    centre = train["features"].mean(axis=0)
+    features = normalized(train["features"] - centre)
+    threshold = feature_copy_threshold(features, feature_copy)
+
+    def pairs(query: dict[str, np.ndarray], query_features: np.ndarray, same: bool) -> dict[tuple[int, int], float]:
+        by_features = _similar_pairs(query_features, features, threshold, same)
+        by_pixels = _similar_pairs(normalized(query["pixels"]), normalized(train["pixels"]), pixel_copy, same)
+        return {**by_features, **by_pixels}  # the pixel cosine where both match
+
     found = [Finding("train", j, "duplicate", score, other_split="train", other_index=i)
-             for (i, j), score in _similar_pairs(train, train, thresholds, same=True).items()]  # fmt: skip
+             for (i, j), score in pairs(train, features, same=True).items()]  # fmt: skip
     for split, values in held_out.items():
-        pairs = _similar_pairs(values, train, thresholds, same=False)
-        found += [Finding("train", j, "leak", score, other_split=split, other_index=i) for (i, j), score in pairs.items()]
+        held = pairs(values, normalized(values["features"] - centre), same=False)
+        found += [Finding("train", j, "leak", score, other_split=split, other_index=i) for (i, j), score in held.items()]
     return found
 
 
@@ -211,6 +233,7 @@ __all__ = [
     "PIXEL_COPY",
     "PIXEL_SIZE",
     "copies",
+    "feature_copy_threshold",
     "disagreements",
     "label_issues",
     "out_of_fold_probabilities",
