@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -210,3 +211,11 @@ def test_bad_input_is_one_error_line(case, expected, tmp_path, capfd, hf_backbon
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], ran.stderr
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_without_cleanlab_the_audit_is_one_line_saying_how_to_install_it(tmp_path, capfd, hf_backbone_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cleanlab.filter", None)  # import fails as when it is not installed
+    ran = run_script("scripts/audit.py", ["--model", hf_backbone_dir, "--dataset", str(_one_class(tmp_path)),
+                                          "--output_dir", str(tmp_path / "out")], capfd, cwd=tmp_path)  # fmt: skip
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == 1 and len(lines) == 1 and "pip install 'vit-ft[audit]'" in lines[0], ran.stderr
