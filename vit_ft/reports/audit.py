@@ -108,16 +108,18 @@ def report_markdown(record: dict[str, Any]) -> str:
     """report.md: what was audited, the counts per kind, the probe, and the grids."""
     probe = record["probe"]
     skipped = f" ({record['skipped']} skipped: they do not decode)" if record["skipped"] else ""
+    held = ", ".join(f"{split} {count}" for split, count in record["held_out"].items()) or "none"
     lines = [
         "# Data audit",
         "",
         f"Model `{record['model']}` on {record['dataset']}: {record['num_train_images']} training images, held "
-        f"out {record['held_out'] or 'none'}{skipped}.",
+        f"out (searched for leaks): {held}{skipped}.",
         "",
         f"Out-of-fold probabilities: {record['folds']}-fold least-squares probes on the frozen pooled features (l2 "
         f"{probe['l2']:g}, temperature {probe['temperature']:.3f}), out-of-fold accuracy against the given labels "
         f"{100 * probe['accuracy']:.2f} % ({record['disagreements']} images whose most probable class is not their "
-        "label; confident learning flags those it is confident about).",
+        "label). A label issue: the given label's out-of-fold probability is below one half, or confident learning "
+        f"(cleanlab) flags it ({len(record['compared']['cleanlab'])} of them).",
         "",
         "| kind | images | what |",
         "| --- | --- | --- |",
