@@ -95,7 +95,8 @@ def plot_findings(
         given = short(_label(names, f.given), 10)
         if kind in ("duplicate", "leak"):
             images += [shown_image(row.image, image_size), shown_image(row.other, image_size)]
-            titles += [f"train {given} ({f.score:.3f})", f"its copy in {f.other_split}"]
+            titles += [" ".join(part for part in ("train", given, f"({f.score:.3f})") if part),
+                       f"its copy in {f.other_split}"]
         else:
             images.append(shown_image(row.image, image_size))
             suggested = f" -> {short(_label(names, f.suggested), 10)}" if f.suggested >= 0 else ""

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,7 @@ def run_audit(
     found += copies({"features": features["features"], "pixels": _pixels(images)}, held_values)
     scores = outlier_scores(bank)
     found += outliers(scores, labels)
+    found = [replace(f, given=int(labels[f.index])) if f.given < 0 else f for f in found]  # copies: their label too
     record = {
         "model": trained.source, "dataset": description, "classes": names, "num_train_images": len(images),
         "held_out": {split: len(values) for split, values in held_images.items()},
