@@ -264,6 +264,13 @@ class DataArguments(AugmentationArguments):
         default=None,
         metadata={"help": "Truncate the validation and test sets to this many examples."},
     )
+    exclude: str | None = field(
+        default=None,
+        metadata={
+            "help": "A vit-ft audit findings.csv (the training images it names are dropped) or relabel.csv (each "
+            "row dropped, relabelled or kept, as its action column says), applied before training."
+        },
+    )
     crop_scale_min: float = field(
         default=0.08,
         metadata={

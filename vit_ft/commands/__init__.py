@@ -25,6 +25,7 @@ COMMANDS = {
     "predict": "classify images with a trained model",
     "inspect": "attention maps and rollout of a trained model",
     "fewshot": "the few-shot linear probe of the ViT paper",
+    "audit": "find wrong labels, duplicates, train/test leaks and outliers in a dataset",
     "push": "push a fine-tune output folder to the Hugging Face Hub",
     "export": "export a trained model to ONNX (and int8) for onnxruntime",
 }

@@ -68,7 +68,7 @@ STREAM_FIXED = frozenset({"dataloader_num_workers"})
 _NOT_RECORDED = frozenset({"hub_token", "local_rank", "resume_from_checkpoint"})
 _PATHS = (
     "model_name_or_path", "teacher_model_name_or_path", "train_dir", "validation_dir", "test_dir", "output_dir",
-    "cache_dir",
+    "cache_dir", "exclude",
 )  # fmt: skip
 
 
@@ -109,6 +109,8 @@ def run_settings(
     train and validation splits as loaded (`datasets.Dataset._fingerprint`: a hash of where the files are and of
     every operation since, kept by `datasets`; nothing is read again to compute it)."""
     data = {name: getattr(splits[name], "_fingerprint", None) for name in ("train", "validation") if name in splits}
+    if getattr(data_args, "exclude_applied", None):  # an edited exclude file is other data, even at one path
+        data["exclude"] = data_args.exclude_applied["sha256"]
     return {
         "arguments": resolved_arguments(model_args, data_args, training_args),
         "classes": list(names),

@@ -24,6 +24,7 @@ from ..data.bad_images import decode_error, prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
 from ..data.digits import write_digits_imagefolder
+from ..data.exclusions import apply_exclusions, read_exclusions
 from ..data.streaming import TrainStream, load_streamed_datasets, streamed_max_steps
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, build_transforms
 from ..kernels import kernelize
@@ -123,6 +124,13 @@ def load_data(
             label_names=data_args.class_names,
             label_separator=data_args.label_separator,
         )
+    if data_args.exclude:  # an audit's findings: dropped or relabelled, recorded in the run record's "data"
+        plan = read_exclusions(data_args.exclude)
+        subsampled = data_args.max_train_samples is not None or data_args.max_eval_samples is not None
+        applied, data_args.exclude_applied = apply_exclusions(dict(splits), names, plan, subsampled)
+        splits = datasets.DatasetDict(applied)
+        logger.info("exclude: %s: %d training images dropped, %d relabelled.", plan.file,
+                    data_args.exclude_applied["dropped"], data_args.exclude_applied["relabelled"])  # fmt: skip
     if data_args.check_images:  # outside the barrier: each process scans its own small splits, none waits
         splits = datasets.DatasetDict(prescan_small_splits(splits, "image", logger))
     _check_two_classes(names, data_args)
@@ -145,6 +153,7 @@ _STREAM_REFUSED = {
     "class_weights": "a class's weight needs its count over the whole training split",
     "balanced_sampler": "it draws by index from the whole split",
     "pos_weight": "it is counted over the whole training split",
+    "exclude": "a stream is not read whole before training, so the images it names cannot be found",
 }
 
 

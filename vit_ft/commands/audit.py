@@ -1,0 +1,69 @@
+"""A data audit with a model's frozen features: training images with a wrong label (and the likely right one),
+near-duplicates, copies of validation or test images (leaks) and outliers.
+
+vit-ft audit --model outputs/digits-pretrained --dataset data/digits --output_dir reports/audit
+vit-ft finetune --recipe digits --exclude reports/audit/relabel.csv     (then: train without them)
+(also `python scripts/audit.py ...`)
+
+--model: a vit_ft folder, a transformers ViT folder or Hub id (a backbone without a head is fine); best one
+that never saw these labels. --dataset: a folder with train/ (and validation/, test/, searched for leaks) image
+folders (<split>/<class name>/<image>), a save_to_disk folder, or a Hub dataset id. Writes OUTPUT/findings.csv
+(path, kind, score, given_label, suggested_label, other), relabel.csv (edit its action / label column, then pass
+it as the fine-tune's --exclude), report.md with one image grid per kind, and audit.json; OUTPUT's other files
+are kept, and a file of these names that an earlier audit did not write there is replaced only with --overwrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..tools.arguments import add_inference_arguments
+from ..utils.cli import run_tool, tool_parser
+from ..utils.logs import setup_logging
+from .model_flags import check_model
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = tool_parser(__doc__)
+    parser.add_argument("--dataset", required=True, help="Folder with train/ (validation/, test/), save_to_disk folder or Hub id.")
+    parser.add_argument("--output_dir", required=True, help="Folder for findings.csv, relabel.csv, report.md.")
+    parser.add_argument("--overwrite", action="store_true", help="Replace files of those names not written by audit.")
+    parser.add_argument("--folds", type=int, default=5, help="k of the k-fold probes giving out-of-fold probabilities.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the folds.")
+    parser.add_argument("--dataset_config", help="Hub dataset configuration name.")
+    parser.add_argument("--train_split", default="train", help="Hub dataset split audited.")
+    parser.add_argument("--validation_split", help="Hub dataset split searched for leaks.")
+    parser.add_argument("--test_split", default="test", help="Hub dataset split searched for leaks.")
+    parser.add_argument("--image_column", default="image")
+    parser.add_argument("--label_column", default="label")
+    add_inference_arguments(parser, batch_size=64)
+    return parser.parse_args(argv)
+
+
+def audit(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse the flags, run `vit_ft.tools.audit.run_audit`, print the counts; returns audit.json's contents."""
+    args = parse_args(argv)
+    check_model(args.model)  # a missing or unfinished folder: one line, before loading anything
+    from ..tools.audit import AuditOptions, AuditSource, run_audit
+
+    options = AuditOptions(folds=args.folds, seed=args.seed, image_size=args.image_size, max_tokens=args.max_tokens,
+                           batch_size=args.batch_size, device=args.device, bf16=args.bf16)  # fmt: skip
+    source = AuditSource(args.dataset, args.dataset_config, args.train_split, args.validation_split,
+                         args.test_split, args.image_column, args.label_column)  # fmt: skip
+    setup_logging()
+    record = run_audit(args.model, source, args.output_dir, options, overwrite=args.overwrite)
+    counts = ", ".join(f"{count} {kind}" for kind, count in record["counts"].items())
+    print(f"Audit of {record['num_train_images']} training images: {counts}.")
+    print(f"Wrote findings.csv, relabel.csv and report.md to {args.output_dir}; fine-tune without them with "
+          f"--exclude {args.output_dir}/relabel.csv")  # fmt: skip
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vit-ft audit ARGS` (and `scripts/audit.py`): exits 0, or 1 with one `error:` line."""
+    run_tool(audit, argv)
+
+
+if __name__ == "__main__":
+    main()

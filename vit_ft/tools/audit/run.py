@@ -1,0 +1,217 @@
+"""`vit-ft audit`: wrong labels, duplicates, leaks and outliers of a dataset, found with a model's frozen features.
+
+One pass of the model over every image gives both feature spaces of the feature bank (`tasks.feature_bank`);
+the detectors (`findings`) work on them and on small pixel descriptors; the report (`reports.audit`) writes
+findings.csv, relabel.csv (for `exclude:` in the fine-tune, `data.exclusions`), report.md and one image grid
+per kind, replacing only the audit's own files in the output folder (`AUDIT_FILES`).
+
+    record = run_audit("outputs/digits-pretrained", AuditSource("data/digits"), "reports/audit")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...data.exclusions import image_key
+from ...data.images import load_image
+from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
+from ...reports.audit import OUTPUT_FILES, AuditImage, write_audit_report
+from ...tasks.feature_bank import FeatureBank, bank_features, normalized
+from ...utils.hub_ids import looks_like_path
+from ...utils.output_dir import OutputFiles, check_output_dir
+from ..trained import load_trained
+from .findings import (
+    FOLDS,
+    copies,
+    disagreements,
+    label_issues,
+    out_of_fold_probabilities,
+    outlier_scores,
+    outliers,
+    pixel_descriptor,
+    require_cleanlab,
+)
+
+logger = logging.getLogger("vit_ft")
+AUDIT_FILES = OutputFiles("audit", OUTPUT_FILES, "a data audit")  # only these replaced, others kept
+HELD_OUT = ("validation", "test")
+
+
+@dataclass(frozen=True)
+class AuditSource:
+    """The data audited: a folder with train/ (and validation/, test/ to search for leaks) image folders, a
+    save_to_disk folder or a Hub dataset id, with its configuration, split names and columns."""
+
+    dataset: str | os.PathLike
+    dataset_config: str | None = None
+    train_split: str = "train"
+    validation_split: str | None = None
+    test_split: str | None = "test"
+    image_column: str = "image"
+    label_column: str = "label"
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How the audit runs: `folds` of the out-of-fold probes, the data `seed` of the folds, and the model's
+    settings as every tool takes them."""
+
+    folds: int = FOLDS
+    seed: int = 0
+    image_size: int | Sequence[int] | None = None
+    max_tokens: int | None = MAX_IMAGE_TOKENS
+    batch_size: int = 64
+    device: str | None = None
+    bf16: str | bool = "auto"
+
+    def __post_init__(self) -> None:
+        if self.folds < 2:
+            raise ValueError(f"--folds {self.folds} must be at least 2 (each image is scored by a probe fitted on "
+                             "the other folds), e.g. --folds 5.")  # fmt: skip
+        if self.batch_size < 1:
+            raise ValueError(f"--batch_size {self.batch_size} must be at least 1.")
+
+
+def load_audit_data(source: AuditSource) -> tuple[dict[str, Any], list[str], str]:
+    """{split: Dataset with undecoded "image" and "label"} (train, and validation / test where present) and the
+    class names; fewer than two classes, or a class with fewer images than folds, is a ValueError."""
+    import datasets
+
+    from ...data.datasets import load_image_datasets
+
+    root = Path(source.dataset).expanduser()
+    saved = (root / "dataset_dict.json").is_file() or (root / "state.json").is_file()
+    if root.is_dir() and not saved:
+        if not (root / "train").is_dir():
+            raise FileNotFoundError(
+                f"--dataset {source.dataset} has no train/ folder; the audit reads {source.dataset}/train/<class "
+                "name>/<image> (and validation/, test/ beside it, searched for leaks)."
+            )
+        folders = {split: root / split if (root / split).is_dir() else None for split in HELD_OUT}
+        splits, names = load_image_datasets(train_dir=root / "train", validation_dir=folders["validation"],
+                                            test_dir=folders["test"], validation_split_percentage=0)  # fmt: skip
+        description = f"image folders {os.fspath(source.dataset)}"
+    elif not root.exists() and looks_like_path(source.dataset):
+        raise FileNotFoundError(2, "no such folder", os.fspath(source.dataset))
+    else:
+        splits, names = load_image_datasets(
+            dataset_name=os.fspath(source.dataset), dataset_config=source.dataset_config,
+            train_split=source.train_split, validation_split=source.validation_split, test_split=source.test_split,
+            image_column=source.image_column, label_column=source.label_column, validation_split_percentage=0,
+        )  # fmt: skip
+        description = f"dataset {os.fspath(source.dataset)}"
+    if not isinstance(splits["train"].features["label"], datasets.ClassLabel):
+        raise ValueError(f"--dataset {source.dataset} is multi-label; vit-ft audit reads single-label data.")
+    if len(names) < 2:
+        raise ValueError(
+            f"--dataset {source.dataset} has {len(names)} class ({names}); label issues need at least two classes. "
+            "Add the images of the other classes."
+        )
+    undecoded = {split: ds.cast_column("image", datasets.Image(decode=False)) for split, ds in splits.items()}
+    return undecoded, list(names), description
+
+
+def _pixels(images: Sequence[Any]) -> np.ndarray:
+    """`(n, PIXEL_SIZE**2)` pixel descriptors (a zero row for an image that does not decode)."""
+    rows = []
+    for image in images:
+        try:
+            rows.append(pixel_descriptor(load_image(image)))
+        except Exception:  # noqa: BLE001 - an image that does not decode matches nothing
+            rows.append(None)
+    size = next((len(r) for r in rows if r is not None), 1)
+    return np.stack([r if r is not None else np.zeros(size, np.float32) for r in rows])
+
+
+def _check_classes(labels: np.ndarray, names: list[str], folds: int, dataset: Any) -> None:
+    counts = np.bincount(labels, minlength=len(names))
+    small = [names[i] for i in np.flatnonzero(counts < folds)]
+    if small:
+        raise ValueError(
+            f"--dataset {dataset}: class(es) {small[:10]} have fewer training images than --folds {folds}; add "
+            "images, or lower --folds (at least 2)."
+        )
+
+
+def run_audit(
+    model: str | os.PathLike,
+    source: AuditSource | str | os.PathLike,
+    output_dir: str | os.PathLike,
+    options: AuditOptions | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Audit `source`'s training images with `model`'s frozen features; write findings.csv, relabel.csv,
+    report.md, audit.json and the grids to `output_dir` (only the audit's own files replaced) and return the
+    record (audit.json's contents)."""
+    options = options or AuditOptions()
+    source = source if isinstance(source, AuditSource) else AuditSource(source)
+    require_cleanlab()
+    out = check_output_dir(output_dir, inputs=[model, source.dataset], holds=", ".join(OUTPUT_FILES))
+    AUDIT_FILES.check(out, overwrite)
+    splits, names, description = load_audit_data(source)
+    train = splits["train"]
+    labels = np.asarray(train["label"], np.int64)
+    _check_classes(labels, names, options.folds, source.dataset)
+    trained = load_trained(model, options.image_size, options.device, max_tokens=options.max_tokens,
+                           require_head=False, bf16=options.bf16)  # fmt: skip
+    started = time.perf_counter()
+    features, kept = bank_features(trained.model, trained.transform, train["image"], options.batch_size)
+    if not kept:
+        raise ValueError(f"--dataset {source.dataset}: none of the {len(train)} training images decodes.")
+    images = [train["image"][i] for i in kept]
+    labels = labels[kept]
+    bank = FeatureBank(normalized(features["features"]), labels, np.asarray(kept, np.int64),
+                       normalized(features["input"]))  # fmt: skip
+    held = {split: splits[split] for split in HELD_OUT if split in splits}
+    held_values: dict[str, dict[str, np.ndarray]] = {}
+    held_images: dict[str, list[Any]] = {}
+    for split, dataset in held.items():
+        values, held_kept = bank_features(trained.model, trained.transform, dataset["image"], options.batch_size)
+        held_images[split] = [dataset["image"][i] for i in held_kept]
+        held_values[split] = {"features": values["features"], "pixels": _pixels(held_images[split])}
+    feature_seconds = time.perf_counter() - started
+
+    probabilities, probe = out_of_fold_probabilities(features["features"], labels, len(names), options.folds,
+                                                     options.seed)  # fmt: skip
+    found, cleanlab = label_issues(labels, probabilities)
+    found += copies({"features": features["features"], "pixels": _pixels(images)}, held_values)
+    scores = outlier_scores(bank)
+    found += outliers(scores, labels)
+    found = [replace(f, given=int(labels[f.index])) if f.given < 0 else f for f in found]  # copies: their label too
+    record = {
+        "model": trained.source, "dataset": description, "classes": names, "num_train_images": len(images),
+        "held_out": {split: len(values) for split, values in held_images.items()},
+        "skipped": len(train) - len(kept), "folds": options.folds, "seed": options.seed, "probe": probe,
+        "disagreements": int(disagreements(labels, probabilities).sum()),
+        # the comparisons on the same probabilities: cleanlab's flags alone, and most probable class != label
+        "compared": {"cleanlab": [image_key(images[i].get("path"), kept[i]) for i in np.flatnonzero(cleanlab)],
+                     "most_probable_not_given": [image_key(images[i].get("path"), kept[i])
+                                                 for i in np.flatnonzero(disagreements(labels, probabilities))]},
+        "feature_seconds": round(feature_seconds, 2), "counts": {},
+    }  # fmt: skip
+    split_images = {"train": images, **held_images}
+    split_rows = {"train": kept, **{split: range(len(values)) for split, values in held_images.items()}}
+
+    def located(split: str, index: int) -> tuple[Any, str]:
+        image = split_images[split][index]
+        path = image.get("path") if isinstance(image, dict) else None
+        return image, image_key(path, split_rows[split][index], split)
+
+    rows = [AuditImage(finding, *located(finding.split, finding.index),
+                       *(located(finding.other_split, finding.other_index) if finding.other_split else (None, "")))
+            for finding in found]  # fmt: skip
+    with AUDIT_FILES.staged(out, overwrite) as staging:
+        record = write_audit_report(staging, rows, names, record, tuple(trained.preprocessing.image_size))
+    logger.info("Audit of %s: %s.", description, ", ".join(f"{n} {k}" for k, n in record["counts"].items()))
+    return record
+
+
+__all__ = ["AUDIT_FILES", "AuditOptions", "AuditSource", "load_audit_data", "run_audit"]
