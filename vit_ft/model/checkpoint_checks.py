@@ -223,11 +223,22 @@ def check_complete(info: dict[str, Any], weights: str, allowed: tuple[str, ...] 
             )
 
 
+# the model's weight files, in the order transformers looks for them; a folder's other .safetensors (a feature
+# bank, an EMA copy) are not the model's
+WEIGHT_FILE_PATTERNS = (
+    SAFE_WEIGHTS_NAME, "model-*-of-*.safetensors", "adapter_model.safetensors", "pytorch_model.bin",
+    "pytorch_model-*-of-*.bin",
+)  # fmt: skip
+
+
 def weights_file_name(name: str | os.PathLike) -> str:
-    """The weight file of a folder (its first one), or of a Hub id, as the user would look for it."""
+    """The model's weight file in a folder (its first one), or of a Hub id, as the user would look for it."""
     folder = Path(name)
-    files = (sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))) if folder.is_dir() else []
-    return str(files[0]) if files else f"{name}/{SAFE_WEIGHTS_NAME}"
+    if folder.is_dir():
+        for pattern in WEIGHT_FILE_PATTERNS:
+            if files := sorted(folder.glob(pattern)):
+                return str(files[0])
+    return f"{name}/{SAFE_WEIGHTS_NAME}"
 
 
 __all__ = [
