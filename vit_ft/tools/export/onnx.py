@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ EXTERNAL_DATA_BYTES = 1 << 30
 EXPORT_FILES = OutputFiles(
     "export",
     (ONNX_FILE, f"{ONNX_FILE}.data", INT8_FILE, f"{INT8_FILE}.data", "preprocessor_config.json",
-     "config.json"),
+     "config.json", "deployment.md", "deployment.json"),  # the last two: export --report (report.py)
     "an ONNX export",
     own_needs_overwrite=True,  # an earlier export is replaced only when asked
 )
@@ -249,13 +250,15 @@ def export_onnx(
     output_dir: str | os.PathLike,
     quantize: str | None = None,
     overwrite: bool = False,
+    report: Callable[[Trained, Path], Any] | None = None,
 ) -> OnnxExport:
     """Export the trained `model` (a fine-tune output folder, LoRA adapter folder or Hub id, a LoRA adapter
     merged; or the `Trained` model the command loaded) to `output_dir`: model.onnx, preprocessor_config.json,
     config.json, and with `quantize="int8"` model.int8.onnx. Written to a hidden temporary folder and moved
     into place once every graph has been checked against PyTorch, replacing only the export's own files there
     (`EXPORT_FILES.staged`: an earlier export only with `overwrite`, the folder's other files kept); a missing
-    onnxruntime or a bad folder fails before the model loads."""
+    onnxruntime or a bad folder fails before the model loads. `report(trained, staging)` then writes its files
+    beside the graphs (`export --report`), moved into place with them."""
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"--quantize {quantize} is not one of {', '.join(QUANTIZE_CHOICES)}; leave it unset for fp32 only.")  # fmt: skip
     require_onnxruntime()
@@ -273,6 +276,8 @@ def export_onnx(
         image_size = tuple(trained.model.config.image_hw)
         write_image_processor(origin, staging, image_size)
         (staging / "config.json").write_text(json.dumps(_config_dict(trained.model.config), indent=2) + "\n")
+        if report is not None:
+            report(trained, staging)
         files = sorted(p.name for p in staging.iterdir())
     threshold = trained.task.threshold_summary(trained.id2label)
     return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, threshold=threshold)
