@@ -62,7 +62,7 @@ def bench_deployment(
                          throughput=THROUGHPUT_BATCH / timings[THROUGHPUT_BATCH][name])  # fmt: skip
         for name in runners
     }
-    faster = {int8: recommend_int8(rows[int8], rows[fp32])[1].replace("0.00 points below", "speed only")
+    faster = {int8: recommend_int8(rows[int8], rows[fp32])[1].split(", accuracy")[0]
               for int8, fp32 in INT8_OF.items() if int8 in rows}  # fmt: skip
     return {
         "model": f"ViT-{variant}/{patch_size} random weights, {image_size} px",
