@@ -53,6 +53,7 @@ def reported(tiny_finetuned_dir, tmp_path_factory):
     return out, summary
 
 
+@pytest.mark.slow  # the export with its report: about a minute on 2 busy cores
 def test_report_has_a_row_per_runtime_and_agrees_with_pytorch(reported):
     out, summary = reported
     report = json.loads((out / "deployment.json").read_text())
@@ -79,6 +80,7 @@ def test_report_has_a_row_per_runtime_and_agrees_with_pytorch(reported):
     assert f"fastest recommended {report['recommended']}" in summary
 
 
+@pytest.mark.slow  # the export with its report: about a minute on 2 busy cores
 def test_int8_graphs_keep_layernorm_and_softmax_in_fp32(reported):
     out, _ = reported
     ops = deployment.onnx_int8_ops(out / "model.int8.onnx")
@@ -91,6 +93,7 @@ def test_int8_graphs_keep_layernorm_and_softmax_in_fp32(reported):
         assert "MatMul" in fed and "MVN" not in fed and "Softmax" not in fed, fed
 
 
+@pytest.mark.slow  # the export with its report: about a minute on 2 busy cores
 def test_report_files_are_the_exports_and_go_with_a_new_export(reported, tiny_finetuned_dir):
     out, _ = reported
     record = (out / OUTPUT_RECORD).read_text()

@@ -174,21 +174,28 @@ def build_runners(
     for name, file in (("onnxruntime fp32", ONNX_FILE), ("onnxruntime int8", INT8_FILE)):
         runners[name] = OnnxClassifier(folder / file, threads=threads).logits
     notes["onnxruntime int8"] = f"int8 graph ops: {_ops_note(onnx_int8_ops(folder / INT8_FILE))}"
+    openvino, openvino_notes = openvino_runners(folder / ONNX_FILE, calibration, threads)
+    return {**runners, **openvino}, {**notes, **openvino_notes}
+
+
+def openvino_runners(
+    onnx_file: str | os.PathLike, calibration: Callable[[], list[torch.Tensor]], threads: int
+) -> tuple[dict[str, Runner], dict[str, str]]:
+    """OpenVINO fp32 (converting the ONNX graph) and int8 (NNCF on `calibration`'s batches) on the CPU, with a
+    note per row: why it cannot run here, or which ops its int8 quantises."""
     missing = openvino_missing()
     if "openvino" in missing:
-        notes["OpenVINO fp32"] = notes["OpenVINO int8"] = f"openvino is not installed here ({DEPLOY_HINT})"
-        return runners, notes
+        note = f"openvino is not installed here ({DEPLOY_HINT})"
+        return {}, {"OpenVINO fp32": note, "OpenVINO int8": note}
     import openvino as ov
 
-    ov_model = ov.convert_model(str(folder / ONNX_FILE))
-    runners["OpenVINO fp32"] = _openvino_runner(ov_model, threads)
+    ov_model = ov.convert_model(str(onnx_file))
+    runners = {"OpenVINO fp32": _openvino_runner(ov_model, threads)}
     if "nncf" in missing:
-        notes["OpenVINO int8"] = f"nncf is not installed here ({DEPLOY_HINT}): OpenVINO fp32 only"
-    else:
-        int8 = _openvino_int8(ov_model, calibration())
-        runners["OpenVINO int8"] = _openvino_runner(int8, threads)
-        notes["OpenVINO int8"] = f"int8 inputs (FakeQuantize) of: {_ops_note(openvino_int8_ops(int8))}"
-    return runners, notes
+        return runners, {"OpenVINO int8": f"nncf is not installed here ({DEPLOY_HINT}): OpenVINO fp32 only"}
+    int8 = _openvino_int8(ov_model, calibration())
+    runners["OpenVINO int8"] = _openvino_runner(int8, threads)
+    return runners, {"OpenVINO int8": f"int8 inputs (FakeQuantize) of: {_ops_note(openvino_int8_ops(int8))}"}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -407,6 +414,7 @@ __all__ = [
     "build_runners",
     "measure_runtimes",
     "onnx_int8_ops",
+    "openvino_runners",
     "openvino_int8_ops",
     "openvino_missing",
     "recommend_int8",
