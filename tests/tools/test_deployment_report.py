@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from vit_ft.commands.export import export
+from vit_ft.commands.export import export, main
 from vit_ft.tools.export import report as deployment
 from vit_ft.tools.export.onnx import ONNX_FILE
 from vit_ft.tools.export.report import RuntimeRow, openvino_missing, recommend_int8
@@ -102,3 +102,18 @@ def test_report_files_are_the_exports_and_go_with_a_new_export(reported, tiny_fi
     export(["--model", str(tiny_finetuned_dir), "--output_dir", str(out), "--overwrite"])  # no --report
     assert not (out / "deployment.md").exists() and not (out / "deployment.json").exists()  # not stale
     assert (out / "mine.txt").read_text() == "kept"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--report", "nosuch"], "nosuch"),  # a split the fine-tune did not record: named, before the export
+        (["--report", "test", "--quantize", "int4"], "invalid choice: 'int4'"),
+    ],
+)
+def test_bad_report_input_is_one_line_and_writes_nothing(tiny_finetuned_dir, tmp_path, capsys, flags, expected):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", str(tiny_finetuned_dir), "--output_dir", str(out), *flags])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code != 0 and expected in lines[-1] and not out.exists(), lines

@@ -68,13 +68,15 @@ def export(argv: list[str] | None = None) -> str:
     require_onnxruntime()  # before the model loads: the one line names the install command
     check_export_dir(args.output_dir, args.model, args.overwrite)
     trained = load_trained(args.model, device="cpu", merge_lora=True)  # once: the export and --evaluate use it
-    if args.evaluate or args.report:
+    if args.evaluate:
         check_evaluation(trained)  # a multi-label model: refused before anything is written
     report = None
     if args.report:  # measured on the staged graphs, written beside them: moved into place together
         from ..tools.export.report import DeploymentReport
 
+        check_evaluation(trained, "--report")
         report = DeploymentReport(args.report)
+        report.check(trained)  # a split the fine-tune did not record: one line, before the export's minutes
     quantize = "int8" if args.report else args.quantize
     summary = export_onnx(trained, args.output_dir, quantize, args.overwrite, report=report).summary()
     if report is not None:

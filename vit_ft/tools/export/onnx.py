@@ -284,18 +284,18 @@ def export_onnx(
 
 
 MULTI_LABEL_EVALUATION = (
-    "--evaluate compares top-1 accuracy, which a multi-label model ({model}: problem_type {problem_type}) does not "
-    "have; leave --evaluate out (every graph is checked against PyTorch's logits either way) and measure its mAP "
+    "{flag} compares top-1 accuracy, which a multi-label model ({model}: problem_type {problem_type}) does not "
+    "have; leave {flag} out (every graph is checked against PyTorch's logits either way) and measure its mAP "
     "with vit-ft evaluate --model {model}."
 )
 
 
-def check_evaluation(trained: Trained) -> None:
+def check_evaluation(trained: Trained, flag: str = "--evaluate") -> None:
     """A ValueError when `--evaluate` cannot run on the `trained` model: its task has no top-1 accuracy (a
     multi-label model). The command checks it before anything is exported."""
     task = trained.task
     if "accuracy" not in task.metric_names:
-        raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type))
+        raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type, flag=flag))
 
 
 def _loaded(model: str | os.PathLike | Trained) -> Trained:

@@ -395,6 +395,12 @@ class DeploymentReport:
     def __init__(self, split: str = "test", **settings: Any) -> None:
         self.split, self.settings, self.result = split, settings, None
 
+    def check(self, trained: Trained) -> None:
+        """The split resolves (a ValueError naming the recorded splits otherwise), before anything is exported."""
+        from ..evaluate.data import resolve_eval_data
+
+        resolve_eval_data(trained.origin, trained.id2label, split=self.split)
+
     def __call__(self, trained: Trained, folder: Path) -> None:
         self.result = measure_runtimes(trained, folder, self.split, **self.settings)
         write_report(self.result, folder)
