@@ -3,6 +3,7 @@
 Nothing here asserts a speed: timings on a shared machine prove nothing in a unit test.
 """
 
+import importlib.util
 import io
 import json
 import math
@@ -156,9 +157,11 @@ def test_quick_run_covers_every_section_with_sane_rows():
     assert sum("torch.compile (eager) against eager" in row["measurement"] for row in compiled) == 4
     assert {row["target"] for row in compiled} == {">= 1.00", ">= 1.10"}
     onnx = [row for row in rows if row["section"] == "onnx"]  # fp32 and int8, each against eager and compiled
+    graphs = ["onnxruntime fp32", "onnxruntime int8 (dynamic)"]
+    installed = [importlib.util.find_spec(name) is not None for name in ("openvino", "nncf")]  # vit-ft[deploy]
+    graphs += ["OpenVINO fp32"] * installed[0] + ["OpenVINO int8 (NNCF)"] * all(installed)
     assert [(row["candidate"], row["reference"]) for row in onnx] == [
-        (graph, ours) for graph in ("onnxruntime fp32", "onnxruntime int8 (dynamic)")
-        for ours in ("vit_ft eager", "vit_ft + torch.compile")]  # fmt: skip
+        (graph, ours) for graph in graphs for ours in ("vit_ft eager", "vit_ft + torch.compile")]  # fmt: skip
     assert float(onnx[0]["note"].split()[-1]) <= 1e-4 and "logit difference" in onnx[2]["note"]
     gpu = [row for row in rows if row["section"] == "gpu"]
     assert all("bf16, 48 px, batch 4, on cpu" in row["measurement"] for row in gpu), gpu

@@ -3,6 +3,7 @@
 vit-ft export --model outputs/digits --output_dir outputs/digits-onnx                  # model.onnx
 vit-ft export --model outputs/digits --output_dir outputs/digits-onnx --quantize int8  # + model.int8.onnx
 vit-ft export --model outputs/digits --output_dir outputs/digits-onnx --quantize int8 --evaluate test
+vit-ft export --model outputs/digits --output_dir outputs/digits-onnx --report          # + deployment.md
 (also `python scripts/export.py ...`; needs `pip install 'vit-ft[export]'`)
 
 Writes model.onnx (input `pixel_values`, output `logits`; dynamic batch, and dynamic height and width where the
@@ -10,8 +11,12 @@ export reproduces PyTorch's position-embedding resampling, else the fine-tuned r
 which), preprocessor_config.json (the resize and normalisation the graph expects) and config.json (id2label).
 Every graph is run with onnxruntime against PyTorch before the folder is written; --evaluate SPLIT then prints
 the top-1 accuracy of PyTorch and of each graph on that split of the fine-tune's recorded data. --output_dir
-lies outside the model's folder; only the export's files there are written (--overwrite replaces an earlier
-export, or a file of the export's names), the folder's other files are kept.
+lies outside the model's folder; --report [SPLIT] (default test; writes the int8 graph too) adds deployment.md
+and deployment.json: per runtime (PyTorch eager and compiled, onnxruntime and OpenVINO fp32 and int8) the
+accuracy on that split, agreement with PyTorch, latency at batch 1, images/s at batch 32 on this host, and
+whether int8 is recommended (OpenVINO: pip install 'vit-ft[deploy]', else its rows say so). Only the
+export's files there are written (--overwrite replaces an earlier export, or a file of the export's names), the
+folder's other files are kept.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--evaluate", metavar="SPLIT", default=None,
                         help="Then measure top-1 accuracy of PyTorch and of each graph on this split of the "
                         "fine-tune's recorded data (e.g. test).")  # fmt: skip
+    parser.add_argument("--report", metavar="SPLIT", nargs="?", const="test", default=None,
+                        help="Also write deployment.md/.json: every runtime's accuracy on SPLIT (default test), "
+                        "agreement with PyTorch, latency and throughput here, the int8 recommendation; "
+                        "implies --quantize int8.")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -61,7 +70,17 @@ def export(argv: list[str] | None = None) -> str:
     trained = load_trained(args.model, device="cpu", merge_lora=True)  # once: the export and --evaluate use it
     if args.evaluate:
         check_evaluation(trained)  # a multi-label model: refused before anything is written
-    summary = export_onnx(trained, args.output_dir, args.quantize, args.overwrite).summary()
+    report = None
+    if args.report:  # measured on the staged graphs, written beside them: moved into place together
+        from ..tools.export.report import DeploymentReport
+
+        check_evaluation(trained, "--report")
+        report = DeploymentReport(args.report)
+        report.check(trained)  # a split the fine-tune did not record: one line, before the export's minutes
+    quantize = "int8" if args.report else args.quantize
+    summary = export_onnx(trained, args.output_dir, quantize, args.overwrite, report=report).summary()
+    if report is not None:
+        summary += "\n" + report.summary()
     print(summary)
     if args.evaluate:
         line = accuracy_line(compare_accuracy(trained, args.output_dir, args.evaluate))

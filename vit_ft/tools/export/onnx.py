@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ EXTERNAL_DATA_BYTES = 1 << 30
 EXPORT_FILES = OutputFiles(
     "export",
     (ONNX_FILE, f"{ONNX_FILE}.data", INT8_FILE, f"{INT8_FILE}.data", "preprocessor_config.json",
-     "config.json"),
+     "config.json", "deployment.md", "deployment.json"),  # the last two: export --report (report.py)
     "an ONNX export",
     own_needs_overwrite=True,  # an earlier export is replaced only when asked
 )
@@ -263,13 +264,15 @@ def export_onnx(
     output_dir: str | os.PathLike,
     quantize: str | None = None,
     overwrite: bool = False,
+    report: Callable[[Trained, Path], Any] | None = None,
 ) -> OnnxExport:
     """Export the trained `model` (a fine-tune output folder, LoRA adapter folder or Hub id, a LoRA adapter
     merged; or the `Trained` model the command loaded) to `output_dir`: model.onnx, preprocessor_config.json,
     config.json, and with `quantize="int8"` model.int8.onnx. Written to a hidden temporary folder and moved
     into place once every graph has been checked against PyTorch, replacing only the export's own files there
     (`EXPORT_FILES.staged`: an earlier export only with `overwrite`, the folder's other files kept); a missing
-    onnxruntime or a bad folder fails before the model loads."""
+    onnxruntime or a bad folder fails before the model loads. `report(trained, staging)` then writes its files
+    beside the graphs (`export --report`), moved into place with them."""
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"--quantize {quantize} is not one of {', '.join(QUANTIZE_CHOICES)}; leave it unset for fp32 only.")  # fmt: skip
     require_onnxruntime()
@@ -284,24 +287,26 @@ def export_onnx(
         image_size = tuple(model.config.image_hw)
         write_image_processor(origin, staging, image_size)
         (staging / "config.json").write_text(json.dumps(_config_dict(model.config), indent=2) + "\n")
+        if report is not None:
+            report(trained, staging)
         files = sorted(p.name for p in staging.iterdir())
     threshold = trained.task.threshold_summary(trained.id2label)
     return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, threshold=threshold)
 
 
 MULTI_LABEL_EVALUATION = (
-    "--evaluate compares top-1 accuracy, which a multi-label model ({model}: problem_type {problem_type}) does not "
-    "have; leave --evaluate out (every graph is checked against PyTorch's logits either way) and measure its mAP "
+    "{flag} compares top-1 accuracy, which a multi-label model ({model}: problem_type {problem_type}) does not "
+    "have; leave {flag} out (every graph is checked against PyTorch's logits either way) and measure its mAP "
     "with vit-ft evaluate --model {model}."
 )
 
 
-def check_evaluation(trained: Trained) -> None:
+def check_evaluation(trained: Trained, flag: str = "--evaluate") -> None:
     """A ValueError when `--evaluate` cannot run on the `trained` model: its task has no top-1 accuracy (a
     multi-label model). The command checks it before anything is exported."""
     task = trained.task
     if "accuracy" not in task.metric_names:
-        raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type))
+        raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type, flag=flag))
 
 
 def _loaded(model: str | os.PathLike | Trained) -> Trained:
