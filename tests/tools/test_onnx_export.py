@@ -119,13 +119,13 @@ def test_a_full_disk_while_exporting_is_the_full_disk_line_not_the_dynamic_size(
     assert [p.name for p in out.iterdir()] == ["keep.txt"]  # no half graph, no staging folder
 
 
-def test_missing_onnxruntime_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys):
+def test_missing_onnxruntime_is_one_line_naming_the_install(monkeypatch, tiny_finetuned_dir, tmp_path, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a)
     )
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--model", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exit_info:  # a real model (a missing one is its own line, first)
+        main(["--model", str(tiny_finetuned_dir), "--output_dir", str(tmp_path / "out")])
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 1 and "onnxruntime missing here" in line
     assert "Install them with: pip install 'vit-ft[export]'" in line and not (tmp_path / "out").exists()
