@@ -66,6 +66,7 @@ def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_p
         "rotary.py",
         "inputs.py",
         "norms.py",
+        "knn_head.py",
         "sizes.py",
     }
     pixels = torch.randn(2, 3, 24, 32)

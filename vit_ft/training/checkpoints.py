@@ -217,7 +217,7 @@ FINETUNE_FILES = OutputFiles(
     "finetune",
     ("README.md", "config.json", "model.safetensors", "preprocessor_config.json", "labels.json",
      "configuration_vit_ft.py", "modeling_vit_ft.py", "pos_embed.py", "rotary.py", "inputs.py", "norms.py",
-     "sizes.py", "training_args.bin",
+     "knn_head.py", "sizes.py", "training_args.bin",
      "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json", "test_results.json",
      "training_curves.png", "augmentations.png", "vit_ft_run.json", "sweep.json", "sweep.md", "seeds.json",
      "seeds.md", "feature_bank.safetensors"),  # tasks.feature_bank.FEATURE_BANK_FILE (not imported: light)
