@@ -26,6 +26,8 @@ from .augmentation_arguments import AugmentationArguments
 from .checks import check_ranges
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
+# how the model learns: all weights, LoRA adapters, or a probe on frozen features (training/probes.py)
+METHOD_CHOICES = ("full", "lora", "linear", "knn")
 BUILTIN_PRETRAININGS = ("digits",)
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
@@ -87,8 +89,16 @@ class ModelArguments:
             "inactive in evaluation. None keeps the checkpoint's own value (0 for a plain ViT), 0 turns it off."
         },
     )
-    use_lora: bool = field(
-        default=False,
+    method: str | None = field(
+        default=None,
+        metadata={
+            "help": "How the model learns: 'full' (all weights), 'lora' (= use_lora: true), 'linear' (a logistic "
+            "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
+            "over the training features, stored in the model). Unset: 'lora' when use_lora is true, else 'full'."
+        },
+    )
+    use_lora: bool | None = field(
+        default=None,
         metadata={"help": "Train LoRA adapters (plus the classification head) instead of all weights."},
     )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
@@ -127,11 +137,24 @@ class ModelArguments:
             raise ValueError("model_name_or_path is empty; set it to a Hub id or a local checkpoint folder.")
         _check_choice("pooling", self.pooling, POOLING_CHOICES, allow_none=True)
         self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
+        self._resolve_method()
         _check_choice("pretrain_if_missing", self.pretrain_if_missing, BUILTIN_PRETRAININGS, allow_none=True)
         if self.image_size is not None:  # against the checkpoint's patch (read only when local) and the bound
             patch = config_patch(read_local_config(self.model_name_or_path, self.cache_dir))
             name = self.model_name_or_path
             check_image_size(self.image_size, patch, max_image_tokens(), FINETUNE_WORDING, name=name)
+
+    def _resolve_method(self) -> None:
+        """`method` and `use_lora` agree (one follows from the other when only one is given), or one line."""
+        _check_choice("method", self.method, METHOD_CHOICES, allow_none=True)
+        if self.method is None:
+            self.method = "lora" if self.use_lora else "full"
+        elif self.use_lora is not None and self.use_lora != (self.method == "lora"):
+            raise ValueError(
+                f"method={self.method!r} and use_lora={str(self.use_lora).lower()} disagree: give one of them "
+                f"({'method: lora means use_lora: true' if self.method == 'lora' else 'use_lora: true is method: lora'})."
+            )
+        self.use_lora = self.method == "lora"
 
     @staticmethod
     def _normalise_lora_targets(value: str) -> str:

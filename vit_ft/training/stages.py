@@ -43,6 +43,7 @@ from .checkpoints import (
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
+from .probes import PROBE_METHODS, fit_probe
 from .resume import check_resume, run_settings
 from .trainer import build_trainer, evaluate_final_model
 from .workers import check_data_loading
@@ -438,7 +439,10 @@ def _finetune(
     if training_args.process_index == 0:
         mark_unfinished(training_args.output_dir)
     try:
-        result = trainer.train(resume_from_checkpoint=resume)
+        if model_args.method in PROBE_METHODS:  # a probe on the frozen backbone, fitted instead of trained
+            result = fit_probe(trainer, model_args.method, training_args.seed)
+        else:
+            result = trainer.train(resume_from_checkpoint=resume)
     finally:
         preemption.restore()
     preemption.check(training_args.output_dir)  # stopped on SIGTERM / SIGUSR1: saved, not finished
