@@ -31,6 +31,7 @@ def _fine_tune(tmp_path, capfd, method: str, multi_label: bool):
     return out, load_trained(str(out)), FeatureBank.load(out / FEATURE_BANK_FILE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("multi_label", [False, True], ids=["single", "multi"])
 def test_knn_method_saves_a_model_whose_votes_are_dinov2s(tmp_path, capfd, multi_label):
     out, trained, bank = _fine_tune(tmp_path, capfd, "knn", multi_label)
@@ -48,6 +49,7 @@ def test_knn_method_saves_a_model_whose_votes_are_dinov2s(tmp_path, capfd, multi
     np.testing.assert_allclose(got.numpy(), expected, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("multi_label", [False, True], ids=["single", "multi"])
 def test_linear_method_saves_scikit_learns_logistic_regression(tmp_path, capfd, multi_label):
     from sklearn.linear_model import LogisticRegression
