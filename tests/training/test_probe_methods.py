@@ -77,7 +77,7 @@ def test_linear_method_saves_scikit_learns_logistic_regression(tmp_path, capfd, 
     [
         (["--method", "lora", "--use_lora", "false"], "method='lora' and use_lora=false disagree"),
         (["--method", "knn", "--use_lora", "true"], "method='knn' and use_lora=true disagree"),
-        (["--method", "probe"], "method='probe' is not supported; use one of: full, lora, linear, knn"),
+        (["--method", "probe"], "method='probe' is not supported; use one of: full, lora, linear, knn, auto"),
     ],
 )
 def test_method_mistakes_are_one_line(tmp_path, capfd, flags, expected):
@@ -87,3 +87,15 @@ def test_method_mistakes_are_one_line(tmp_path, capfd, flags, expected):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error:") and expected in lines[-1], result.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--method", "auto", "--budget_minutes", "0"], "budget_minutes=0"),
+        (["--method", "full", "--budget_minutes", "5"], "budget_minutes=5 limits the ladder of method: auto"),
+        (["--method", "auto", "--ladder_min_gain", "-1"], "ladder_min_gain=-1"),
+    ],
+)
+def test_ladder_mistakes_are_one_line(tmp_path, capfd, flags, expected):
+    test_method_mistakes_are_one_line(tmp_path, capfd, flags, expected)

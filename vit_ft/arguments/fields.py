@@ -26,8 +26,9 @@ from .augmentation_arguments import AugmentationArguments
 from .checks import check_ranges
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
-# how the model learns: all weights, LoRA adapters, or a probe on frozen features (training/probes.py)
-METHOD_CHOICES = ("full", "lora", "linear", "knn")
+# how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
+# ladder that tries them cheapest first (training/ladder.py)
+METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto")
 BUILTIN_PRETRAININGS = ("digits",)
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
@@ -94,8 +95,21 @@ class ModelArguments:
         metadata={
             "help": "How the model learns: 'full' (all weights), 'lora' (= use_lora: true), 'linear' (a logistic "
             "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
-            "over the training features, stored in the model). Unset: 'lora' when use_lora is true, else 'full'."
+            "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
+            "then full, each taken while the one before gained more than ladder_min_gain). Unset: 'lora' when "
+            "use_lora is true, else 'full'."
         },
+    )
+    ladder_min_gain: float = field(
+        default=1.0,
+        metadata={
+            "help": "method auto: the validation gain (accuracy or mAP points, 1.0 = one percentage point) a rung "
+            "must make over the rungs below it for the ladder to try the next, costlier one."
+        },
+    )
+    budget_minutes: float | None = field(
+        default=None,
+        metadata={"help": "method auto: no further rung starts once this many minutes are spent (unset: no limit)."},
     )
     use_lora: bool | None = field(
         default=None,
@@ -155,6 +169,11 @@ class ModelArguments:
                 f"({'method: lora means use_lora: true' if self.method == 'lora' else 'use_lora: true is method: lora'})."
             )
         self.use_lora = self.method == "lora"
+        if self.budget_minutes is not None and self.method != "auto":
+            raise ValueError(
+                f"budget_minutes={self.budget_minutes:g} limits the ladder of method: auto, not method: {self.method}; "
+                "add --method auto or leave budget_minutes unset."
+            )
 
     @staticmethod
     def _normalise_lora_targets(value: str) -> str:

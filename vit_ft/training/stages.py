@@ -351,6 +351,10 @@ def run_finetune(
     record written last (`"finished": true`) marks it finished. A full disk while saving is one line (OSError)
     naming the last complete checkpoint; a preemption signal saves a checkpoint and raises Preempted.
     """
+    if model_args.method == "auto":  # the ladder: one run_finetune per rung, into OUTPUT/ladder/<rung>/
+        from .ladder import run_ladder
+
+        return run_ladder(model_args, data_args, training_args, recipe, overwrite_output_dir)
     finished = finished_run_message(training_args)
     if finished is not None:  # before the lock: nothing in the folder changes
         logger.warning(finished)
