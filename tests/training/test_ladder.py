@@ -11,6 +11,7 @@ import pytest
 from vit_ft.arguments.recipes import parse_args
 from vit_ft.tools.trained import load_trained
 from vit_ft.training.ladder import RUNGS, Rung, next_rung_reason, run_ladder
+from vit_ft.training.stages import run_finetune
 
 from ..conftest import write_tiny_recipe
 
@@ -53,7 +54,7 @@ def test_ladder_end_to_end_with_an_injected_clock(tmp_path):
         ["--recipe", str(recipe), "--method", "auto", "--budget_minutes", "1", "--ladder_min_gain", "0"]
     )
     # readings: start 10; kNN 20-30; linear's check 40 (< 60 s: on), 50-60; LoRA's check 70 >= 60: stop
-    metrics = run_ladder(model_args, data_args, training_args, clock=FakeClock())
+    metrics = run_ladder(model_args, data_args, training_args, clock=FakeClock(), run_finetune=run_finetune)
     out = tmp_path / "out"
     record = json.loads((out / "ladder.json").read_text())
     ran = [rung["method"] for rung in record["rungs"] if rung["ran"]]

@@ -76,11 +76,13 @@ def run_ladder(
     recipe: str | None = None,
     overwrite_output_dir: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    *,
+    run_finetune: Callable[..., dict[str, float]],
 ) -> dict[str, float]:
-    """Climb the ladder into `training_args.output_dir` (see the module's docstring); returns the best rung's
-    metrics with `ladder_method` (its index in RUNGS)."""
+    """Climb the ladder into `training_args.output_dir` (see the module's docstring) with `run_finetune` (the
+    stages', handed in: the stages call the ladder); returns the best rung's metrics with `ladder_method` (its
+    index in RUNGS)."""
     from .checkpoints import check_run_output_dir
-    from .stages import run_finetune
 
     check_run_output_dir(training_args, overwrite_output_dir)  # the winner's files will be copied there
     output_dir = Path(training_args.output_dir)

@@ -354,7 +354,7 @@ def run_finetune(
     if model_args.method == "auto":  # the ladder: one run_finetune per rung, into OUTPUT/ladder/<rung>/
         from .ladder import run_ladder
 
-        return run_ladder(model_args, data_args, training_args, recipe, overwrite_output_dir)
+        return run_ladder(model_args, data_args, training_args, recipe, overwrite_output_dir, run_finetune=run_finetune)
     finished = finished_run_message(training_args)
     if finished is not None:  # before the lock: nothing in the folder changes
         logger.warning(finished)
