@@ -354,6 +354,8 @@ def run_finetune(
     if model_args.method == "auto":  # the ladder: one run_finetune per rung, into OUTPUT/ladder/<rung>/
         from .ladder import run_ladder
 
+        prepare_builtin_data(data_args, training_args)  # once, before the ladder's clock starts
+        prepare_builtin_checkpoint(model_args, data_args, training_args)
         return run_ladder(model_args, data_args, training_args, recipe, overwrite_output_dir, run_finetune=run_finetune)
     finished = finished_run_message(training_args)
     if finished is not None:  # before the lock: nothing in the folder changes
