@@ -112,7 +112,11 @@ def run_ladder(
 
 
 def _copy_winner(source: Path, output_dir: Path) -> None:
-    """The best rung's model, records and examples into the ladder's folder (its checkpoints stay where they are)."""
+    """The best rung's model, records and examples into the ladder's folder (its checkpoints stay where they are);
+    a previous winner's adapter / examples there go first (an old LoRA adapter beside a new probe would mislead)."""
+    for name in ("examples", "adapter"):
+        if (output_dir / name).is_dir():
+            shutil.rmtree(output_dir / name)
     for path in source.iterdir():
         if path.is_file():
             shutil.copy2(path, output_dir / path.name)
