@@ -17,10 +17,14 @@ def test_results_table_shows_mean_std_each_seed_and_the_chosen_l2():
         {"shots": 5, "mean_accuracy": 0.9, "std_accuracy": 0.0, "accuracies": [0.9], "l2": [1.0]},
     ]
     lines = results_table(results).splitlines()
-    assert lines[0] == "| shots per class | accuracy (mean ± std over seeds) | per seed | chosen l2 |"
+    results[0]["knn_mean_accuracy"] = 0.45  # the kNN evaluator's column; a record without it shows "-"
+    lines = results_table(results).splitlines()
+    assert lines[0] == (
+        "| shots per class | accuracy (mean ± std over seeds) | per seed | chosen l2 | kNN accuracy (mean) |"
+    )
     assert lines[2:] == [
-        "| 1 | 50.0 % ± 10.0 | 40.0, 60.0 | 2^10, 2^-2 |",
-        "| 5 | 90.0 % ± 0.0 | 90.0 | 2^0 |",
+        "| 1 | 50.0 % ± 10.0 | 40.0, 60.0 | 2^10, 2^-2 | 45.0 % |",
+        "| 5 | 90.0 % ± 0.0 | 90.0 | 2^0 | - |",
     ]
 
 
@@ -39,7 +43,7 @@ def test_l2_chosen_at_the_edge_of_its_grid_is_flagged_in_the_table_and_the_note(
     assert edge_choices(EDGE_RESULTS, GRID) == (3, 6)  # 2^20 twice and 2^-10 once
     assert edge_choices(EDGE_RESULTS, [1.0]) == (0, 6)  # one value: nothing was chosen
     lines = results_table(EDGE_RESULTS, GRID).splitlines()
-    assert lines[2].endswith("| 2^12, 2^6, 2^20* |") and lines[3].endswith("| 2^20*, 2^0, 2^-10* |")
+    assert lines[2].endswith("| 2^12, 2^6, 2^20* | - |") and lines[3].endswith("| 2^20*, 2^0, 2^-10* | - |")
     assert edge_note(EDGE_RESULTS, GRID).startswith("3 of 6 draws chose the l2 at the edge of its search range")
     assert edge_note(EDGE_RESULTS[:1], [2.0**k for k in range(-10, 31, 2)]) == ""
 

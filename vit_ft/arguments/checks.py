@@ -94,6 +94,8 @@ RANGES: dict[str, Range] = {
     "lora_r": Range("[1, inf)", "the LoRA rank, e.g. 8 or 16", True),
     "lora_alpha": Range("[1, inf)", "the LoRA scale's numerator, e.g. equal to lora_r", True),
     "lora_dropout": Range("[0, 1)", "a probability, e.g. 0.1, or 0 to disable"),
+    "ladder_min_gain": Range("[0, 100]", "accuracy or mAP points, e.g. 1.0 (one percentage point); 0 climbs on any gain"),
+    "budget_minutes": Range("(0, inf)", "minutes the ladder may spend, e.g. 30; leave it unset for no limit"),
     # DataArguments
     "validation_split_percentage": Range("[0, 1)", "a fraction: 0.1 holds out 10% of train, 0 nothing"),
     "max_train_samples": Range("[1, inf)", "a number of examples, or unset for all of them", True),

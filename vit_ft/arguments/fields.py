@@ -27,6 +27,9 @@ from .checks import check_ranges
 from .family_defaults import FAMILY_DEFAULTS, check_recipe_family
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
+# how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
+# ladder that tries them cheapest first (training/ladder.py)
+METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto")
 BUILTIN_PRETRAININGS = ("digits", "digits-small")
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
@@ -113,8 +116,29 @@ class ModelArguments:
             "recipe's own model_name_or_path."
         },
     )
-    use_lora: bool = field(
-        default=False,
+    method: str | None = field(
+        default=None,
+        metadata={
+            "help": "How the model learns: 'full' (all weights), 'lora' (= use_lora: true), 'linear' (a logistic "
+            "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
+            "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
+            "then full, each taken while the one before gained more than ladder_min_gain). Unset: 'lora' when "
+            "use_lora is true, else 'full'."
+        },
+    )
+    ladder_min_gain: float = field(
+        default=1.0,
+        metadata={
+            "help": "method auto: the validation gain (accuracy or mAP points, 1.0 = one percentage point) a rung "
+            "must make over the rungs below it for the ladder to try the next, costlier one."
+        },
+    )
+    budget_minutes: float | None = field(
+        default=None,
+        metadata={"help": "method auto: no further rung starts once this many minutes are spent (unset: no limit)."},
+    )
+    use_lora: bool | None = field(
+        default=None,
         metadata={"help": "Train LoRA adapters (plus the classification head) instead of all weights."},
     )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
@@ -159,11 +183,29 @@ class ModelArguments:
                 "cls or map with it, or fc_norm false."
             )
         self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
+        self._resolve_method()
         _check_choice("pretrain_if_missing", self.pretrain_if_missing, BUILTIN_PRETRAININGS, allow_none=True)
         if self.image_size is not None:  # against the checkpoint's patch (read only when local) and the bound
             patch = config_patch(read_local_config(self.model_name_or_path, self.cache_dir))
             name = self.model_name_or_path
             check_image_size(self.image_size, patch, max_image_tokens(), FINETUNE_WORDING, name=name)
+
+    def _resolve_method(self) -> None:
+        """`method` and `use_lora` agree (one follows from the other when only one is given), or one line."""
+        _check_choice("method", self.method, METHOD_CHOICES, allow_none=True)
+        if self.method is None:
+            self.method = "lora" if self.use_lora else "full"
+        elif self.use_lora is not None and self.use_lora != (self.method == "lora"):
+            raise ValueError(
+                f"method={self.method!r} and use_lora={str(self.use_lora).lower()} disagree: give one of them "
+                f"({'method: lora means use_lora: true' if self.method == 'lora' else 'use_lora: true is method: lora'})."
+            )
+        self.use_lora = self.method == "lora"
+        if self.budget_minutes is not None and self.method != "auto":
+            raise ValueError(
+                f"budget_minutes={self.budget_minutes:g} limits the ladder of method: auto, not method: {self.method}; "
+                "add --method auto or leave budget_minutes unset."
+            )
 
     @staticmethod
     def _normalise_lora_targets(value: str) -> str:

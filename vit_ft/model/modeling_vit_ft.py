@@ -1,7 +1,7 @@
 """The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2/v3, CLIP,
-SigLIP (2, NaFlex), MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel that reads top to bottom like
-`modeling_vit.py`. A saved folder runs with only this file, `configuration_vit_ft.py`, `sizes.py`, `inputs.py`,
-`naflex.py`, `norms.py`, `pos_embed.py` and `rotary.py`; checkpoint formats are loading code (`loading.py`, through
+SigLIP (2, NaFlex), MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel read top to bottom like
+`modeling_vit.py`. A saved folder runs with this file and the small modules it imports (configuration, sizes,
+inputs, naflex, norms, pos_embed, rotary, knn_head); checkpoint formats are loading code (`loading.py`, through
 the `checkpoint_loader` hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_vit_ft import ViTFTConfig, nearest_multiple
 from .inputs import check_inputs, patch_grid
+from .knn_head import make_head
 from .naflex import attention_bias, masked_mean, naflex_positions, patchified_projection
 from .norms import RMSNorm, make_norm
 from .pos_embed import resample_position_embeddings
@@ -370,7 +371,7 @@ class ViTFTForImageClassification(ViTFTPreTrainedModel):
         self.vit = ViTFTModel(config)
         hidden, labels = config.hidden_size, config.num_labels
         features = 2 * hidden if config.pooling == "cls+mean" else hidden
-        self.classifier = nn.Linear(features, labels) if labels > 0 else nn.Identity()
+        self.classifier = make_head(config, features)  # linear, or the kNN vote over a feature bank
         if config.distillation_token:
             self.distillation_classifier = nn.Linear(hidden, labels) if labels > 0 else nn.Identity()
         self.post_init()

@@ -45,10 +45,11 @@ def edge_note(results: Sequence[dict[str, Any]], l2_grid: Sequence[float] | None
 
 def results_table(results: Sequence[dict[str, Any]], l2_grid: Sequence[float] | None = None) -> str:
     """The Markdown table of the record's `results`: one row per k with mean ± std test accuracy (%) over seeds
-    and each seed's value, and the chosen l2 of each seed (* where it is an end of `l2_grid`)."""
+    and each seed's value, the chosen l2 of each seed (* where it is an end of `l2_grid`), and the kNN
+    evaluator's mean test accuracy on the same images (where the record has it)."""
     lines = [
-        "| shots per class | accuracy (mean ± std over seeds) | per seed | chosen l2 |",
-        "| --- | --- | --- | --- |",
+        "| shots per class | accuracy (mean ± std over seeds) | per seed | chosen l2 | kNN accuracy (mean) |",
+        "| --- | --- | --- | --- | --- |",
     ]
     ends = (min(l2_grid), max(l2_grid)) if l2_grid and len(l2_grid) > 1 else ()
     for r in results:
@@ -57,7 +58,9 @@ def results_table(results: Sequence[dict[str, Any]], l2_grid: Sequence[float] | 
             f"2^{math.log2(v):g}" + ("*" if any(math.isclose(v, end) for end in ends) else "") for v in r["l2"]
         )
         mean, std = 100 * r["mean_accuracy"], 100 * r["std_accuracy"]
-        lines.append(f"| {r['shots']} | {mean:.1f} % ± {std:.1f} | {per_seed} | {l2s} |")
+        knn = r.get("knn_mean_accuracy")
+        knn_text = "-" if knn is None else f"{100 * knn:.1f} %"
+        lines.append(f"| {r['shots']} | {mean:.1f} % ± {std:.1f} | {per_seed} | {l2s} | {knn_text} |")
     return "\n".join(lines) + "\n"
 
 
@@ -71,7 +74,8 @@ def fewshot_markdown(record: dict[str, Any]) -> str:
         f"Frozen pre-logit features ({record['feature_dim']} dimensions, {height}x{width} px, bf16 "
         f"{'on' if record['bf16'] else 'off'}); regularised least squares to {{-1, 1}}^K targets on k images per "
         f"class, the regularisation chosen on {record['holdout_images']} held-out training images; "
-        f"{record['seeds']} seed(s)."
+        f"{record['seeds']} seed(s). kNN: DINOv2's weighted vote (20 nearest by cosine, T = 0.07) over the "
+        "same k-shot images."
     )
     grid = record.get("l2_grid")
     text = f"# Few-shot linear evaluation: {what}\n\n{setup}\n\n{results_table(record['results'], grid)}"

@@ -217,14 +217,15 @@ FINETUNE_FILES = OutputFiles(
     "finetune",
     ("README.md", "config.json", "model.safetensors", "preprocessor_config.json", "labels.json",
      "configuration_vit_ft.py", "modeling_vit_ft.py", "pos_embed.py", "rotary.py", "inputs.py", "norms.py",
-     "naflex.py", "sizes.py", "training_args.bin",
+     "naflex.py", "knn_head.py", "sizes.py", "training_args.bin",
      "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json", "test_results.json",
      "training_curves.png", "augmentations.png", "vit_ft_run.json", "sweep.json", "sweep.md", "seeds.json",
-     "seeds.md", "feature_bank.safetensors"),  # tasks.feature_bank.FEATURE_BANK_FILE (not imported: light)
+     "seeds.md", "feature_bank.safetensors",  # tasks.feature_bank.FEATURE_BANK_FILE (not imported: light)
+     "report.md", "ladder.json"),  # method auto: the ladder's report (training.ladder.LADDER_FILES)
     "a fine-tune's model and records",
     overwrite_flag="--overwrite_output_dir",
 )  # fmt: skip
-_FINETUNE_FOLDERS = ("examples", "adapter")  # folders it replaces whole
+_FINETUNE_FOLDERS = ("examples", "adapter", "ladder")  # folders it replaces whole
 
 
 def _holds_a_run(folder: Path) -> bool:

@@ -68,6 +68,7 @@ def save_outputs(
         "base_model": model_args.model_name_or_path,
         "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
         "lora": model_args.use_lora,
+        "method": model_args.method,  # full, lora, or a probe on the frozen backbone (linear, knn)
         "data": {k: v for k, v in vars(data_args).items()},
         "seed": training_args.seed,
         "data_seed": training_args.data_seed,
@@ -169,18 +170,11 @@ def _feature_bank(trainer: Trainer, seed: int) -> Any:
     out-of-distribution thresholds fitted on validation; or why there is none (a streamed training split is never
     read whole). Process zero alone, after the model is saved, unless the weights are sharded."""
     from ..data.streaming import TrainStream
-    from ..data.transforms import build_transforms
     from ..tasks.feature_bank import BANK_MAX_IMAGES, FIT_MAX_IMAGES, build_feature_bank, stratified_rows
 
     if isinstance(trainer.train_dataset, TrainStream) or trainer.train_dataset is None:
         return "a streamed training split is not read whole after training"
-    processor, config = trainer.processing_class, getattr(trainer.model, "config", None)
-    budget = getattr(config, "max_num_patches", None)  # NaFlex: the model's patch budget, as the tools read it
-    naflex = {} if budget is None else {"max_num_patches": budget, "patch_size": config.patch_hw[0]}
-    transform = build_transforms(
-        (processor.size["height"], processor.size["width"]), processor.image_mean, processor.image_std,
-        train=False, rescale_factor=processor.rescale_factor, **naflex,
-    )  # fmt: skip  # the evaluation transform, as attach_transforms builds it and the tools read it back
+    transform = evaluation_transform(trainer.processing_class, getattr(trainer.model, "config", None))
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # class ids, or multi-hot rows
     rows = stratified_rows(labels, BANK_MAX_IMAGES, seed)
@@ -189,6 +183,19 @@ def _feature_bank(trainer: Trainer, seed: int) -> Any:
         held_out = trainer.eval_dataset.with_format(None)
         validation = held_out.select(range(min(len(held_out), FIT_MAX_IMAGES)))["image"]
     return build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation)
+
+
+def evaluation_transform(processor: Any, config: Any = None) -> Any:
+    """The evaluation transform of `processor`, as attach_transforms builds it and the tools read it back; NaFlex
+    patches under the budget of the model's `config` when it has one (`max_num_patches`)."""
+    from ..data.transforms import build_transforms
+
+    budget = getattr(config, "max_num_patches", None)
+    naflex = {} if budget is None else {"max_num_patches": budget, "patch_size": config.patch_hw[0]}
+    return build_transforms(
+        (processor.size["height"], processor.size["width"]), processor.image_mean, processor.image_std,
+        train=False, rescale_factor=processor.rescale_factor, **naflex,
+    )  # fmt: skip
 
 
 def _bad_images(trainer: Trainer) -> dict[str, Any] | None:
@@ -217,4 +224,4 @@ def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir:
     )
 
 
-__all__ = ["run_summary", "save_outputs"]
+__all__ = ["evaluation_transform", "run_summary", "save_outputs"]

@@ -46,6 +46,7 @@ from .checkpoints import (
 from .faults import check_base_checkpoint, disk_full_error, refuse_pickled_code
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
+from .probes import PROBE_METHODS, fit_probe
 from .resume import check_resume, run_settings
 from .trainer import build_trainer, evaluate_final_model
 from .workers import check_data_loading
@@ -371,6 +372,12 @@ def run_finetune(
     record written last (`"finished": true`) marks it finished. A full disk while saving is one line (OSError)
     naming the last complete checkpoint; a preemption signal saves a checkpoint and raises Preempted.
     """
+    if model_args.method == "auto":  # the ladder: one run_finetune per rung, into OUTPUT/ladder/<rung>/
+        from .ladder import run_ladder
+
+        prepare_builtin_data(data_args, training_args)  # once, before the ladder's clock starts
+        prepare_builtin_checkpoint(model_args, data_args, training_args)
+        return run_ladder(model_args, data_args, training_args, recipe, overwrite_output_dir, run_finetune=run_finetune)
     finished = finished_run_message(training_args)
     if finished is not None:  # before the lock: nothing in the folder changes
         logger.warning(finished)
@@ -468,7 +475,10 @@ def _finetune(
     if training_args.process_index == 0:
         mark_unfinished(training_args.output_dir)
     try:
-        result = trainer.train(resume_from_checkpoint=resume)
+        if model_args.method in PROBE_METHODS:  # a probe on the frozen backbone, fitted instead of trained
+            result = fit_probe(trainer, model_args.method, training_args.seed)
+        else:
+            result = trainer.train(resume_from_checkpoint=resume)
     finally:
         preemption.restore()
     preemption.check(training_args.output_dir)  # stopped on SIGTERM / SIGUSR1: saved, not finished

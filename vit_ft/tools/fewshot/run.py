@@ -27,6 +27,7 @@ from ...data.images import describe_source
 from ...kernels import kernelize
 from ...model.modeling_vit_ft import ViTFTForImageClassification
 from ...reports.fewshot import OUTPUT_FILES, write_fewshot_report
+from ...tasks.probes import knn_probabilities
 from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..inference import BF16_CHOICES
@@ -89,12 +90,14 @@ class FewShotOptions:
 
 @dataclass
 class ShotResult:
-    """One k: test accuracy, chosen l2 and its held-out accuracy for each seed."""
+    """One k: test accuracy, chosen l2 and its held-out accuracy for each seed; the kNN evaluator's test accuracy
+    (DINOv2's weighted vote over the same k-shot images) for each seed."""
 
     shots: int
     accuracies: list[float] = field(default_factory=list)
     l2: list[float] = field(default_factory=list)
     holdout_accuracies: list[float] = field(default_factory=list)
+    knn_accuracies: list[float] = field(default_factory=list)
 
     @property
     def mean(self) -> float:
@@ -114,6 +117,8 @@ class ShotResult:
             "accuracies": self.accuracies,
             "l2": self.l2,
             "holdout_accuracies": self.holdout_accuracies,
+            "knn_mean_accuracy": float(np.mean(self.knn_accuracies)) if self.knn_accuracies else None,
+            "knn_accuracies": self.knn_accuracies,
         }
 
 
@@ -156,7 +161,8 @@ def evaluate_fewshot(
     draws: Sequence[FewShotDraw],
     l2_grid: Sequence[float] = L2_GRID,
 ) -> list[ShotResult]:
-    """For each k and draw: fit on the k-shot rows, choose l2 on the held-out rows, score on the test set."""
+    """For each k and draw: fit on the k-shot rows, choose l2 on the held-out rows, score on the test set; and
+    the kNN evaluator (`tasks.probes.knn_probabilities`: k = 20 neighbours, T = 0.07) on the same rows."""
     results = {k: ShotResult(k) for k in sorted(draws[0].shots)}
     for draw in draws:
         for k, rows in draw.shots.items():
@@ -165,6 +171,8 @@ def evaluate_fewshot(
             results[k].accuracies.append(fit.accuracy(test_features, test_labels, l2))
             results[k].l2.append(l2)
             results[k].holdout_accuracies.append(held)
+            votes = knn_probabilities(test_features, train_features[rows], train_labels[rows], num_classes)
+            results[k].knn_accuracies.append(float(np.mean(votes.argmax(axis=1) == np.asarray(test_labels))))
     return list(results.values())
 
 

@@ -1,0 +1,76 @@
+"""Probes on frozen features, one label per image or several: the k-nearest-neighbour vote (DINOv2's protocol,
+`model.knn_head.knn_votes`, the one implementation the saved kNN head runs too) and the linear probe, a
+logistic regression (softmax over the classes, or one sigmoid per label) with scikit-learn's objective and
+L2 penalty, fitted by L-BFGS in float64 and returned as the weights of a `nn.Linear` head on the raw features.
+
+    probabilities = knn_probabilities(query_features, bank_features, bank_labels, num_labels)  # (m, labels)
+    weight, bias = fit_linear_probe(features, labels, num_labels)       # (labels, hidden), (labels,)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..model.knn_head import KNN_K, KNN_TEMPERATURE, knn_votes
+
+PROBE_C = 1.0  # inverse L2 strength, scikit-learn's default, on standardised features (each of unit variance)
+PROBE_MAX_ITER = 500  # L-BFGS iterations; a convex problem of (labels x hidden) weights converges in far fewer
+
+
+def label_rows(labels: np.ndarray, num_labels: int) -> np.ndarray:
+    """`(n,)` class ids or `(n, num_labels)` multi-hot rows -> `(n, num_labels)` float32 rows."""
+    labels = np.asarray(labels)
+    if labels.ndim == 1:
+        return np.eye(num_labels, dtype=np.float32)[labels.astype(np.int64)]
+    return labels.astype(np.float32)
+
+
+def knn_probabilities(
+    queries: np.ndarray, bank: np.ndarray, bank_labels: np.ndarray, num_labels: int, k: int = KNN_K,
+    temperature: float = KNN_TEMPERATURE,
+) -> np.ndarray:  # fmt: skip
+    """`(m, hidden)` query features and a `(n, hidden)` bank (both normalised here) with its labels -> `(m,
+    num_labels)` weighted votes of the `k` nearest (cosine): softmax(similarity / T) over the k summed per label.
+    One label per image: the rows sum to 1 (a distribution over the classes); several: each label's share."""
+    bank_t = torch.nn.functional.normalize(torch.as_tensor(np.asarray(bank, np.float32)), dim=-1)
+    rows = torch.as_tensor(label_rows(bank_labels, num_labels))
+    votes = knn_votes(torch.as_tensor(np.asarray(queries, np.float32)), bank_t, rows, k, temperature)
+    return votes.numpy()
+
+
+def fit_linear_probe(
+    features: np.ndarray, labels: np.ndarray, num_labels: int, c: float = PROBE_C, max_iter: int = PROBE_MAX_ITER
+) -> tuple[np.ndarray, np.ndarray]:
+    """A logistic regression of `(n, hidden)` features to `(n,)` class ids (multinomial) or `(n, num_labels)`
+    multi-hot rows (one binary regression per label): scikit-learn's objective, 0.5 |W|^2 + C * (sum of log
+    losses), on features standardised with their mean and std (folded back into the result). Returns the
+    `(num_labels, hidden)` weight and `(num_labels,)` bias of a linear head on the raw features, float32."""
+    x = torch.as_tensor(np.asarray(features, np.float64))
+    mean, std = x.mean(dim=0), x.std(dim=0, unbiased=False)
+    std = torch.where(std > 0, std, torch.ones_like(std))  # a constant feature: scaled by 1, as StandardScaler
+    x = (x - mean) / std
+    multi_label = np.asarray(labels).ndim == 2
+    targets = torch.as_tensor(np.asarray(labels)).to(torch.float64 if multi_label else torch.int64)
+    weight = torch.zeros(num_labels, x.shape[1], dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros(num_labels, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([weight, bias], max_iter=max_iter, tolerance_grad=1e-9, tolerance_change=1e-12,
+                                  history_size=20, line_search_fn="strong_wolfe")  # fmt: skip
+    loss_fn = torch.nn.functional.binary_cross_entropy_with_logits if multi_label else torch.nn.functional.cross_entropy
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        # the objective over n: the mean loss (summed over labels when several) + |W|^2 / (2 C n)
+        logits = x @ weight.T + bias  # (n, labels)
+        loss = loss_fn(logits, targets, reduction="sum") / len(x) + (weight**2).sum() / (2 * c * len(x))
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        raw_weight = weight / std  # (labels, hidden): the standardisation folded into the head
+        raw_bias = bias - raw_weight @ mean
+    return raw_weight.float().numpy(), raw_bias.float().numpy()
+
+
+__all__ = ["PROBE_C", "fit_linear_probe", "knn_probabilities", "label_rows"]

@@ -1,0 +1,70 @@
+"""`method: linear` and `method: knn`: the fine-tune's probes on the frozen backbone, fitted in place of training.
+
+The pre-trained backbone stays as it is; its pooled features of the training images (through the evaluation
+transform, as the feature bank reads them) fit the head, and the rest of the fine-tune (the final evaluation,
+the task's fits on validation, the saved folder, the feature bank, the card) runs as after training:
+- `linear`: a logistic regression (`tasks.probes.fit_linear_probe`) written into the `classifier` layer: the
+  saved folder is an ordinary `ViTFTForImageClassification`;
+- `knn`: the classifier becomes the kNN head (`model.knn_head`, `head_type: knn` in the config) holding the
+  features of a class-stratified sample of at most BANK_MAX_IMAGES training images and their labels as buffers:
+  predict, evaluate and the ONNX export run it as any other model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from transformers.trainer_utils import TrainOutput
+
+from ..model.knn_head import KNN_K, KNN_TEMPERATURE, make_head
+from ..tasks.feature_bank import BANK_MAX_IMAGES, bank_features, stratified_rows
+from ..tasks.probes import fit_linear_probe
+from .outputs import evaluation_transform
+
+logger = logging.getLogger("vit_ft")
+
+PROBE_METHODS = ("linear", "knn")
+
+
+def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
+    """Fit `trainer.model`'s head by `method` ("linear" or "knn") on the frozen features of the training split;
+    returns what `Trainer.train` would (no steps, the fit's time as `train_runtime`)."""
+    from ..data.streaming import TrainStream
+
+    if method not in PROBE_METHODS:
+        raise ValueError(f"method={method!r} is not a probe; use one of {PROBE_METHODS}.")
+    if isinstance(trainer.train_dataset, TrainStream):
+        raise ValueError(f"method: {method} reads the training split whole; it cannot be streamed (streaming: false).")
+    model = trainer.model
+    if model.config.distillation_token:
+        raise ValueError(f"method: {method} fits one head; a model with a distillation token has two: use method: full.")
+    start = time.perf_counter()
+    train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
+    labels = np.asarray(train["label"])  # (n,) class ids or (n, labels) multi-hot rows
+    rows = stratified_rows(labels, BANK_MAX_IMAGES, seed) if method == "knn" else np.arange(len(labels))
+    features, kept = bank_features(model, evaluation_transform(trainer.processing_class, trainer.model.config), train.select(rows)["image"])
+    pooled, labels = features["features"], labels[rows][kept]
+    if not len(kept):
+        raise ValueError(f"method: {method} found no training image that decodes; check the training data.")
+    parameter = next(model.parameters())  # the backbone's device and dtype
+    if method == "knn":
+        model.config.head_type, model.config.knn_bank_size = "knn", len(kept)
+        model.config.knn_k, model.config.knn_temperature = KNN_K, KNN_TEMPERATURE
+        model.classifier = make_head(model.config, pooled.shape[1]).to(parameter.device)
+        model.classifier.fill(torch.as_tensor(pooled).to(parameter.device), torch.as_tensor(labels).to(parameter.device))
+    else:
+        weight, bias = fit_linear_probe(pooled, labels, model.config.num_labels)
+        with torch.no_grad():
+            model.classifier.weight.copy_(torch.as_tensor(weight))  # copy_ casts to the head's dtype
+            model.classifier.bias.copy_(torch.as_tensor(bias))
+    seconds = time.perf_counter() - start
+    logger.info("%s probe fitted on the frozen features of %d training images in %.1f s.",
+                "kNN" if method == "knn" else "Linear", len(kept), seconds)  # fmt: skip
+    return TrainOutput(0, 0.0, {"train_runtime": round(seconds, 4), "train_samples": len(kept)})
+
+
+__all__ = ["PROBE_METHODS", "fit_probe"]
