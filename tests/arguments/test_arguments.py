@@ -30,7 +30,7 @@ NO_DIR = {"train_dir": None}
         ({"lora_alpha": 0}, "lora_alpha=0", "e.g. equal to lora_r"),
         ({"lora_target_modules": "query, val ue"}, "lora_target_modules='query, val ue'", "'query,value'"),
         ({"lora_target_modules": "query;value"}, "invalid module name(s) ['query;value']", "attention+mlp"),
-        ({"pretrain_if_missing": "imagenet"}, "pretrain_if_missing='imagenet'", "digits (or leave unset)"),
+        ({"pretrain_if_missing": "imagenet"}, "pretrain_if_missing='imagenet'", "digits, digits-small (or leave unset)"),
     ],
 )
 def test_model_arguments_name_the_field_and_the_fix(kwargs, field, fix):

@@ -71,11 +71,11 @@ class ViTFTEmbeddings(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor, spatial_shapes: torch.Tensor | None = None) -> torch.Tensor:
         batch_size, cfg, table, pos = pixel_values.shape[0], self.config, self.position_embeddings, 0.0
+        grid = None if spatial_shapes is not None else patch_grid(*pixel_values.shape[2:], self.patch_size)  # first
         embeddings = self.patch_embeddings(pixel_values)  # (B, N, hidden), of images or of NaFlex patches
         if spatial_shapes is not None and table is not None:  # NaFlex: the table resized to each image's grid
             pos = naflex_positions(self, spatial_shapes, pixel_values.shape[1])  # (B, prefix + N, hidden)
         elif table is not None:  # rotary positions are applied in attention
-            grid = patch_grid(*pixel_values.shape[2:], self.patch_size)
             args = (self.grid_size, grid, cfg.num_position_prefix, cfg.pos_embed_antialias)
             pos = resample_position_embeddings(table, *args)
         tokens = [t for t in (self.cls_token, self.distillation_token) if t is not None]

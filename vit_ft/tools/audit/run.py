@@ -22,10 +22,10 @@ import numpy as np
 
 from ...data.exclusions import image_key
 from ...data.images import load_image
-from ...model.configuration_vit_ft import MAX_IMAGE_TOKENS
 from ...reports.audit import OUTPUT_FILES, AuditImage, write_audit_report
 from ...tasks.feature_bank import FeatureBank, bank_features, normalized
 from ...utils.hub_ids import looks_like_path
+from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import load_trained
 from .findings import (
