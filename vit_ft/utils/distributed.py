@@ -18,11 +18,13 @@ def broadcast_object(value: Any) -> Any:
 
 
 def end_process_group() -> None:
-    """Destroy the several-process group, if any, before the process exits: a gloo group left to interpreter
-    shutdown can abort the process ("terminate called without an active exception") after a complete run."""
+    """Destroy the several-process group, if any, before the process exits, every process together: a gloo group
+    left to interpreter shutdown, or destroyed by one process while process 0 still writes the run's last files
+    (the feature bank, the report), can abort it ("terminate called without an active exception")."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
