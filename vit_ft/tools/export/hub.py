@@ -378,8 +378,8 @@ def evaluation_image_processor(settings: dict[str, Any] | None, size: tuple[int,
 
     A square `size`: `CLIPImageProcessorPil` (transformers' processor with a shortest-edge resize and a centre
     crop; ViT's own resizes to the size, squashing a non-square image). PIL resizes for both with the same
-    filter, so the pixels are ours; transformers rounds the resized side down and the crop's offset down where
-    we round them (one pixel, on some image sizes). A non-square `size` (no shortest-edge resize covers it):
+    filter and both round the resized side and the crop's offset down (`data.images.cover_size`), so the pixels
+    are ours on every image size. A non-square `size` (no shortest-edge resize covers it):
     ViT's processor at that size, with a warning that it squashes."""
     from transformers import CLIPImageProcessorPil, ViTImageProcessorPil
 
