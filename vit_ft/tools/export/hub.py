@@ -372,7 +372,9 @@ def _normalisation(settings: dict[str, Any] | None) -> dict[str, Any]:
     return {"image_mean": list(VIT_MEAN), "image_std": list(VIT_STD), **found}
 
 
-def evaluation_image_processor(settings: dict[str, Any] | None, size: tuple[int, int]) -> Any:
+def evaluation_image_processor(
+    settings: dict[str, Any] | None, size: tuple[int, int], naflex: dict[str, int] | None = None
+) -> Any:
     """The transformers image processor that preprocesses as our evaluation does (`data.transforms`' eval
     transform: resize the shorter side to the model's size, keeping the aspect ratio, then centre-crop it).
 
@@ -380,11 +382,15 @@ def evaluation_image_processor(settings: dict[str, Any] | None, size: tuple[int,
     crop; ViT's own resizes to the size, squashing a non-square image). PIL resizes for both with the same
     filter and both round the resized side and the crop's offset down (`data.images.cover_size`), so the pixels
     are ours on every image size. A non-square `size` (no shortest-edge resize covers it):
-    ViT's processor at that size, with a warning that it squashes."""
-    from transformers import CLIPImageProcessorPil, ViTImageProcessorPil
+    ViT's processor at that size, with a warning that it squashes. A NaFlex model (`naflex`, its
+    `model.naflex.naflex_budget`): `Siglip2ImageProcessorPil` with that budget, our NaFlex evaluation's rule."""
+    from PIL import Image
+    from transformers import CLIPImageProcessorPil, Siglip2ImageProcessorPil, ViTImageProcessorPil
 
     height, width = size
     pixels = {**_normalisation(settings), "do_convert_rgb": True}
+    if naflex is not None:  # its default filter is bilinear; ours, where the settings state none, bicubic
+        return Siglip2ImageProcessorPil(**{"resample": int(Image.Resampling.BICUBIC), **pixels, **naflex})
     if height == width:
         return CLIPImageProcessorPil(
             **pixels,
@@ -409,13 +415,16 @@ def _write_processor(origin: Origin, staging: Path) -> None:
     write_image_processor(origin, staging, ViTFTConfig.from_pretrained(staging).image_hw)
 
 
-def write_image_processor(origin: Origin, folder: Path, size: tuple[int, int]) -> None:
+def write_image_processor(
+    origin: Origin, folder: Path, size: tuple[int, int], naflex: dict[str, int] | None = None
+) -> None:
     """The image processor a shared or exported model carries in `folder`: the fine-tune's normalisation (ViT's
     defaults when the folder has none), resizing and centre-cropping to `size` (height, width), the model's
-    resolution, as our evaluation does (`evaluation_image_processor`)."""
+    resolution, or for a NaFlex model its patch budget (`naflex`), as our evaluation does
+    (`evaluation_image_processor`)."""
     if origin.processor is None:
         logger.warning("No %s in %s: sharing ViT's default normalisation.", PROCESSOR_FILE, origin.name)
-    evaluation_image_processor(origin.processor, tuple(size)).save_pretrained(folder)
+    evaluation_image_processor(origin.processor, tuple(size), naflex).save_pretrained(folder)
 
 
 def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:
