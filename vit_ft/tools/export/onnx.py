@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-from ...data.naflex import collate_patches, image_size_for_max_num_patches
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ...model.naflex import naflex_budget
 from ...tasks import task_for
@@ -47,6 +46,7 @@ from ...utils.files import is_disk_full
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import Trained, load_trained
 from .hub import PROCESSOR_FILE, write_image_processor
+from .hub_format import naflex_check_batches
 
 logger = logging.getLogger("vit_ft")
 
@@ -65,8 +65,6 @@ EXPORT_FILES = OutputFiles(
     own_needs_overwrite=True,  # an earlier export is replaced only when asked
 )
 NAFLEX_INPUTS = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
-# (height, width) shapes of the images a NaFlex graph is checked on: wide, tall, square, a strip, 2:3
-NAFLEX_ASPECTS = ((1, 3), (3, 1), (1, 1), (1, 8), (2, 3))
 # onnxruntime's input types -> numpy's, for feeding a batch whatever integer type its mask came in
 _NUMPY_TYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
@@ -255,21 +253,6 @@ def graph_task(folder: str | os.PathLike) -> Any:
     path = Path(folder) / "config.json"
     config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     return task_for(PretrainedConfig.from_dict(config), None)
-
-
-def naflex_check_batches(config: Any) -> list[dict[str, torch.Tensor]]:
-    """Random NaFlex batches for checking a graph, images of the shapes `NAFLEX_ASPECTS` at the model's patch budget
-    (`Siglip2ImageProcessor`'s rule): all of them padded to the budget as the processor pads, and two of them padded
-    to their longer one as the tools' collation pads (another batch size and patch count). The first of each list is
-    `pixel_values`' patches; padding is zeros, as collated."""
-    budget, patch, channels = config.max_num_patches, config.patch_hw[0], config.num_channels
-    grids = []
-    for height, width in NAFLEX_ASPECTS:
-        height, width = image_size_for_max_num_patches(100 * height, 100 * width, patch, budget)
-        grids.append((height // patch, width // patch))
-    generator = torch.Generator().manual_seed(0)
-    patches = [torch.randn(rows * columns, patch * patch * channels, generator=generator) for rows, columns in grids]
-    return [collate_patches(patches, grids, length=budget), collate_patches(patches[:2], grids[:2])]
 
 
 def _difference(model: torch.nn.Module, path: Path, sizes: list[tuple[int, int]]) -> float:
@@ -503,7 +486,6 @@ __all__ = [
     "export_naflex_model",
     "export_onnx",
     "graph_task",
-    "naflex_check_batches",
     "quantize_int8",
     "require_onnxruntime",
 ]

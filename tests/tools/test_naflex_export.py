@@ -1,8 +1,10 @@
-"""ONNX export of a NaFlex model (SigLIP 2, `tools.export.onnx.export_naflex_model`): the graph takes the three NaFlex
-inputs with a dynamic batch and patch count, and onnxruntime gives PyTorch's logits (fp32, <= 1e-4) on batches of
-several aspect ratios made by transformers' `Siglip2ImageProcessor` (the one the export folder carries) and by our
-transform (`OnnxClassifier.from_folder`); the per-image position resize (antialiased bilinear) is in the graph. A
-NaFlex graph given plain pixels, and `--report` on a NaFlex model, are one line."""
+"""Exports of a NaFlex model (SigLIP 2). ONNX (`tools.export.onnx.export_naflex_model`): the graph takes the three
+NaFlex inputs with a dynamic batch and patch count, and onnxruntime gives PyTorch's logits (fp32, <= 1e-4) on batches
+of several aspect ratios made by transformers' `Siglip2ImageProcessor` (the one the export folder carries) and by our
+transform (`OnnxClassifier.from_folder`); the per-image position resize (antialiased bilinear) is in the graph. The
+push: Siglip2ForImageClassification with its NaFlex processor (`pipeline()` gives `predict`'s scores), or vit_ft's code
+where that class cannot hold the head. A NaFlex graph given plain pixels, and `--report` on a NaFlex model, are one
+line."""
 
 from __future__ import annotations
 
@@ -118,3 +120,45 @@ def test_report_on_a_naflex_model_is_one_line_before_the_export(source, tmp_path
     with pytest.raises(ValueError, match=r"NaFlex model .*max_num_patches 16.*--evaluate SPLIT") as error:
         export(["--model", str(source), "--output_dir", str(out), "--report", "test"])
     assert "\n" not in str(error.value) and not out.exists()
+
+
+def test_push_of_a_naflex_fine_tune_is_siglip2_and_pipeline_gives_predicts_scores(source, tmp_path):
+    """The default (transformers-format) push of a SigLIP 2 NaFlex classifier: Siglip2ForImageClassification with
+    the NaFlex processor at the model's budget and the folder's filter; `pipeline()` on non-square images gives
+    `predict`'s top labels and scores."""
+    from transformers import pipeline
+
+    from vit_ft.tools.export.hub import stage_for_hub
+    from vit_ft.tools.predict.run import predict_files
+
+    staged = stage_for_hub(source, tmp_path / "push" / "siglip2", "me/siglip2")
+    assert json.loads((staged / "config.json").read_text())["architectures"] == ["Siglip2ForImageClassification"]
+    assert not list(staged.glob("*.py"))  # no remote code
+    processor = json.loads((staged / "preprocessor_config.json").read_text())
+    assert (processor["image_processor_type"], processor["max_num_patches"], processor["resample"]) == (
+        "Siglip2ImageProcessor", 16, int(Image.Resampling.BILINEAR))  # fmt: skip
+    files = []
+    for index, image in enumerate(images()):
+        files.append(str(tmp_path / f"{index}.png"))
+        image.save(files[-1])
+    ours = predict_files(load_trained(str(source), device="cpu"), files, top_k_labels=3, progress=False)
+    classify = pipeline("image-classification", model=str(staged), device="cpu")
+    for file, prediction in zip(files, ours, strict=True):
+        answer = classify(file, top_k=3)
+        assert [a["label"] for a in answer] == list(prediction.labels)
+        assert np.allclose([a["score"] for a in answer], prediction.scores, atol=1e-5)
+
+
+def test_push_of_a_naflex_map_head_keeps_vit_ft_code_and_says_why(tmp_path):
+    """SigLIP 2's attention-pooling head has no place in Siglip2ForImageClassification: the push keeps vit_ft's code,
+    the card says why, and the processor is still the NaFlex one."""
+    from vit_ft.tools.export.hub import stage_for_hub
+
+    randomize(references()["vision"], seed=4).save_pretrained(tmp_path / "vision")
+    model = randomize(ViTFTForImageClassification.from_pretrained(tmp_path / "vision", **LABELS), seed=5)
+    model.save_pretrained(tmp_path / "run")
+    Siglip2ImageProcessorPil(patch_size=4, max_num_patches=16).save_pretrained(tmp_path / "run")
+    staged = stage_for_hub(tmp_path / "run", tmp_path / "push" / "map", "me/map")
+    assert list(staged.glob("*.py"))  # remote code
+    assert "Siglip2ForImageClassification cannot express pooling='map'" in (staged / "README.md").read_text()
+    assert json.loads((staged / "preprocessor_config.json").read_text())["max_num_patches"] == 16
