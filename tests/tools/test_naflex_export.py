@@ -162,3 +162,22 @@ def test_push_of_a_naflex_map_head_keeps_vit_ft_code_and_says_why(tmp_path):
     assert list(staged.glob("*.py"))  # remote code
     assert "Siglip2ForImageClassification cannot express pooling='map'" in (staged / "README.md").read_text()
     assert json.loads((staged / "preprocessor_config.json").read_text())["max_num_patches"] == 16
+
+
+@pytest.mark.slow
+def test_export_evaluate_feeds_the_graph_naflex_batches_of_the_recorded_split(tmp_path):
+    """A tiny NaFlex fine-tune on 3:1 images (`benchmarks/naflex.py`'s set), exported with `--evaluate test`: the
+    graph runs on the test split's NaFlex batches (the model's own transform) and agrees with PyTorch on every one."""
+    from benchmarks.naflex import prepare, recipe
+    from vit_ft.commands.export import export
+
+    from ..cli_runner import run_script
+
+    prepare(tmp_path, per_class=4, seed=0)
+    values = recipe(tmp_path, "naflex", seed=0, epochs=1, per_class=4)
+    (tmp_path / "naflex.yaml").write_text("\n".join(f"{key}: {json.dumps(value)}" for key, value in values.items()))
+    result = run_script("scripts/finetune.py", ["--recipe", str(tmp_path / "naflex.yaml")], None, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = export(["--model", str(tmp_path / "naflex"), "--output_dir", str(tmp_path / "onnx"),
+                      "--evaluate", "test"])  # fmt: skip
+    assert "NaFlex inputs" in summary and "ONNX fp32 100.0%" in summary
