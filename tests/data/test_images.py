@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from vit_ft.data.images import (
     DEFAULT_MAX_PIXELS,
     center_crop_box,
+    cover_size,
     load_image,
     random_resized_crop,
     random_resized_crop_box,
@@ -383,6 +384,54 @@ def test_resize_and_center_crop_matches_resize_shorter_side_then_crop():
 def test_resize_and_center_crop_covers_non_square_targets(source_size, target):
     out = resize_and_center_crop(smooth_photo(*source_size), target)
     assert out.size == (target[1], target[0])
+
+
+# (width, height) where rounding to nearest (our rule before) and down (transformers') disagree, and some where not
+ROUNDING_SIZES = [(45, 29), (29, 61), (33, 47), (61, 29), (47, 33), (9, 10), (50, 30), (64, 64), (13, 200)]
+
+
+@pytest.mark.parametrize("width, height", ROUNDING_SIZES)
+@pytest.mark.parametrize("shortest_edge", [16, 32, 224])
+def test_cover_size_and_crop_offset_round_as_transformers(width, height, shortest_edge):
+    from transformers.image_transforms import get_resize_output_image_size
+
+    image = np.zeros((height, width, 3), dtype=np.uint8)
+    expected_height, expected_width = get_resize_output_image_size(image, shortest_edge, default_to_square=False)
+    assert cover_size(width, height, (shortest_edge, shortest_edge)) == (expected_width, expected_height)
+    # transformers' crop offset on the resized image: (side - crop) // 2 (`image_transforms.center_crop`)
+    left, top = (expected_width - shortest_edge) // 2, (expected_height - shortest_edge) // 2
+    box = (left, top, left + shortest_edge, top + shortest_edge)
+    assert center_crop_box(expected_width, expected_height, shortest_edge, shortest_edge) == box
+
+
+@pytest.mark.parametrize("width, height", ROUNDING_SIZES)
+def test_resize_and_center_crop_gives_clip_processor_pixels(width, height):
+    from transformers import CLIPImageProcessorPil
+
+    size = 32
+    processor = CLIPImageProcessorPil(
+        size={"shortest_edge": size}, crop_size={"height": size, "width": size}, image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+    )  # fmt: skip
+    # noise: a one-pixel shift of the resize or the crop changes every value
+    img = Image.fromarray(np.random.default_rng(width * height).integers(0, 256, (height, width, 3), np.uint8))
+    ours = to_normalized_tensor(resize_and_center_crop(img, (size, size)), [0.5] * 3, [0.5] * 3)
+    theirs = processor(img, return_tensors="pt")["pixel_values"][0]
+    assert theirs.shape == ours.shape and (theirs - ours).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("crop_pct, expected", [(1.0, (240, 160)), (0.875, (273, 182)), (0.9, (265, 177))])
+def test_cover_size_floors_the_crop_fraction_as_timm(crop_pct, expected):
+    # timm's eval transform: the shorter side floor(160 / crop_pct) (182, 177), the longer 1.5 times it, down
+    assert cover_size(300, 200, (160, 160), crop_pct) == expected
+
+
+@pytest.mark.parametrize("size", [(64, 160), (160, 64), (30, 90), (100, 100)])
+@pytest.mark.parametrize("width, height", [(300, 200), (200, 300), (50, 40), (45, 29)])
+def test_cover_size_covers_every_target(width, height, size):
+    new_width, new_height = cover_size(width, height, size)
+    assert new_width >= size[1] and new_height >= size[0]
+    assert new_width == size[1] or new_height == size[0]  # one side binds: no larger than needed
 
 
 def test_resize_and_center_crop_pct_crops_the_centre():

@@ -128,9 +128,9 @@ def test_push_folds_the_temperature_and_every_tool_agrees(staged, tiny_finetuned
 def test_pushed_processor_gives_our_evaluation_pixels(staged, tiny_finetuned_dir):
     source = load_trained(tiny_finetuned_dir, device="cpu")
     processor = AutoImageProcessor.from_pretrained(staged)
-    # non-square: a crop, not a squash. transformers truncates the resized side and the crop's offset where we
-    # round them (`evaluation_image_processor`): these sizes round alike (50x30 -> 53.3x32, offset 10.5 -> 10)
-    for width, height in ((50, 30), (40, 60), (60, 40), (32, 45)):
+    # non-square: a crop, not a squash; both round the resized side and the crop's offset down, also on the sizes
+    # where rounding to nearest differs (45x29 -> 49.66x32, 29x61 -> 32x67.3, 33x47 -> 32x45.6 with offset 6.5)
+    for width, height in ((50, 30), (40, 60), (60, 40), (32, 45), (45, 29), (29, 61), (33, 47), (61, 29), (47, 33)):
         _, photo = digit_photo(tiny_finetuned_dir, (width, height))
         ours = source.transform.transform_image(photo)
         theirs = processor(photo, return_tensors="pt")["pixel_values"][0]

@@ -45,7 +45,7 @@ def test_views_have_the_models_size_and_start_with_the_evaluation_view(trained, 
     assert torch.equal(pixels[0], trained.transform.transform_image(str(photo)))  # the view evaluated without TTA
     if mode == "flip":
         assert torch.equal(pixels[1], pixels[0].flip(-1))
-    else:  # five crops of a resize covering 32 / 0.875 = 36.6 px: all different, none the evaluation view
+    else:  # five crops of a resize covering floor(32 / 0.875) = 36 px: all different, none the evaluation view
         crops = tta_views(load_image(str(photo)), trained.transform, mode)[1:]
         assert len({c.tobytes() for c in crops}) == 5 and all(c.size == (32, 32) for c in crops)
 

@@ -33,6 +33,7 @@ __all__ = [
     "ImageSource",
     "center_crop_box",
     "collect_image_files",
+    "cover_size",
     "describe_source",
     "image_extensions",
     "load_image",
@@ -361,10 +362,23 @@ def random_resized_crop_box(
 
 
 def center_crop_box(width: int, height: int, crop_height: int, crop_width: int) -> tuple[int, int, int, int]:
-    """Centred (left, top, right, bottom) box of size (crop_height, crop_width), rounded like torchvision."""
-    top = int(round((height - crop_height) / 2.0))
-    left = int(round((width - crop_width) / 2.0))
+    """Centred (left, top, right, bottom) box of size (crop_height, crop_width), its offset rounded down as
+    transformers' image processors crop (`image_transforms.center_crop`: `(height - crop_height) // 2`)."""
+    top = (height - crop_height) // 2
+    left = (width - crop_width) // 2
     return left, top, left + crop_width, top + crop_height
+
+
+def cover_size(width: int, height: int, size: tuple[int, int], crop_pct: float = 1.0) -> tuple[int, int]:
+    """(width, height) of an image of (width, height) resized to cover `size` (height, width) / crop_pct with
+    its aspect ratio kept: the side that binds gets floor(side / crop_pct) exactly, the other is rounded down
+    (never below its target), as transformers' shortest-edge resize (`get_resize_output_image_size`:
+    `int(short_target * long / short)`) and torchvision's Resize compute it. Integer arithmetic, so a size
+    whose exact value is whole is never floored one pixel short by a float error."""
+    target_height, target_width = (math.floor(side / crop_pct) for side in size)
+    if target_height * width >= target_width * height:  # height's ratio is the larger: height binds
+        return max(target_width, target_height * width // height), target_height
+    return target_width, max(target_height, target_width * height // width)
 
 
 def resize_and_center_crop(
@@ -374,15 +388,15 @@ def resize_and_center_crop(
     resample: int = Image.Resampling.BICUBIC,
 ) -> Image.Image:
     """Evaluation geometry: resize so the image covers (height / crop_pct, width / crop_pct), keeping its
-    aspect ratio, then centre-crop (height, width).
+    aspect ratio (`cover_size`), then centre-crop (height, width) (`center_crop_box`).
 
-    For a square target this is torchvision's Resize(shorter side) + CenterCrop; for a non-square one the
-    scale is the larger of the two side ratios, so the crop never needs padding.
+    For a square target and crop_pct 1 these are the pixels of transformers' `CLIPImageProcessorPil` with a
+    shortest-edge resize and a centre crop (the processor a push writes), on every image size: both round the
+    resized side and the crop's offset down. For a non-square target the scale is the larger of the two side
+    ratios, so the crop never needs padding.
     """
     height, width = size
-    scale = max(height / img.height, width / img.width) / crop_pct
-    new_width = max(width, int(round(img.width * scale)))
-    new_height = max(height, int(round(img.height * scale)))
+    new_width, new_height = cover_size(img.width, img.height, size, crop_pct)
     if (new_width, new_height) != img.size:
         img = img.resize((new_width, new_height), resample=resample)
     return img.crop(center_crop_box(new_width, new_height, height, width))

@@ -15,6 +15,7 @@ from ..utils.files import staged_folder
 from .configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from .conversion import to_hf_vit_state_dict
 from .family_export import (
+    SIGLIP2_CLASS,
     VIT_CLASS,
     family_config,
     head_fields,
@@ -23,6 +24,7 @@ from .family_export import (
     transformers_export_reason,
 )
 from .modeling_vit_ft import ViTFTForImageClassification, ViTFTModel
+from .naflex import naflex_budget
 from .timm_format import TIMM_LAYER_NORM_EPS, timm_config_dict, to_timm_state_dict
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,13 @@ def export_to_transformers(
             "size": {"height": height, "width": width},
         }
     )
+    if target == SIGLIP2_CLASS:  # NaFlex: the processor patchifies each image at its aspect ratio, in the budget
+        from transformers import Siglip2ImageProcessorPil
+
+        kept = ("do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std", "resample")
+        image_processor = Siglip2ImageProcessorPil(
+            **{key: image_processor.to_dict()[key] for key in kept}, **naflex_budget(config)
+        )
     state_dict = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
     if target not in (None, VIT_CLASS):
         return _write_family(Path(output_dir), config, target, image_processor, state_dict)

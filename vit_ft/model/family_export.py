@@ -9,10 +9,13 @@ distinguishing options (`TARGET_RULES`), then every option that class fixes must
     Dinov2ForImageClassification               layer scale, pooling "cls+mean" (its linear head's input)
     Dinov2WithRegistersForImageClassification  layer scale and registers, pooling "cls+mean"
     SiglipForImageClassification               no class token, pooling "mean" (it averages all tokens)
+    Siglip2ForImageClassification              NaFlex (max_num_patches), no class token, pooling "mean" (it
+                                               averages the unmasked patches); its patch projection is linear
 
 MAE and MSN checkpoints with the class token's head are ViTForImageClassification exactly (MSN's own classifier
-computes the same). Nothing else maps: SigLIP's attention-pooling head (`map`) has no place in
-SiglipForImageClassification; transformers' CLIP and MetaCLIP 2 classifiers average the patch tokens before the final
+computes the same). Nothing else maps: SigLIP's and SigLIP 2's attention-pooling head (`map`) has no place in
+their classifiers (SiglipForImageClassification, Siglip2ForImageClassification); a NaFlex model of another family (a
+class token) has no transformers class that takes NaFlex inputs; transformers' CLIP and MetaCLIP 2 classifiers average the patch tokens before the final
 LayerNorm, which no vit_ft pooling does; DINOv3 (rotary positions) and AIMv2 (RMSNorm) have no classifier class in
 transformers, nor has MAE's fine-tuning layout (`fc_norm`). Such models are shared with vit_ft's code (trust_remote_code).
 """
@@ -20,6 +23,7 @@ transformers, nor has MAE's fine-tuning layout (`fc_norm`). Such models are shar
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +39,11 @@ VIT_CLASS = "ViTForImageClassification"
 CLIP_CLASS = "CLIPForImageClassification"
 DINOV3_CLASS = "DINOv3ViTModel"  # the backbone only: transformers has no DINOv3 classifier
 AIMV2_CLASS = "Aimv2VisionModel"  # nor an AIMv2 one
+SIGLIP2_CLASS = "Siglip2ForImageClassification"  # the one class taking NaFlex inputs
 # the class a model would be, from its distinguishing options, first match wins: (option test, class)
 TARGET_RULES = (
     (lambda c: c.rope_theta is not None, DINOV3_CLASS),
+    (lambda c: c.max_num_patches is not None, SIGLIP2_CLASS),
     (lambda c: c.norm_type == "rmsnorm" or c.patch_norm, AIMV2_CLASS),
     (lambda c: c.pre_norm, CLIP_CLASS),
     (lambda c: c.distillation_token, "DeiTForImageClassificationWithTeacher"),
@@ -88,6 +94,8 @@ TARGET_FIXED: dict[str, dict[str, Any]] = {
         **_PLAIN,
         **_GELU,
     },
+    SIGLIP2_CLASS: {"pooling": "mean", "class_token": False, "layerscale_value": None, "qkv_bias": True, **_PLAIN,
+                    **_GELU},  # fmt: skip
 }
 WHY_NOT_CLIP = (
     "transformers' CLIPForImageClassification (and MetaCLIP 2's) averages the patch tokens before the final "
@@ -113,6 +121,8 @@ class Layout:
     zeros: tuple[
         str, ...
     ] = ()  # their parameters unused at inference (DINOv2's mask token), written as zeros
+    # their name -> how our tensor becomes theirs, where a reshape does not (SigLIP 2's linear patch projection)
+    converts: dict[str, Callable[[torch.Tensor], torch.Tensor]] = field(default_factory=dict)
 
 
 _MLP = {"mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
@@ -121,6 +131,8 @@ _DINOV2_LAYERS = {"norm1": "norm1", "norm2": "norm2", "attention.proj": "attenti
 # DINOv2's SwiGLU MLP: our packed fc1 is its gate_proj then up_proj, our fc2 its down_proj
 _SWIGLU_SPLIT, _SWIGLU_NAMES = {"mlp.fc1": ("mlp.gate_proj", "mlp.up_proj")}, {"mlp.fc2": "mlp.down_proj"}
 _QKV = ("attention.q_proj", "attention.k_proj", "attention.v_proj")
+_SIGLIP_LAYERS = {"norm1": "layer_norm1", "norm2": "layer_norm2", "attention.proj": "self_attn.out_proj", **_MLP}
+_SIGLIP_QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
 LAYOUTS = {
     "DeiTForImageClassificationWithTeacher": Layout(
         "deit.", "layers.",
@@ -135,12 +147,18 @@ LAYOUTS = {
         zeros=("dinov2_with_registers.embeddings.mask_token",),
     ),
     "SiglipForImageClassification": Layout(
-        "vision_model.", "encoder.layers.",
-        {"norm1": "layer_norm1", "norm2": "layer_norm2", "attention.proj": "self_attn.out_proj", **_MLP},
-        ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+        "vision_model.", "encoder.layers.", _SIGLIP_LAYERS, _SIGLIP_QKV,
         names={"embeddings.patch_embeddings.projection.": "embeddings.patch_embedding.",
                "embeddings.position_embeddings": "embeddings.position_embedding.weight",  # (N, hidden) there
                "layernorm.": "post_layernorm."},
+    ),
+    SIGLIP2_CLASS: Layout(
+        "vision_model.", "encoder.layers.", _SIGLIP_LAYERS, _SIGLIP_QKV,
+        names={"embeddings.patch_embeddings.projection.": "embeddings.patch_embedding.",
+               "embeddings.position_embeddings": "embeddings.position_embedding.weight",  # (N, hidden) there
+               "layernorm.": "post_layernorm."},
+        # a linear map over the processor's patch layout (rows, columns, channels): `naflex.patchified_projection`
+        converts={"vision_model.embeddings.patch_embedding.weight": lambda w: w.permute(0, 2, 3, 1).flatten(1)},
     ),
 }  # fmt: skip
 
@@ -208,16 +226,17 @@ def head_fields(config: PretrainedConfig) -> dict[str, Any]:
 
 def family_config(config: ViTFTConfig, target: str) -> PretrainedConfig:
     """transformers' config of `target` (a family class of `LAYOUTS`) for the same model at its resolution."""
-    from transformers import DeiTConfig, Dinov2Config, Dinov2WithRegistersConfig, SiglipConfig
+    from transformers import DeiTConfig, Dinov2Config, Dinov2WithRegistersConfig, Siglip2Config, SiglipConfig
 
     size, patch = config.image_hw[0], config.patch_hw[0]
     head = {**head_fields(config), "architectures": [target]}
-    if target == "SiglipForImageClassification":
+    if target in ("SiglipForImageClassification", SIGLIP2_CLASS):
         vision = {name: getattr(config, name) for name in ("hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_channels", "hidden_act", "layer_norm_eps")}  # fmt: skip
-        vision.update(image_size=size, patch_size=patch, vision_use_head=False,
-                      attention_dropout=config.attention_probs_dropout_prob)  # fmt: skip
-        return SiglipConfig(vision_config=vision, **head)
+        vision.update(patch_size=patch, vision_use_head=False, attention_dropout=config.attention_probs_dropout_prob)
+        if target == SIGLIP2_CLASS:  # the position table's size; the image size is each image's own
+            return Siglip2Config(vision_config={**vision, "num_patches": (size // patch) ** 2}, **head)
+        return SiglipConfig(vision_config={**vision, "image_size": size}, **head)
     fields = {
         name: getattr(config, name) for name in VIT_CONFIG_FIELDS if name not in ("image_size", "patch_size")
     }
@@ -263,6 +282,7 @@ def to_family_state_dict(
                 (name.replace(s, t, 1) for s, t in layout.names.items() if name.startswith(s)), name
             )
             out[layout.base + renamed] = tensor
+    out.update({key: convert(out[key]) for key, convert in layout.converts.items() if key in out})
     out.update({key: torch.zeros(shapes[key]) for key in layout.zeros})
     unknown = sorted(set(out) - set(shapes))
     if unknown:
@@ -272,6 +292,7 @@ def to_family_state_dict(
 
 __all__ = [
     "LAYOUTS",
+    "SIGLIP2_CLASS",
     "TARGET_FIXED",
     "family_config",
     "head_fields",

@@ -14,6 +14,13 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def naflex_budget(config: Any) -> dict[str, int] | None:
+    """A NaFlex model's patch budget as its image processor takes it, `{"max_num_patches", "patch_size"}` (the
+    names of `Siglip2ImageProcessor` and of the data path's transform), or None for a model of fixed-size images."""
+    budget = getattr(config, "max_num_patches", None)
+    return None if budget is None else {"max_num_patches": int(budget), "patch_size": int(config.patch_hw[0])}
+
+
 def naflex_token_mask(
     pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None, spatial_shapes: torch.Tensor, config: Any
 ) -> torch.Tensor:
@@ -30,9 +37,12 @@ def naflex_token_mask(
     if pixel_attention_mask is None or tuple(pixel_attention_mask.shape) != (batch, length):
         got = None if pixel_attention_mask is None else tuple(pixel_attention_mask.shape)
         raise ValueError(f"pixel_attention_mask is {got}: pass one (batch, max_patches) = {(batch, length)} mask.")
-    if tuple(spatial_shapes.shape) != (batch, 2) or bool((spatial_shapes <= 0).any()):
+    # the checks of values (not shapes) read the tensors, which a graph being traced (torch.export, the ONNX
+    # export, torch.compile) cannot: it checks the shapes only, the eager call before it checked the rest
+    values = not torch.compiler.is_compiling()
+    if tuple(spatial_shapes.shape) != (batch, 2) or (values and bool((spatial_shapes <= 0).any())):
         raise ValueError(f"spatial_shapes {tuple(spatial_shapes.shape)}: pass each image's positive (rows, columns).")
-    if bool((spatial_shapes.prod(-1) != pixel_attention_mask.sum(-1)).any()):
+    if values and bool((spatial_shapes.prod(-1) != pixel_attention_mask.sum(-1)).any()):
         raise ValueError("spatial_shapes do not match pixel_attention_mask: each image's rows * columns must be its "
                          "number of unmasked patches; pass the processor's three outputs together.")  # fmt: skip
     if config.rope_theta is not None:
@@ -64,7 +74,7 @@ def resize_positional_embeddings(
     scale = grid / sizes  # (B, 1, 2)
     support = scale.clamp(min=1)
     center = (index + 0.5) * scale - 0.5  # (B, L, 2)
-    source = torch.arange(int(grid.max()), device=spatial_shapes.device, dtype=torch.float32)
+    source = torch.arange(max(table.shape[:2]), device=spatial_shapes.device, dtype=torch.float32)
     weights = (1 - (source - center[..., None]).abs_().div_(support[..., None])).clamp_(min=0)  # (B, L, 2, S)
     weights = weights * (source < grid[:, None])  # a non-square table: each axis its own length
     weights = weights / weights.sum(-1, keepdim=True)
@@ -106,6 +116,7 @@ def masked_mean(tokens: torch.Tensor, mask: torch.Tensor | None, start: int = 0)
 __all__ = [
     "attention_bias",
     "masked_mean",
+    "naflex_budget",
     "naflex_positions",
     "naflex_token_mask",
     "patchified_projection",

@@ -31,6 +31,7 @@ from ..model.checks import check_model_path as check_path
 from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
+from ..model.naflex import naflex_budget
 from ..model.timm_format import read_safetensors_shapes
 from ..tasks import Task, task_for
 from ..utils.hardware import inference_device
@@ -335,8 +336,8 @@ def load_trained(
         )
     size = check_image_size(image_size, config.patch_hw, max_tokens, default=tuple(config.image_hw))
     preprocessing = preprocessing_from(origin.processor, size, max_pixels, origin.name)
-    if getattr(config, "max_num_patches", None) is not None:  # NaFlex: the model's patch budget, not crops
-        budget = {"max_num_patches": config.max_num_patches, "patch_size": config.patch_hw[0]}
+    budget = naflex_budget(config)
+    if budget is not None:  # NaFlex: the model's patch budget, not crops
         preprocessing = replace(preprocessing, **budget)
     id2label = {int(k): str(v) for k, v in config.id2label.items()} if has_head else {}
     return Trained(loaded.to(device).eval(), preprocessing, id2label, origin, device, bf16)

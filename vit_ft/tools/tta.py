@@ -24,7 +24,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..data.images import center_crop_box, load_image, resize_and_center_crop, to_normalized_tensor
+from ..data.images import (
+    center_crop_box,
+    cover_size,
+    load_image,
+    resize_and_center_crop,
+    to_normalized_tensor,
+)
 from ..data.transforms import ImageClassificationTransform
 from .trained import Trained
 
@@ -59,8 +65,7 @@ def tta_views(img: Image.Image, base: ImageClassificationTransform, mode: str) -
     if mode == "flip":
         return [view, view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)]
     height, width = size
-    scale = max(height / img.height, width / img.width) / CROPS_FRACTION  # covers size / 0.875, aspect kept
-    big_w, big_h = max(width, round(img.width * scale)), max(height, round(img.height * scale))
+    big_w, big_h = cover_size(img.width, img.height, size, CROPS_FRACTION)  # covers size / 0.875, aspect kept
     large = img.resize((big_w, big_h), resample=base.resample)
     corners = [(0, 0), (big_w - width, 0), (0, big_h - height), (big_w - width, big_h - height)]
     boxes = [(x, y, x + width, y + height) for x, y in corners] + [center_crop_box(big_w, big_h, height, width)]

@@ -27,6 +27,7 @@ from huggingface_hub import HfApi
 
 from ...data.images import image_extensions
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
+from ...model.naflex import naflex_budget
 from ...tasks.card import model_card
 from ...tasks.temperature import fold_temperature, folded_temperature_of
 from ...utils.hub_ids import check_hub_id
@@ -116,7 +117,7 @@ def _stage_model(origin: Origin, staging: Path, format: str):
         trained = load_trained(origin, device="cpu", merge_lora=True)  # merged first, then folded
         model = fold_temperature(trained.model, trained.task)  # pipeline() gives the calibrated scores
         export_to_transformers(model, staging, image_processor=_processor(origin))
-        write_image_processor(origin, staging, model.config.image_hw)  # resize + centre crop, as we evaluate
+        write_image_processor(origin, staging, model.config.image_hw, naflex_budget(model.config))  # as we evaluate
         return model
     ours, complete = _our_code_files(), _has_complete_model(folder)
     _check_code(folder, _code_files(folder) if complete else [], ours)  # before anything is staged
@@ -372,19 +373,25 @@ def _normalisation(settings: dict[str, Any] | None) -> dict[str, Any]:
     return {"image_mean": list(VIT_MEAN), "image_std": list(VIT_STD), **found}
 
 
-def evaluation_image_processor(settings: dict[str, Any] | None, size: tuple[int, int]) -> Any:
+def evaluation_image_processor(
+    settings: dict[str, Any] | None, size: tuple[int, int], naflex: dict[str, int] | None = None
+) -> Any:
     """The transformers image processor that preprocesses as our evaluation does (`data.transforms`' eval
     transform: resize the shorter side to the model's size, keeping the aspect ratio, then centre-crop it).
 
     A square `size`: `CLIPImageProcessorPil` (transformers' processor with a shortest-edge resize and a centre
     crop; ViT's own resizes to the size, squashing a non-square image). PIL resizes for both with the same
-    filter, so the pixels are ours; transformers rounds the resized side down and the crop's offset down where
-    we round them (one pixel, on some image sizes). A non-square `size` (no shortest-edge resize covers it):
-    ViT's processor at that size, with a warning that it squashes."""
-    from transformers import CLIPImageProcessorPil, ViTImageProcessorPil
+    filter and both round the resized side and the crop's offset down (`data.images.cover_size`), so the pixels
+    are ours on every image size. A non-square `size` (no shortest-edge resize covers it):
+    ViT's processor at that size, with a warning that it squashes. A NaFlex model (`naflex`, its
+    `model.naflex.naflex_budget`): `Siglip2ImageProcessorPil` with that budget, our NaFlex evaluation's rule."""
+    from PIL import Image
+    from transformers import CLIPImageProcessorPil, Siglip2ImageProcessorPil, ViTImageProcessorPil
 
     height, width = size
     pixels = {**_normalisation(settings), "do_convert_rgb": True}
+    if naflex is not None:  # its default filter is bilinear; ours, where the settings state none, bicubic
+        return Siglip2ImageProcessorPil(**{"resample": int(Image.Resampling.BICUBIC), **pixels, **naflex})
     if height == width:
         return CLIPImageProcessorPil(
             **pixels,
@@ -406,16 +413,20 @@ def _write_processor(origin: Origin, staging: Path) -> None:
     """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
     from ...model.configuration_vit_ft import ViTFTConfig
 
-    write_image_processor(origin, staging, ViTFTConfig.from_pretrained(staging).image_hw)
+    config = ViTFTConfig.from_pretrained(staging)
+    write_image_processor(origin, staging, config.image_hw, naflex_budget(config))
 
 
-def write_image_processor(origin: Origin, folder: Path, size: tuple[int, int]) -> None:
+def write_image_processor(
+    origin: Origin, folder: Path, size: tuple[int, int], naflex: dict[str, int] | None = None
+) -> None:
     """The image processor a shared or exported model carries in `folder`: the fine-tune's normalisation (ViT's
     defaults when the folder has none), resizing and centre-cropping to `size` (height, width), the model's
-    resolution, as our evaluation does (`evaluation_image_processor`)."""
+    resolution, or for a NaFlex model its patch budget (`naflex`), as our evaluation does
+    (`evaluation_image_processor`)."""
     if origin.processor is None:
         logger.warning("No %s in %s: sharing ViT's default normalisation.", PROCESSOR_FILE, origin.name)
-    evaluation_image_processor(origin.processor, tuple(size)).save_pretrained(folder)
+    evaluation_image_processor(origin.processor, tuple(size), naflex).save_pretrained(folder)
 
 
 def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:

@@ -13,6 +13,13 @@ multi-label model's `config.json` keeps its `problem_type` and `decision_thresho
 the sigmoid of the logits, each label predicted at or above its threshold. A single-label model's calibration
 temperature is folded into the graph's head (`tasks.temperature.fold_temperature`; `config.json` records
 `folded_temperature`): onnxruntime's softmax of its logits is the calibrated probability.
+
+A NaFlex model (SigLIP 2; `config.max_num_patches`) is exported with its three inputs, `pixel_values` (batch,
+patches, patch * patch * channels), `pixel_attention_mask` (batch, patches) and `spatial_shapes` (batch, 2), batch
+and patch count dynamic, the position table resized per image inside the graph (the closed form of the antialiased
+bilinear resize, `model.naflex.resize_positional_embeddings`), and checked on batches of several aspect ratios;
+its folder carries transformers' `Siglip2ImageProcessor` with the model's budget, and
+`OnnxClassifier.from_folder` feeds the graph NaFlex batches.
 """
 
 from __future__ import annotations
@@ -25,19 +32,21 @@ import logging
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
+from ...model.naflex import naflex_budget
 from ...tasks import task_for
 from ...tasks.temperature import fold_temperature
 from ...utils.files import is_disk_full
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import Trained, load_trained
-from .hub import write_image_processor
+from .hub import PROCESSOR_FILE, write_image_processor
+from .hub_format import naflex_check_batches
 
 logger = logging.getLogger("vit_ft")
 
@@ -55,6 +64,9 @@ EXPORT_FILES = OutputFiles(
     "an ONNX export",
     own_needs_overwrite=True,  # an earlier export is replaced only when asked
 )
+NAFLEX_INPUTS = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
+# onnxruntime's input types -> numpy's, for feeding a batch whatever integer type its mask came in
+_NUMPY_TYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
 
 @dataclass
@@ -69,10 +81,14 @@ class OnnxExport:
     int8_difference: float | None = None
     checked_sizes: list[tuple[int, int]] = field(default_factory=list)
     threshold: Any = None  # a multi-label model's decision threshold (its task's `threshold_summary`), else None
+    max_num_patches: int | None = None  # a NaFlex graph's patch budget (its inputs are patches), else None
 
     def summary(self) -> str:
         size = "any height and width (multiples of the patch size)" if self.dynamic_size else (
             f"{self.image_size[0]}x{self.image_size[1]} only (the fine-tuned resolution)")  # fmt: skip
+        if self.max_num_patches is not None:
+            size = (f"NaFlex inputs ({', '.join(NAFLEX_INPUTS)}) of any aspect ratio and patch count, its processor "
+                    f"making at most {self.max_num_patches} patches")  # fmt: skip
         text = (f"Exported {', '.join(self.files)} to {self.folder}: dynamic batch, {size}; onnxruntime fp32 logits "
                 f"within {self.fp32_difference:.1e} of PyTorch")  # fmt: skip
         if self.int8_difference is not None:
@@ -118,22 +134,45 @@ class _Logits(torch.nn.Module):
         return self.model(pixel_values=pixel_values).logits
 
 
-def _export_graph(model: torch.nn.Module, path: Path, pixels: torch.Tensor, dynamic_size: bool) -> None:
+class _NaFlexLogits(torch.nn.Module):
+    """A NaFlex classifier as the graph exposes it: (pixel_values, pixel_attention_mask, spatial_shapes) -> logits.
+    The model checks the batch's values only when it runs eagerly (`model.naflex.naflex_token_mask`)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor, spatial_shapes: torch.Tensor
+    ) -> torch.Tensor:
+        return self.model(
+            pixel_values=pixel_values, pixel_attention_mask=pixel_attention_mask, spatial_shapes=spatial_shapes
+        ).logits
+
+
+def _export_graph(model: torch.nn.Module, path: Path, pixels: torch.Tensor | dict, dynamic_size: bool) -> None:
     """torch.onnx's dynamo exporter (the CPU kernels step aside while it traces: `kernels.kernels_enabled`);
-    its progress lines and warnings go to the debug log, not the user's terminal."""
-    axes = {0: "batch", 2: "height", 3: "width"} if dynamic_size else {0: "batch"}
+    its progress lines and warnings go to the debug log, not the user's terminal. `pixels` a NaFlex batch (dict):
+    its three inputs, batch and patch count dynamic."""
+    if isinstance(pixels, dict):
+        module, inputs = _NaFlexLogits(model), tuple(pixels[name] for name in NAFLEX_INPUTS)
+        patches = {0: "batch", 1: "patches"}
+        dynamic_shapes = {"pixel_values": patches, "pixel_attention_mask": patches, "spatial_shapes": {0: "batch"}}
+    else:
+        axes = {0: "batch", 2: "height", 3: "width"} if dynamic_size else {0: "batch"}
+        module, inputs, dynamic_shapes = _Logits(model), (pixels,), {"pixel_values": axes}
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     out = io.StringIO()
     with contextlib.redirect_stdout(out), warnings.catch_warnings(), _quiet("torch.onnx"):
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _Logits(model).eval(),
-            (pixels,),
+            module.eval(),
+            inputs,
             str(path),
             dynamo=True,
-            input_names=["pixel_values"],
+            input_names=list(dynamic_shapes),
             output_names=["logits"],
-            dynamic_shapes={"pixel_values": axes},
+            dynamic_shapes=dynamic_shapes,
             external_data=size > EXTERNAL_DATA_BYTES,
             verbose=False,
         )
@@ -157,11 +196,52 @@ class OnnxClassifier:
         options.intra_op_num_threads = threads or torch.get_num_threads()  # as many as torch, for a fair race
         self.path, self.transform, self.task = Path(path), transform, task or task_for()
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.input_types = {i.name: _NUMPY_TYPES.get(i.type, "float32") for i in self.session.get_inputs()}
 
-    def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """`(batch, channels, height, width)` normalised pixels -> float32 logits `(batch, num_labels)`."""
-        pixels = pixel_values.detach().float().contiguous().numpy()
-        return torch.from_numpy(self.session.run(["logits"], {"pixel_values": pixels})[0])
+    @classmethod
+    def from_folder(
+        cls, folder: str | os.PathLike, file: str = ONNX_FILE, threads: int | None = None
+    ) -> OnnxClassifier:
+        """The graph `file` of an export folder with the preprocessing its files state (`preprocessor_config.json`'s
+        normalisation, config.json's resolution, and for a NaFlex model its patch budget: the transform then makes
+        NaFlex batches) and its task (`graph_task`)."""
+        from ...model.configuration_vit_ft import ViTFTConfig
+        from ...utils.limits import DEFAULT_MAX_PIXELS
+        from ..preprocessing import preprocessing_from
+
+        folder = Path(folder)
+        config = ViTFTConfig.from_pretrained(folder)
+        processor_file = folder / PROCESSOR_FILE
+        settings = json.loads(processor_file.read_text(encoding="utf-8")) if processor_file.is_file() else None
+        preprocessing = preprocessing_from(settings, tuple(config.image_hw), DEFAULT_MAX_PIXELS, str(folder))
+        budget = naflex_budget(config)
+        preprocessing = preprocessing if budget is None else replace(preprocessing, **budget)
+        return cls(folder / file, preprocessing.transform(), threads, graph_task(folder))
+
+    @property
+    def naflex(self) -> bool:
+        """Whether the graph takes NaFlex batches (`NAFLEX_INPUTS`) rather than `(batch, channels, height, width)`."""
+        return "spatial_shapes" in self.input_types
+
+    def logits(self, pixel_values: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        """`(batch, channels, height, width)` normalised pixels, or for a NaFlex graph a NaFlex batch (the transform's
+        collated dict, or `Siglip2ImageProcessor`'s output) -> float32 logits `(batch, num_labels)`."""
+        inputs = pixel_values if isinstance(pixel_values, dict) else {"pixel_values": pixel_values}
+        if self.naflex != ("spatial_shapes" in inputs):
+            takes = (f"NaFlex batches ({', '.join(NAFLEX_INPUTS)}), as its folder's {PROCESSOR_FILE} makes them "
+                     "(OnnxClassifier.from_folder)" if self.naflex else "(batch, channels, height, width) pixels")
+            raise ValueError(f"{self.path} takes {takes}; it was given {', '.join(sorted(inputs))}: preprocess "
+                             "the images with the transform of the model it was exported from.")  # fmt: skip
+        feed = {name: _numpy(inputs[name], dtype) for name, dtype in self.input_types.items()}
+        return torch.from_numpy(self.session.run(["logits"], feed)[0])
+
+
+def _numpy(values: Any, dtype: str) -> Any:
+    """A tensor (or array) as the contiguous numpy array of `dtype` that onnxruntime takes."""
+    import numpy as np
+
+    array = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+    return np.ascontiguousarray(array, dtype=dtype)
 
 
 def graph_task(folder: str | os.PathLike) -> Any:
@@ -176,8 +256,15 @@ def graph_task(folder: str | os.PathLike) -> Any:
 
 
 def _difference(model: torch.nn.Module, path: Path, sizes: list[tuple[int, int]]) -> float:
-    """Max |onnxruntime - PyTorch| logits over two random images at each of `sizes`."""
+    """Max |onnxruntime - PyTorch| logits over two random images at each of `sizes`, or for a NaFlex model over its
+    check batches (`naflex_check_batches`)."""
     graph, worst = OnnxClassifier(path), 0.0
+    if getattr(model.config, "max_num_patches", None) is not None:
+        for batch in naflex_check_batches(model.config):
+            with torch.inference_mode():
+                expected = model(**batch).logits.float()
+            worst = max(worst, (graph.logits(batch) - expected).abs().max().item())
+        return worst
     for index, (height, width) in enumerate(sizes):
         pixels = torch.randn(
             2, model.config.num_channels, height, width, generator=torch.Generator().manual_seed(index)
@@ -194,9 +281,12 @@ def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[
     Exported with dynamic height and width, traced one patch above the model's size so that the position
     embeddings' resampling is in the graph; kept if onnxruntime then gives PyTorch's logits at both sizes, else
     exported again at the model's size. Returns (dynamic height and width, max difference, sizes checked); a
-    graph further than FP32_TOLERANCE from PyTorch is a ValueError.
+    graph further than FP32_TOLERANCE from PyTorch is a ValueError. A NaFlex model (`max_num_patches`): its
+    three inputs (`export_naflex_model`).
     """
     config = model.config
+    if getattr(config, "max_num_patches", None) is not None:
+        return export_naflex_model(model, path)
     (height, width), (ph, pw) = config.image_hw, config.patch_hw
     channels = config.num_channels
     sizes = [(height, width), (height + ph, width + pw)]
@@ -222,6 +312,28 @@ def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[
             "is not written. Report it with the model's config.json."
         )
     return False, difference, sizes[:1]
+
+
+def export_naflex_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[tuple[int, int]]]:
+    """Write the NaFlex classifier `model` as the ONNX graph `path` taking `NAFLEX_INPUTS`, batch and patch count
+    dynamic, traced on three images padded to their longest (neither the size nor the length of a check batch) and
+    checked with onnxruntime on `naflex_check_batches`. Returns (True, max difference, the checked images' sizes in
+    pixels); a graph further than FP32_TOLERANCE from PyTorch is a ValueError."""
+    patch = model.config.patch_hw[0]
+    full, _ = naflex_check_batches(model.config)
+    shapes = full["spatial_shapes"]
+    trace = {name: values[1:4] for name, values in full.items()}
+    length = int(trace["pixel_attention_mask"].sum(-1).max())
+    trace = {**trace, "pixel_values": trace["pixel_values"][:, :length],
+             "pixel_attention_mask": trace["pixel_attention_mask"][:, :length]}  # fmt: skip
+    _export_graph(model, path, trace, dynamic_size=True)
+    difference = _difference(model, path, [])
+    if difference > FP32_TOLERANCE:
+        raise ValueError(
+            f"the NaFlex ONNX graph's logits are {difference:.2g} from PyTorch's (tolerance {FP32_TOLERANCE}); the "
+            "export is not written. Report it with the model's config.json."
+        )
+    return True, difference, [(int(rows) * patch, int(columns) * patch) for rows, columns in shapes.tolist()]
 
 
 def quantize_int8(model: torch.nn.Module, source: Path, target: Path, sizes: list[tuple[int, int]]) -> float:
@@ -285,13 +397,14 @@ def export_onnx(
         dynamic, difference, sizes = export_model(model, staging / ONNX_FILE)
         int8 = quantize_int8(model, staging / ONNX_FILE, staging / INT8_FILE, sizes) if quantize else None
         image_size = tuple(model.config.image_hw)
-        write_image_processor(origin, staging, image_size)
+        write_image_processor(origin, staging, image_size, naflex_budget(model.config))
         (staging / "config.json").write_text(json.dumps(_config_dict(model.config), indent=2) + "\n")
         if report is not None:
             report(trained, staging)
         files = sorted(p.name for p in staging.iterdir())
     threshold = trained.task.threshold_summary(trained.id2label)
-    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, threshold=threshold)
+    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, threshold=threshold,
+                      max_num_patches=getattr(model.config, "max_num_patches", None))  # fmt: skip
 
 
 MULTI_LABEL_EVALUATION = (
@@ -301,12 +414,23 @@ MULTI_LABEL_EVALUATION = (
 )
 
 
+NAFLEX_REPORT = (
+    "--report times every runtime on batches of (batch, channels, height, width) pixels, which a NaFlex model "
+    "({model}: max_num_patches {budget}) does not take; leave --report out, and compare the graphs' accuracy "
+    "with --evaluate SPLIT."
+)
+
+
 def check_evaluation(trained: Trained, flag: str = "--evaluate") -> None:
-    """A ValueError when `--evaluate` cannot run on the `trained` model: its task has no top-1 accuracy (a
-    multi-label model). The command checks it before anything is exported."""
+    """A ValueError when `--evaluate` (or `--report`) cannot run on the `trained` model: its task has no top-1
+    accuracy (a multi-label model), or for `--report` it is a NaFlex model (the report's runtimes take fixed-size
+    pixels). The command checks it before anything is exported."""
     task = trained.task
     if "accuracy" not in task.metric_names:
         raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type, flag=flag))
+    budget = naflex_budget(trained.model.config)
+    if flag == "--report" and budget is not None:
+        raise ValueError(NAFLEX_REPORT.format(model=trained.source, budget=budget["max_num_patches"]))
 
 
 def _loaded(model: str | os.PathLike | Trained) -> Trained:
@@ -359,6 +483,7 @@ __all__ = [
     "check_export_dir",
     "compare_accuracy",
     "export_model",
+    "export_naflex_model",
     "export_onnx",
     "graph_task",
     "quantize_int8",
