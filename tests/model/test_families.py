@@ -109,15 +109,19 @@ def references():
     }
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, tuple[str, torch.nn.Module]]:
+def save_references(models: dict[str, torch.nn.Module], tmp_path_factory) -> dict[str, tuple[str, torch.nn.Module]]:
     """Each reference saved by transformers into its own folder: name -> (folder, the reference in eval mode)."""
     out = {}
-    for seed, (name, model) in enumerate(references().items()):
+    for seed, (name, model) in enumerate(models.items()):
         folder = tmp_path_factory.mktemp(name)
         randomize(model, seed=seed).save_pretrained(folder)
         out[name] = (str(folder), model)
     return out
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, tuple[str, torch.nn.Module]]:
+    return save_references(references(), tmp_path_factory)
 
 
 def reference_inputs(name: str, pixels: torch.Tensor) -> dict[str, torch.Tensor | bool]:

@@ -22,6 +22,7 @@ from vit_ft import ViTFTConfig, ViTFTForImageClassification, ViTFTModel
 from vit_ft.model.naflex import resize_positional_embeddings
 
 from ..conftest import randomize
+from .test_families import save_references
 
 # a 4x4 position table (num_patches 16) of 4-pixel patches; a budget above it, so that images are resized up too
 VISION = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
@@ -47,12 +48,7 @@ def references() -> dict[str, torch.nn.Module]:
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, tuple[str, torch.nn.Module]]:
-    out = {}
-    for seed, (name, model) in enumerate(references().items()):
-        folder = tmp_path_factory.mktemp(name)
-        randomize(model, seed=seed).save_pretrained(folder)
-        out[name] = (str(folder), model)
-    return out
+    return save_references(references(), tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,13 @@ class FamilyProtocol:
 
 
 _ADAMW = {"optim": "adamw_torch", "optim_args": None}
+# the rows that others follow (DINOv3 DINOv2's, SigLIP and AIMv2 CLIP's, MSN MAE's), each once
+_DINOV2 = {"learning_rate": 2e-5, "weight_decay": 0.05, **_ADAMW, "layer_decay": 0.75, "warmup_steps": 0.1,
+           "drop_path_rate": 0.1, "pooling": "cls+mean", "fc_norm": None}  # fmt: skip
+_CLIP = {"learning_rate": 3e-5, "weight_decay": 0.1, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.1,
+         "drop_path_rate": 0.1, "pooling": None, "fc_norm": None}  # fmt: skip
+_MAE = {"learning_rate": 1e-3, "weight_decay": 0.05, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.05,
+        "drop_path_rate": 0.1, "pooling": "mean", "fc_norm": True}  # fmt: skip
 FAMILY_DEFAULTS: dict[str, FamilyProtocol] = {
     "vit": FamilyProtocol(
         "ViT",
@@ -63,52 +70,45 @@ FAMILY_DEFAULTS: dict[str, FamilyProtocol] = {
     ),
     "dinov2": FamilyProtocol(
         "DINOv2",
-        {"learning_rate": 2e-5, "weight_decay": 0.05, **_ADAMW, "layer_decay": 0.75, "warmup_steps": 0.1,
-         "drop_path_rate": 0.1, "pooling": "cls+mean", "fc_norm": None},
+        _DINOV2,
         "DINOv2 (Oquab et al. 2023, arXiv 2304.07193): its linear heads read [class token, patch mean]; the paper "
         "gives no full fine-tuning protocol: AdamW lr 2e-5, layer decay 0.75, drop path 0.1 are common practice "
         "(small rates keep the features; DINOv2's tracker reports collapse at ViT rates)",
     ),
     "dinov3": FamilyProtocol(
         "DINOv3",
-        {"learning_rate": 2e-5, "weight_decay": 0.05, **_ADAMW, "layer_decay": 0.75, "warmup_steps": 0.1,
-         "drop_path_rate": 0.1, "pooling": None, "fc_norm": None},
+        {**_DINOV2, "pooling": None},
         "DINOv3 (Siméoni et al. 2025, arXiv 2508.10104) reports frozen-backbone probes; as DINOv2's row (common "
         "practice), with the checkpoint's own pooling",
     ),
     "clip": FamilyProtocol(
         "CLIP",
-        {"learning_rate": 3e-5, "weight_decay": 0.1, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.1,
-         "drop_path_rate": 0.1, "pooling": None, "fc_norm": None},
+        _CLIP,
         "WiSE-FT (Wortsman et al. 2022, arXiv 2109.01903): AdamW lr 3e-5, weight decay 0.1, batch 512; layer "
         "decay and drop path from FT-CLIP (Dong et al. 2022, arXiv 2212.06138: 0.6 for ViT-B, ours 0.65)",
     ),
     "siglip": FamilyProtocol(
         "SigLIP",
-        {"learning_rate": 3e-5, "weight_decay": 0.1, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.1,
-         "drop_path_rate": 0.1, "pooling": None, "fc_norm": None},
+        _CLIP,
         "CLIP's row (common practice: SigLIP, Zhai et al. 2023, arXiv 2303.15343, and SigLIP 2, arXiv 2502.14786, "
         "give no full fine-tuning protocol), with the checkpoint's own attention-pooling head",
     ),
     "mae": FamilyProtocol(
         "MAE",
-        {"learning_rate": 1e-3, "weight_decay": 0.05, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.05,
-         "drop_path_rate": 0.1, "pooling": "mean", "fc_norm": True},
+        _MAE,
         "MAE (He et al. 2022, arXiv 2111.06377; facebookresearch/mae FINETUNE.md, ViT-B): AdamW, blr 5e-4 x "
         "batch/256, layer decay 0.65, weight decay 0.05, drop path 0.1, warm-up 5 of 100 epochs, mean pooling + "
         "fc_norm",
     ),
     "msn": FamilyProtocol(
         "MSN",
-        {"learning_rate": 1e-3, "weight_decay": 0.05, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.05,
-         "drop_path_rate": 0.1, "pooling": "cls", "fc_norm": None},
+        {**_MAE, "pooling": "cls", "fc_norm": None},
         "MAE's row with the class token (common practice: MSN, Assran et al. 2022, arXiv 2204.07141, reports "
         "linear and low-shot evaluation; BEiT's and MAE's layer decay 0.65 for ViT-B)",
     ),
     "aimv2": FamilyProtocol(
         "AIMv2",
-        {"learning_rate": 3e-5, "weight_decay": 0.1, **_ADAMW, "layer_decay": 0.65, "warmup_steps": 0.1,
-         "drop_path_rate": 0.1, "pooling": None, "fc_norm": None},
+        _CLIP,
         "CLIP's row (common practice: AIMv2, Fini et al. 2024, arXiv 2411.14402, reports attentive probes of the "
         "frozen trunk), with the checkpoint's own attention-pooling head",
     ),
