@@ -76,8 +76,7 @@ def help_in_a_fresh_process(command: str, cwd) -> tuple[str, list[str]]:
     return help_text, imported.split()
 
 
-# push names its --format choices from the export code (torch); the rest answer without it
-@pytest.mark.parametrize("command", ["predict", "evaluate", "inspect", "fewshot", "export", "seeds"])
+@pytest.mark.parametrize("command", ["predict", "evaluate", "inspect", "fewshot", "export", "seeds", "push", "audit"])
 def test_a_tool_help_imports_neither_torch_nor_transformers(tmp_path, command):
     help_text, imported = help_in_a_fresh_process(command, tmp_path)
     assert imported == ["False", "False"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..tools.export.hub import AUTO, FORMAT_CHOICES, push_output_dir, stage_for_hub
+from ..tools.export.formats import AUTO, FORMAT_CHOICES
 from ..utils.cli import ToolArgumentParser, run_tool
 from ..utils.logs import setup_logging
 from .model_flags import check_finished
@@ -47,6 +47,8 @@ def push(argv: list[str] | None = None) -> str:
     args = parse_args(argv)
     check_finished(args.output_dir, "push")  # an unfinished run: its lock holder or last checkpoint, one line
     setup_logging(timestamps=False)
+    from ..tools.export.hub import push_output_dir, stage_for_hub  # after the flags: --help needs no torch
+
     if args.local_dir:
         staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format)
         print(f"Staged {args.output_dir} for {args.hub_model_id} in {staged}")

@@ -19,10 +19,7 @@ from transformers import PretrainedConfig
 
 from ...data.naflex import collate_patches, image_size_for_max_num_patches
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
-
-AUTO = "auto"
-FORMATS = ("vit_ft", "transformers")
-FORMAT_CHOICES = (AUTO, *FORMATS)
+from .formats import AUTO, FORMAT_CHOICES, FORMATS
 
 
 @dataclass(frozen=True)
