@@ -71,7 +71,7 @@ def test_label_issues_find_flipped_labels_as_cleanlab_does_on_the_same_probabili
     probabilities, _ = out_of_fold_probabilities(features, given, 5)
     found, cleanlab = label_issues(given, probabilities)
     rows = {f.index for f in found}
-    reference = find_label_issues(given, probabilities, filter_by="prune_by_noise_rate")
+    reference = find_label_issues(given, probabilities, filter_by="prune_by_noise_rate", n_jobs=1)
     np.testing.assert_array_equal(cleanlab, reference)  # cleanlab's own flags, on the same probabilities
     below = probabilities[np.arange(len(given)), given] < LABEL_ISSUE_BELOW
     assert rows == set(np.flatnonzero(reference | below))

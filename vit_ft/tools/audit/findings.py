@@ -124,7 +124,10 @@ def label_issues(labels: np.ndarray, probabilities: np.ndarray) -> tuple[list[Fi
     thirds of them at precision 1.0; the threshold reaches the issue's recall of 0.9 at precision 0.87 (docs/tools.md)."""
     find_label_issues = require_cleanlab()
     labels = np.asarray(labels, np.int64)
-    cleanlab = np.asarray(find_label_issues(labels, probabilities, filter_by="prune_by_noise_rate"), bool)
+    # n_jobs=1: cleanlab's default forks a multiprocessing pool, whose workers can deadlock when the process already
+    # runs threads (torch's, a test runner's: seen hanging in CI); one process is a fraction of a second here
+    issues = find_label_issues(labels, probabilities, filter_by="prune_by_noise_rate", n_jobs=1)
+    cleanlab = np.asarray(issues, bool)
     given = probabilities[np.arange(len(labels)), labels]
     flagged = cleanlab | (given < LABEL_ISSUE_BELOW)
     others = probabilities.copy()
