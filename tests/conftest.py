@@ -86,6 +86,12 @@ sys.meta_path.insert(0, Block())
 """
 
 
+def logged_losses(output_dir: Path) -> list[tuple[int, float]]:
+    """(step, training loss) of every logged step in a run's trainer_state.json."""
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    return [(entry["step"], entry["loss"]) for entry in history if "loss" in entry]
+
+
 def write_tiny_recipe(tmp: Path, **overrides) -> Path:
     """A recipe on the real digits images with a tiny transformers ViTModel checkpoint: seconds on a CPU."""
     checkpoint = tmp / "backbone"

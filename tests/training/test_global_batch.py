@@ -14,7 +14,7 @@ import json
 import pytest
 
 from ..cli_runner import run_script
-from ..conftest import write_tiny_recipe
+from ..conftest import logged_losses, write_tiny_recipe
 from .test_distributed import launch_two_processes
 
 # 96 images, global batch 32: 3 steps an epoch, 10 steps; nothing random in the data but the seeded order
@@ -33,8 +33,7 @@ SETTINGS = {
 
 
 def losses(output_dir) -> list[float]:
-    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
-    return [entry["loss"] for entry in history if "loss" in entry]
+    return [loss for _, loss in logged_losses(output_dir)]
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from ..conftest import REPO, write_tiny_recipe
+from ..conftest import REPO, logged_losses, write_tiny_recipe
 
 STEPS, RESUME_AT, EMA_DECAY = 6, 3, 0.5
 # 96 images, 16 per process, 2 processes: 3 steps an epoch; a sharded checkpoint (and its EMA) at every step,
@@ -137,11 +137,7 @@ def test_the_resume_ends_as_the_uninterrupted_run(sharded_run):
     # it went on from checkpoint-3 (a run started over would have written checkpoint-1 and 2 again)
     assert sorted(int(p.name.split("-")[1]) for p in resumed.glob("checkpoint-*")) == [3, 4, 5, 6]
 
-    def losses(folder):
-        history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
-        return [(e["step"], e["loss"]) for e in history if "loss" in e]
-
-    assert losses(resumed) == losses(out) and len(losses(out)) == STEPS
+    assert logged_losses(resumed) == logged_losses(out) and len(logged_losses(out)) == STEPS
     for name in ("eval_results.json", "test_results.json"):
         a, b = (json.loads((f / name).read_text()) for f in (out, resumed))
         assert {k: v for k, v in a.items() if "runtime" not in k and "per_second" not in k} == {

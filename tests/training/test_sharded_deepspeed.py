@@ -5,14 +5,13 @@ deepspeed is not installed (it is not a dependency of vit_ft). The launcher shim
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from ..conftest import write_tiny_recipe
+from ..conftest import logged_losses, write_tiny_recipe
 from .test_sharded import RESUME_AT, SETTINGS, STEPS, assert_ema_recomputed, launch, reports
 
 pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install deepspeed)")
@@ -71,11 +70,7 @@ def test_the_zero2_resume_ends_as_the_uninterrupted_run(zero2_run):
     out, resumed = zero2_run / "out", zero2_run / "resumed"
     assert sorted(int(p.name.split("-")[1]) for p in resumed.glob("checkpoint-*")) == [3, 4, 5, 6]
 
-    def losses(folder):
-        history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
-        return [(e["step"], e["loss"]) for e in history if "loss" in e]
-
-    assert losses(resumed) == losses(out) and len(losses(out)) == STEPS
+    assert logged_losses(resumed) == logged_losses(out) and len(logged_losses(out)) == STEPS
     final, again = load_file(out / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert set(final) == set(again) and all(torch.equal(final[k], again[k]) for k in final)
     last = f"checkpoint-{STEPS}/ema.safetensors"

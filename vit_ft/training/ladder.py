@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments.fields import DataArguments, ModelArguments
+from ..tasks import MultiLabel, SingleLabel
 from ..utils.files import write_text_atomically
 
 logger = logging.getLogger("vit_ft")
@@ -30,7 +31,7 @@ logger = logging.getLogger("vit_ft")
 RUNGS = ("knn", "linear", "lora", "full")  # cheapest first
 LADDER_FOLDER = "ladder"
 LADDER_FILES = ("report.md", "ladder.json")
-METRICS = ("accuracy", "mAP")  # the tasks' headline metrics (SingleLabel / MultiLabel.best_metric)
+METRICS = (SingleLabel.best_metric, MultiLabel.best_metric)  # the tasks' headline metrics (accuracy, mAP)
 
 
 @dataclass

@@ -62,7 +62,9 @@ def save_outputs(
         json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
     )
     write_examples(trainer.eval_dataset, names, output_dir)
-    feature_bank = _save_feature_bank(bank or _feature_bank(trainer, training_args.seed), output_dir)
+    if bank is None:  # unsharded weights: process zero alone runs the bank's forward passes
+        bank = _feature_bank(trainer, training_args.seed)
+    feature_bank = _save_feature_bank(bank, output_dir)
     run_info = {
         "recipe": recipe,
         "base_model": model_args.model_name_or_path,

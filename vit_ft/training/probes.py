@@ -46,7 +46,8 @@ def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # (n,) class ids or (n, labels) multi-hot rows
     rows = stratified_rows(labels, BANK_MAX_IMAGES, seed) if method == "knn" else np.arange(len(labels))
-    features, kept = bank_features(model, evaluation_transform(trainer.processing_class, trainer.model.config), train.select(rows)["image"])
+    transform = evaluation_transform(trainer.processing_class, model.config)
+    features, kept = bank_features(model, transform, train.select(rows)["image"])
     pooled, labels = features["features"], labels[rows][kept]
     if not len(kept):
         raise ValueError(f"method: {method} found no training image that decodes; check the training data.")
