@@ -335,7 +335,9 @@ def test_browser_upload_and_example_click_classify_at_once_and_errors_stay(
 
             # the heat map explains itself: what it shows, a colour legend, no label badge over the image
             assert "the centre crop the model sees" in page.locator("#rollout-caption").inner_text()
-            assert page.locator("#legend-bar").is_visible()
+            legend_bar = page.locator("#legend-bar")
+            legend_bar.wait_for(state="visible", timeout=30_000)  # is_visible alone does not wait for the page
+            assert legend_bar.is_visible()
             assert "most attention" in page.locator("#legend").inner_text()
 
             upload.set_input_files(images["rgb.png"])  # an upload is classified without pressing Classify
