@@ -60,7 +60,9 @@ def training_memory_probe(settings: BenchmarkSettings, variant: str, dtype_name:
         torch.set_num_threads(settings.threads)
     if not _reset_peak_rss():
         raise OSError("Peak-memory measurement needs Linux /proc/self/clear_refs; pass --no-memory.")
-    before = _rss_mib("VmRSS")
+    # the peak counter just reset, read as the baseline: VmRSS and VmHWM are separate approximate counts (a few
+    # pages apart), so a model too small to show took a few KiB below zero once
+    before = _rss_mib("VmHWM")
     config = settings.model_config()
     torch.manual_seed(settings.seed)
     model: torch.nn.Module = kernelize(ViTFTForImageClassification(config))
@@ -71,7 +73,7 @@ def training_memory_probe(settings: BenchmarkSettings, variant: str, dtype_name:
     pixels, labels = random_batch(config, settings.train_batch_size, settings.seed + 2)
     for _ in range(2):
         train_step(model, optimizer, pixels, labels, DTYPES[dtype_name])
-    return {"peak_mib": _rss_mib("VmHWM") - before}
+    return {"peak_mib": max(0.0, _rss_mib("VmHWM") - before)}
 
 
 def _peak_training_memory(settings: BenchmarkSettings, variant: str, dtype_name: str) -> float:
