@@ -259,6 +259,21 @@ def test_save_pretrained_round_trip(hf_classifier_dir, tmp_path, cls, pixels):
     assert loaded.loading_report.source_format == "vit_ft"
 
 
+def test_fine_tuning_a_saved_folder_keeps_its_resolution_when_image_size_is_unset(hf_classifier_dir, tmp_path):
+    """`--model_name_or_path <a saved vit_ft folder>` without --image_size, as from a transformers checkpoint
+    (training.stages.build_model): the saved size, the new labels, the encoder's weights; it raised before."""
+    from vit_ft.arguments.fields import ModelArguments
+    from vit_ft.training.stages import build_model
+
+    reference = ViTFTForImageClassification.from_pretrained(hf_classifier_dir, image_size=24)
+    reference.save_pretrained(tmp_path)
+    for source, size in ((hf_classifier_dir, 16), (str(tmp_path), 24)):  # TINY is 16 px
+        model, processor = build_model(ModelArguments(model_name_or_path=source), ["x", "y"])
+        assert model.config.image_hw == (size, size) and processor.size == {"height": size, "width": size}
+        assert model.config.id2label == {0: "x", 1: "y"}
+    assert torch.equal(model.vit.embeddings.position_embeddings, reference.vit.embeddings.position_embeddings)
+
+
 # 9. outputs -----------------------------------------------------------------------------------------------
 
 

@@ -181,7 +181,7 @@ class ViTFTConfig(PretrainedConfig):
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
         """transformers' `from_dict`; new labels (`num_labels=` or `id2label=`) replace the checkpoint's names,
-        and `label2id` follows `id2label` when it is not given."""
+        `label2id` follows `id2label` when it is not given, and `image_size=None` keeps the checkpoint's size."""
         if kwargs.get("num_labels") is not None or kwargs.get("id2label") is not None:
             config_dict = {k: v for k, v in config_dict.items() if k not in ("id2label", "label2id")}
             id2label = kwargs.get("id2label")
@@ -194,6 +194,8 @@ class ViTFTConfig(PretrainedConfig):
                 kwargs.setdefault("label2id", {name: int(i) for i, name in id2label.items()})
         if kwargs.get("image_size") is not None:
             kwargs["image_size"] = list(to_2tuple(kwargs["image_size"], "image_size"))
+        else:  # `image_size=None` keeps the checkpoint's resolution, from a saved vit_ft folder as from a converted one
+            kwargs.pop("image_size", None)
         result = super().from_dict(config_dict, **kwargs)
         # transformers sets the keyword overrides after __init__'s checks: pooling="cls" on SigLIP's is checked here
         (result[0] if isinstance(result, tuple) else result)._validate()
