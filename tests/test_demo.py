@@ -368,6 +368,12 @@ def test_browser_upload_and_example_click_classify_at_once_and_errors_stay(
                 timeout=30_000,
             )
             preview.wait_for(timeout=30_000)
+            # the preview swaps to the example after its label shows (CI once saw the earlier 64 px upload still
+            # there): wait for the 8 px example itself, then check how it is drawn
+            page.wait_for_function(
+                "() => { const img = document.querySelector('#image img'); return img && img.naturalWidth === 8; }",
+                timeout=30_000,
+            )
             shown = preview.evaluate(
                 "img => [img.naturalWidth, img.getBoundingClientRect().width, getComputedStyle(img).objectFit,"
                 " getComputedStyle(img).imageRendering]"

@@ -61,7 +61,9 @@ def test_image_size_must_be_multiple_of_patch_size_when_the_model_is_built():
 
 
 @pytest.mark.parametrize(
-    "bad", [{"pooling": "max"}, {"hidden_dropout_prob": 1.5}, {"image_size": "big"}, {"mlp_type": "geglu"}]
+    "bad",
+    [{"pooling": "max"}, {"hidden_dropout_prob": 1.5}, {"image_size": "big"}, {"mlp_type": "geglu"},
+     {"rope_rescale": 2.0}, {"rope_jitter": 0.5, "rope_theta": 100.0}],
 )
 def test_bad_values_are_errors(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):

@@ -186,6 +186,29 @@ def assert_parity(checkpoints, name: str, size: tuple[int, int]) -> None:
         torch.testing.assert_close(getattr(out, key), value, atol=1e-5, rtol=0, msg=f"{name} {key}")
 
 
+@pytest.mark.parametrize("augment", [{}, {"pos_embed_shift": 0.3, "pos_embed_jitter": 1.5, "pos_embed_rescale": 1.8}])
+def test_dinov3_training_mode_moves_the_rotary_positions_as_transformers_does(tmp_path, augment):
+    """In training mode DINOv3 draws a random shift, stretch and scale of the patch centres (transformers'
+    default: rescale 2 alone); with the same seed our step draws the same ones, so the outputs match, and two
+    steps differ (in eval mode they are equal)."""
+    reference = randomize(DINOv3ViTModel(DINOv3ViTConfig(**DINOV3, **augment)), seed=3)
+    reference.save_pretrained(tmp_path)
+    ours = ViTFTModel.from_pretrained(tmp_path)
+    assert (ours.config.rope_shift, ours.config.rope_jitter, ours.config.rope_rescale) == (
+        augment.get("pos_embed_shift"), augment.get("pos_embed_jitter"), augment.get("pos_embed_rescale", 2.0))
+    pixels = torch.randn(2, 3, 20, 28, generator=torch.Generator().manual_seed(0))
+    outputs = []
+    for model in (reference.train(), ours.train(), ours):
+        torch.manual_seed(7 if len(outputs) < 2 else 8)
+        with torch.no_grad():
+            outputs.append(model(pixels).last_hidden_state)
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-5, rtol=0)
+    assert (outputs[2] - outputs[1]).abs().max() > 1e-3  # another draw, another rotation
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(pixels).last_hidden_state, reference.eval()(pixels).last_hidden_state,
+                                   atol=1e-5, rtol=0)  # fmt: skip
+
+
 def test_dinov2_swiglu_loads_as_our_swiglu_mlp(checkpoints):
     """DINOv2 giant's MLP is our mlp_type "swiglu" at transformers' width, not refused as it once was."""
     model = ViTFTModel.from_pretrained(checkpoints["dinov2_swiglu"][0])

@@ -66,6 +66,9 @@ class ViTFTConfig(PretrainedConfig):
             with pooling "mean", timm's option).
         rope_theta: 2-D rotary position embeddings on the patch tokens with this base (DINOv3) instead of a
             learned table; None for the learned table. Any multiple of the patch runs without resampling.
+        rope_shift / rope_jitter / rope_rescale: DINOv3's coordinate augmentations of the rotary positions in
+            training mode (its `pos_embed_shift` / `_jitter` / `_rescale`: a uniform shift, a log-uniform stretch per
+            axis, one log-uniform scale); None for none. Evaluation and inference never apply them.
         norm_type: "layernorm" or "rmsnorm" (AIMv2) for every norm of the model; `layer_norm_eps` is its eps.
         patch_norm: a norm on the patch embeddings before the positions are added (AIMv2).
         proj_bias / mlp_bias: biases of the attention's output projection and of the MLP (AIMv2 has none).
@@ -103,6 +106,9 @@ class ViTFTConfig(PretrainedConfig):
     mlp_type: str = "gelu"
     fc_norm: bool = False
     rope_theta: float | None = None
+    rope_shift: float | None = None
+    rope_jitter: float | None = None
+    rope_rescale: float | None = None
     norm_type: str = "layernorm"
     patch_norm: bool = False
     proj_bias: bool = True
@@ -158,6 +164,11 @@ class ViTFTConfig(PretrainedConfig):
                 f"rope_theta needs a head width (hidden_size / num_attention_heads = "
                 f"{self.hidden_size // self.num_attention_heads}) divisible by 4: pick another head count."
             )
+        for name in ("rope_shift", "rope_jitter", "rope_rescale"):
+            value = getattr(self, name)
+            if value is not None and (self.rope_theta is None or not value >= (0 if name == "rope_shift" else 1)):
+                floor = "0" if name == "rope_shift" else "1"
+                raise ValueError(f"{name}={value!r} needs rotary positions (rope_theta) and a value of at least {floor}.")
         budget = self.max_num_patches
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
             raise ValueError(f"max_num_patches must be a positive int or None (square crops), got {budget!r}.")

@@ -196,6 +196,10 @@ def _dinov3_fields(vision: dict[str, Any], source: str) -> dict[str, Any]:
         "layerscale_value": vision["layerscale_value"],
         "num_register_tokens": vision["num_register_tokens"],
         "rope_theta": float(vision["rope_theta"]),
+        # its training-time coordinate augmentations (transformers' defaults: rescale 2, no shift or jitter)
+        "rope_shift": vision.get("pos_embed_shift"),
+        "rope_jitter": vision.get("pos_embed_jitter"),
+        "rope_rescale": vision.get("pos_embed_rescale", 2.0),
     }
 
 

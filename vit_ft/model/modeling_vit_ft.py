@@ -324,7 +324,8 @@ class ViTFTModel(ViTFTPreTrainedModel):
         if cfg.rope_theta is not None:
             grid = patch_grid(*pixel_values.shape[2:], self.embeddings.patch_size)
             head_dim = cfg.hidden_size // cfg.num_attention_heads
-            rope = rotary_cos_sin(grid, head_dim, cfg.rope_theta, hidden_states.dtype, hidden_states.device)
+            augment = (cfg.rope_shift, cfg.rope_jitter, cfg.rope_rescale) if self.training else None
+            rope = rotary_cos_sin(grid, head_dim, cfg.rope_theta, hidden_states.dtype, hidden_states.device, augment)
         if self.pre_layernorm is not None:
             hidden_states = self.pre_layernorm(hidden_states)
         for layer in self.layers:

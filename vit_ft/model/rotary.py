@@ -2,7 +2,8 @@
 
 Each patch's centre, normalised to [-1, 1] along height and width, turns a quarter of every head's channels by
 its row and a quarter by its column; the prefix tokens (class, registers) are not turned. Nothing is learned, so
-any multiple of the patch runs as it is: there is no table to resample. A saved folder carries this file.
+any multiple of the patch runs as it is: there is no table to resample. In training mode DINOv3 also moves the
+centres at random (shift, jitter, rescale: the config's `rope_*`). A saved folder carries this file.
 """
 
 from __future__ import annotations
@@ -12,10 +13,34 @@ import math
 import torch
 
 
+def augment_coordinates(
+    coords: torch.Tensor, shift: float | None, jitter: float | None, rescale: float | None
+) -> torch.Tensor:
+    """DINOv3's training-time augmentation of the patch centres `(N, 2)`: a shift uniform in [-shift, shift] per
+    axis, a stretch log-uniform in [1/jitter, jitter] per axis, one scale log-uniform in [1/rescale, rescale];
+    drawn from torch's generator in transformers' order and shapes, so a seeded step equals its
+    `augment_patches_center_coordinates`."""
+    if shift is not None:
+        coords = coords + torch.empty((1, 2), device=coords.device, dtype=coords.dtype).uniform_(-shift, shift)
+    if jitter is not None:
+        spread = math.log(jitter)
+        coords = coords * torch.empty((1, 2), device=coords.device, dtype=coords.dtype).uniform_(-spread, spread).exp()
+    if rescale is not None:
+        spread = math.log(rescale)
+        coords = coords * torch.empty(1, device=coords.device, dtype=coords.dtype).uniform_(-spread, spread).exp()
+    return coords
+
+
 def rotary_cos_sin(
-    grid: tuple[int, int], head_dim: int, theta: float, dtype: torch.dtype, device: torch.device
+    grid: tuple[int, int],
+    head_dim: int,
+    theta: float,
+    dtype: torch.dtype,
+    device: torch.device,
+    augment: tuple[float | None, float | None, float | None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotation of each patch of a `grid` (rows, columns): cos and sin, each `(rows * columns, head_dim)`.
+    """The rotation of each patch of a `grid` (rows, columns): cos and sin, each `(rows * columns, head_dim)`;
+    `augment` (shift, jitter, rescale) moves the patch centres first, as DINOv3 does in training mode.
 
     Computed in float32 each call, as transformers' DINOv3 does (no buffer: a meta-device build needs none)."""
     rows, cols = grid
@@ -24,6 +49,8 @@ def rotary_cos_sin(
     coords_w = torch.arange(0.5, cols, dtype=torch.float32, device=device) / cols
     coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1).flatten(0, 1)  # (N, 2)
     coords = 2.0 * coords - 1.0  # patch centres in [-1, 1]
+    if augment is not None:
+        coords = augment_coordinates(coords, *augment)
     angles = (2 * math.pi * coords[:, :, None] * inv_freq[None, None, :]).flatten(1, 2)  # (N, head_dim / 2)
     angles = angles.tile(2)  # (N, head_dim)
     return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
@@ -45,4 +72,4 @@ def apply_rotary(
     return turn(query), turn(key)
 
 
-__all__ = ["apply_rotary", "rotary_cos_sin"]
+__all__ = ["apply_rotary", "augment_coordinates", "rotary_cos_sin"]
