@@ -99,20 +99,31 @@ def test_evaluate_counts_the_test_images_unlike_the_training_images(tiny_finetun
     entry = metrics["unlike_training"]
     predictions = run_prediction(
         tiny_finetuned_dir, [Path(row) for row in _evaluated_paths(tmp_path / "report")], tmp_path / "p.csv",
-        figure=None, device="cpu",
+        figure=None, device="cpu", batch_size=64,  # evaluate's batches: the same sums, the same scores
     )  # fmt: skip
     assert entry["images"] == metrics["num_images"]
     assert entry["flagged"] == predictions["unlike_training"], (entry, predictions)
     assert entry["fraction"] == pytest.approx(entry["flagged"] / entry["images"])
     assert entry["fit"] == FeatureBank.load(tiny_finetuned_dir / FEATURE_BANK_FILE).ood
     assert f"{entry['flagged']} of {entry['images']} images" in (tmp_path / "report" / "report.md").read_text()
+    # per image too: predictions.csv's columns equal predict's for the same files
+    evaluated = _evaluated_rows(tmp_path / "report")
+    predicted = {row["path"]: row for row in read_predictions(tmp_path / "p.csv")}
+    assert sum(row["unlike_training"] == "True" for row in evaluated) == entry["flagged"]
+    for row in evaluated:
+        assert row["unlike_training"] == str(predicted[row["source"]]["unlike_training"])
+        assert float(row["ood_score"]) == pytest.approx(predicted[row["source"]]["ood_score"], rel=1e-6)
 
 
-def _evaluated_paths(report: Path) -> list[str]:
+def _evaluated_rows(report: Path) -> list[dict[str, str]]:
     import csv
 
     with (report / "predictions.csv").open(newline="") as f:
-        return [row["source"] for row in csv.DictReader(f)]
+        return list(csv.DictReader(f))
+
+
+def _evaluated_paths(report: Path) -> list[str]:
+    return [row["source"] for row in _evaluated_rows(report)]
 
 
 def test_a_folder_without_a_bank_still_predicts_and_says_why_once(tiny_finetuned_dir, image_sets, tmp_path, caplog):
@@ -127,6 +138,7 @@ def test_a_folder_without_a_bank_still_predicts_and_says_why_once(tiny_finetuned
     assert len(why) == 1 and FEATURE_BANK_FILE in why[0] and "\n" not in why[0]
     metrics = run_evaluation(folder, tmp_path / "report", device="cpu")
     assert metrics["unlike_training"]["flagged"] is None and FEATURE_BANK_FILE in metrics["unlike_training"]["why"]
+    assert {(row["unlike_training"], row["ood_score"]) for row in _evaluated_rows(tmp_path / "report")} == {("", "")}
 
 
 def test_the_demo_warns_on_noise_and_states_the_expected_input(tiny_finetuned_dir, image_sets):

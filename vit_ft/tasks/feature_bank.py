@@ -38,6 +38,10 @@ from ..utils.files import staged_file
 
 logger = logging.getLogger("vit_ft")
 
+# the per-image columns of predict's output and evaluate's predictions.csv, after the task's: whether the image
+# looks unlike the training images (either space's ratio above 1) and the larger ratio; empty without a bank
+OOD_COLUMNS = ("unlike_training", "ood_score")
+
 FEATURE_BANK_FILE = "feature_bank.safetensors"
 BANK_MAX_IMAGES = 20_000  # 20k x 768 float32 x 2 spaces = 123 MB: a kNN over it is one matrix product per batch
 FIT_MAX_IMAGES = 10_000  # validation images the threshold is fitted on: a 0.99 quantile needs no more
@@ -267,6 +271,14 @@ class FeatureBank:
                    sources)  # fmt: skip
 
 
+def ood_cells(outputs: Any, i: int) -> dict[str, Any]:
+    """Image `i`'s OOD_COLUMNS of an evaluation's outputs (`unlike_training` flags and `ood_scores`); None (an
+    empty cell, as predict writes) where they were not scored: no bank, or test-time augmentation."""
+    if getattr(outputs, "unlike_training", None) is None:
+        return dict.fromkeys(OOD_COLUMNS)
+    return {"unlike_training": bool(outputs.unlike_training[i]), "ood_score": float(outputs.ood_scores[i])}
+
+
 def read_feature_bank(folder: str | os.PathLike | None) -> tuple[FeatureBank | None, str]:
     """The bank of a model folder and "", or None and why there is none (one line, for the tools to say)."""
     if folder is None:
@@ -363,11 +375,13 @@ __all__ = [
     "BANK_MAX_IMAGES",
     "FEATURE_BANK_FILE",
     "FIT_MAX_IMAGES",
+    "OOD_COLUMNS",
     "OOD_NEIGHBOURS",
     "OOD_QUANTILE",
     "SPACES",
     "FeatureBank",
     "bank_features",
+    "ood_cells",
     "build_feature_bank",
     "feature_taps",
     "describe_input",

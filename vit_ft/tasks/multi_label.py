@@ -36,6 +36,7 @@ from ..reports.charts import plot_per_class, plot_precision_recall_curves
 from ..reports.figures import FALSE_NEGATIVE, FALSE_POSITIVE, LabelMistake, plot_label_mistakes, short
 from ..reports.reporting import markdown_table, report_figure_sections, report_header, write_csv
 from . import threshold as tuning
+from .feature_bank import ood_cells
 from .losses import MultiLabelLoss
 
 logger = logging.getLogger("vit_ft")
@@ -285,7 +286,8 @@ class MultiLabel:
         return table, figures
 
     def _prediction_rows(self, outputs: Any, id2label: dict[int, str]) -> list[dict[str, Any]]:
-        """predictions.csv: per image its true and predicted labels, exact or not, and every label's probability."""
+        """predictions.csv: per image its true and predicted labels, exact or not, every label's probability, and
+        whether it looks unlike the training images (where scored)."""
         probabilities, labels = outputs.probabilities, outputs.labels > 0
         predicted = probabilities >= self.threshold
         names = [id2label[j] for j in range(len(id2label))]
@@ -299,6 +301,7 @@ class MultiLabel:
                 "probabilities": json.dumps(
                     dict(zip(names, np.round(probabilities[i], 6).tolist(), strict=True))
                 ),
+                **ood_cells(outputs, i),
             }
             for i, row in enumerate(outputs.rows)
         ]

@@ -33,6 +33,7 @@ from ..reports.reporting import (
     write_csv,
 )
 from ..utils.run_record import recorded_temperature
+from .feature_bank import ood_cells
 from .losses import ClassificationLoss, class_weight_vector
 
 logger = logging.getLogger("vit_ft")
@@ -328,7 +329,8 @@ def most_confident_mistakes(outputs: Any, id2label: dict[int, str], limit: int =
 
 
 def _prediction_rows(outputs: Any, id2label: dict[int, str]) -> list[dict[str, Any]]:
-    """predictions.csv: one row per evaluated image, its true and predicted class and that probability."""
+    """predictions.csv: one row per evaluated image, its true and predicted class and that probability, and
+    whether it looks unlike the training images (where scored)."""
     probabilities, predictions = outputs.probabilities, outputs.predictions
     return [
         {
@@ -338,6 +340,7 @@ def _prediction_rows(outputs: Any, id2label: dict[int, str]) -> list[dict[str, A
             "predicted_label": id2label[int(pred)],
             "probability": float(probabilities[i, pred]),
             "correct": bool(label == pred),
+            **ood_cells(outputs, i),
         }
         for i, (row, label, pred) in enumerate(zip(outputs.rows, outputs.labels, predictions, strict=True))
     ]

@@ -20,12 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ...tasks import TASKS, MultiLabel, SingleLabel, Task, task_for
+from ...tasks.feature_bank import OOD_COLUMNS
 from ...utils.files import disk_full_error as files_disk_full_error
 from ...utils.files import is_disk_full, move_into_place, temporary_sibling
 
-# after the task's: whether the image looks unlike the training images (the feature bank's k-NN distance above
-# the threshold fitted on validation) and that distance; empty cells for a model folder without a bank
-OOD_COLUMNS = ("unlike_training", "ood_score")
 PREDICTION_COLUMNS = (*SingleLabel.prediction_columns, *OOD_COLUMNS)
 MULTI_LABEL_COLUMNS = (*MultiLabel.prediction_columns, *OOD_COLUMNS)
 # every task's rows are predict's, with or without the OOD columns (written before there were any)
