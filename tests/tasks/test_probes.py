@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vit_ft.model.knn_head import KNNHead
-from vit_ft.tasks.probes import fit_linear_probe, knn_probabilities
+from vit_ft.tasks.probes import PROBE_CS, choose_probe_c, fit_linear_probe, knn_probabilities
 
 
 def _data(multi_label: bool, n: int = 120, hidden: int = 16, num_labels: int = 4, seed: int = 0):
@@ -62,6 +62,31 @@ def test_linear_probe_matches_scikit_learn_logistic_regression(multi_label):
     logits = x @ weight.T + bias
     ours = 1 / (1 + np.exp(-logits)) if multi_label else np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
     np.testing.assert_allclose(ours, reference.predict_proba(x), atol=1e-3)  # both converged to 1e-3
+
+
+@pytest.mark.parametrize("multi_label", [False, True], ids=["single", "multi"])
+def test_probe_c_is_the_one_with_scikit_learns_lowest_validation_log_loss(multi_label):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    # few training images in many dimensions: the default C overfits, so the choice matters
+    x, y = _data(multi_label, n=40, hidden=64, seed=2)
+    val_x, val_y = _data(multi_label, n=200, hidden=64, seed=2)  # the same centres, other draws
+    val_x, val_y = val_x[40:], val_y[40:]
+    chosen, losses = choose_probe_c(x, y, val_x, val_y, 4)
+    expected = {}
+    for c in PROBE_CS:
+        regression = LogisticRegression(C=c, tol=1e-10, max_iter=5000)
+        reference = make_pipeline(StandardScaler(), OneVsRestClassifier(regression) if multi_label else regression)
+        p = reference.fit(x, y).predict_proba(val_x)
+        expected[c] = (sum(log_loss(val_y[:, j], p[:, j], labels=[0, 1]) for j in range(4)) if multi_label
+                       else log_loss(val_y, p, labels=range(4)))  # fmt: skip
+    assert list(losses) == list(PROBE_CS)
+    np.testing.assert_allclose([losses[c] for c in PROBE_CS], [expected[c] for c in PROBE_CS], rtol=2e-3)
+    assert chosen == min(expected, key=expected.get) and chosen != 1.0
 
 
 def test_knn_head_refuses_a_bank_of_another_size():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from vit_ft.tasks.feature_bank import FEATURE_BANK_FILE, FeatureBank, bank_features, pre_logits
-from vit_ft.tasks.probes import knn_probabilities
+from vit_ft.tasks.probes import PROBE_CS, knn_probabilities
 from vit_ft.tools.trained import load_trained
 
 from ..cli_runner import run_script
@@ -28,6 +28,7 @@ def _fine_tune(tmp_path, capfd, method: str, multi_label: bool):
     result = run_script("scripts/finetune.py", ["--recipe", recipe], capfd, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     out = tmp_path / "out"
+    (out / "log.txt").write_text(result.stdout + result.stderr)  # what the run printed, for the test to read
     return out, load_trained(str(out)), FeatureBank.load(out / FEATURE_BANK_FILE)
 
 
@@ -62,14 +63,20 @@ def test_linear_method_saves_scikit_learns_logistic_regression(tmp_path, capfd, 
     # the bank holds every training image here (fewer than its cap); the probe saw their unnormalised features
     features, kept = bank_features(trained.model, trained.transform, list(bank.sources))
     assert len(kept) == len(bank)
-    regression = LogisticRegression(C=1.0, tol=1e-10, max_iter=5000)
+    # C was chosen on validation (tests/tasks/test_probes.py checks the choice against scikit-learn's log loss)
+    c = json.loads((out / "train_results.json").read_text())["probe_c"]
+    assert c in PROBE_CS and f"Linear probe: C = {c:g}, the lowest validation log loss" in (out / "log.txt").read_text()
+    regression = LogisticRegression(C=c, tol=1e-10, max_iter=5000)
     reference = make_pipeline(StandardScaler(), OneVsRestClassifier(regression) if multi_label else regression)
     reference.fit(features["features"], bank.labels)
     with torch.no_grad():
         logits = trained.model.classifier(torch.as_tensor(features["features"]))
     got = logits.sigmoid() if multi_label else logits.softmax(-1)
     np.testing.assert_allclose(got.numpy(), reference.predict_proba(features["features"]), atol=5e-3)
-    assert (got.numpy().argmax(1) == reference.predict_proba(features["features"]).argmax(1)).all()
+    expected = reference.predict_proba(features["features"])
+    top_two = np.sort(expected, axis=1)[:, -2:]
+    clear = top_two[:, 1] - top_two[:, 0] > 1e-2  # the same top label wherever the reference's is not a near tie
+    assert clear.sum() > len(clear) // 2 and (got.numpy().argmax(1) == expected.argmax(1))[clear].all()
 
 
 @pytest.mark.parametrize(

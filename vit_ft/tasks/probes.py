@@ -5,6 +5,7 @@ L2 penalty, fitted by L-BFGS in float64 and returned as the weights of a `nn.Lin
 
     probabilities = knn_probabilities(query_features, bank_features, bank_labels, num_labels)  # (m, labels)
     weight, bias = fit_linear_probe(features, labels, num_labels)       # (labels, hidden), (labels,)
+    c, losses = choose_probe_c(features, labels, val_features, val_labels, num_labels)  # C by validation loss
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import torch
 from ..model.knn_head import KNN_K, KNN_TEMPERATURE, knn_votes
 
 PROBE_C = 1.0  # inverse L2 strength, scikit-learn's default, on standardised features (each of unit variance)
+# the Cs `choose_probe_c` tries on validation, a decade apart around the default (CLIP's linear probes sweep the
+# L2 strength on a validation split the same way)
+PROBE_CS = (0.01, 0.1, 1.0, 10.0, 100.0)
 PROBE_MAX_ITER = 500  # L-BFGS iterations; a convex problem of (labels x hidden) weights converges in far fewer
 
 
@@ -73,4 +77,30 @@ def fit_linear_probe(
     return raw_weight.float().numpy(), raw_bias.float().numpy()
 
 
-__all__ = ["PROBE_C", "fit_linear_probe", "knn_probabilities", "label_rows"]
+def probe_log_loss(features: np.ndarray, labels: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> float:
+    """The mean log loss of a linear head on `(n, hidden)` features: cross-entropy against class ids, or the
+    binary log losses summed over the labels of multi-hot rows (the probe's own objective, unpenalised)."""
+    logits = torch.as_tensor(np.asarray(features, np.float64)) @ torch.as_tensor(weight, dtype=torch.float64).T
+    logits = logits + torch.as_tensor(bias, dtype=torch.float64)
+    labels = np.asarray(labels)
+    if labels.ndim == 2:
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(labels, dtype=torch.float64),
+                                                                    reduction="sum") / len(labels)  # fmt: skip
+    else:
+        loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.int64))
+    return float(loss)
+
+
+def choose_probe_c(
+    features: np.ndarray, labels: np.ndarray, val_features: np.ndarray, val_labels: np.ndarray, num_labels: int,
+    cs: tuple[float, ...] = PROBE_CS,
+) -> tuple[float, dict[float, float]]:  # fmt: skip
+    """The C of `cs` whose probe, fitted on the training features, has the lowest log loss on the validation
+    features (the smaller C on a tie: the stronger penalty); returns it and every C's validation loss."""
+    losses = {c: probe_log_loss(val_features, val_labels, *fit_linear_probe(features, labels, num_labels, c))
+              for c in cs}  # fmt: skip
+    return min(losses, key=lambda c: (losses[c], c)), losses
+
+
+__all__ = ["PROBE_C", "PROBE_CS", "choose_probe_c", "fit_linear_probe", "knn_probabilities", "label_rows",
+           "probe_log_loss"]  # fmt: skip

@@ -3,8 +3,8 @@
 The pre-trained backbone stays as it is; its pooled features of the training images (through the evaluation
 transform, as the feature bank reads them) fit the head, and the rest of the fine-tune (the final evaluation,
 the task's fits on validation, the saved folder, the feature bank, the card) runs as after training:
-- `linear`: a logistic regression (`tasks.probes.fit_linear_probe`) written into the `classifier` layer: the
-  saved folder is an ordinary `ViTFTForImageClassification`;
+- `linear`: a logistic regression (`tasks.probes.fit_linear_probe`, its C chosen by the validation split's log
+  loss) written into the `classifier` layer: the saved folder is an ordinary `ViTFTForImageClassification`;
 - `knn`: the classifier becomes the kNN head (`model.knn_head`, `head_type: knn` in the config) holding the
   features of a class-stratified sample of at most BANK_MAX_IMAGES training images and their labels as buffers:
   predict, evaluate and the ONNX export run it as any other model.
@@ -22,7 +22,7 @@ from transformers.trainer_utils import TrainOutput
 
 from ..model.knn_head import KNN_K, KNN_TEMPERATURE, make_head
 from ..tasks.feature_bank import BANK_MAX_IMAGES, bank_features, stratified_rows
-from ..tasks.probes import fit_linear_probe
+from ..tasks.probes import PROBE_C, choose_probe_c, fit_linear_probe
 from .outputs import evaluation_transform
 
 logger = logging.getLogger("vit_ft")
@@ -58,14 +58,36 @@ def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
         model.classifier = make_head(model.config, pooled.shape[1]).to(parameter.device)
         model.classifier.fill(torch.as_tensor(pooled).to(parameter.device), torch.as_tensor(labels).to(parameter.device))
     else:
-        weight, bias = fit_linear_probe(pooled, labels, model.config.num_labels)
+        c = _validated_c(trainer, transform, pooled, labels)
+        weight, bias = fit_linear_probe(pooled, labels, model.config.num_labels, c)
         with torch.no_grad():
             model.classifier.weight.copy_(torch.as_tensor(weight))  # copy_ casts to the head's dtype
             model.classifier.bias.copy_(torch.as_tensor(bias))
     seconds = time.perf_counter() - start
     logger.info("%s probe fitted on the frozen features of %d training images in %.1f s.",
                 "kNN" if method == "knn" else "Linear", len(kept), seconds)  # fmt: skip
-    return TrainOutput(0, 0.0, {"train_runtime": round(seconds, 4), "train_samples": len(kept)})
+    metrics = {"train_runtime": round(seconds, 4), "train_samples": len(kept)}
+    if method == "linear":
+        metrics["probe_c"] = c
+    return TrainOutput(0, 0.0, metrics)
+
+
+def _validated_c(trainer: Any, transform: Any, features: np.ndarray, labels: np.ndarray) -> float:
+    """The linear probe's C, chosen by the validation split's log loss (`tasks.probes.choose_probe_c`); scikit-
+    learn's default 1 where there is no validation split to choose on."""
+    validation = trainer.eval_dataset
+    if validation is None or not len(validation):
+        logger.info("Linear probe: no validation split to choose C on; C = %g.", PROBE_C)
+        return PROBE_C
+    validation = validation.with_format(None)
+    found, kept = bank_features(trainer.model, transform, validation["image"])
+    if not len(kept):
+        return PROBE_C
+    val_labels = np.asarray(validation["label"])[kept]
+    c, losses = choose_probe_c(features, labels, found["features"], val_labels, trainer.model.config.num_labels)
+    logger.info("Linear probe: C = %g, the lowest validation log loss of %d images (%s).", c, len(kept),
+                ", ".join(f"C {value:g}: {loss:.4f}" for value, loss in losses.items()))  # fmt: skip
+    return c
 
 
 __all__ = ["PROBE_METHODS", "fit_probe"]
