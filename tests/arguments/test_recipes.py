@@ -198,6 +198,23 @@ def test_flags_override_the_recipe():
     assert training_args.max_steps == 1500  # untouched recipe values survive
 
 
+@pytest.mark.parametrize(
+    ("recipe", "flags", "method", "use_lora"),
+    [
+        ("digits-lora", ["--method", "auto"], "auto", False),  # the ladder on a LoRA recipe: it was an error
+        ("digits-lora", ["--method", "full"], "full", False),
+        ("digits-lora", ["--use_lora", "false"], "full", False),
+        ("digits", ["--use_lora", "true"], "lora", True),
+        ("digits-lora", [], "lora", True),
+    ],
+)
+def test_a_method_flag_replaces_the_recipes_use_lora_and_the_reverse(recipe, flags, method, use_lora):
+    model_args, _, _ = parse_args(["--recipe", recipe, *flags])
+    assert (model_args.method, model_args.use_lora) == (method, use_lora)
+    with pytest.raises(RecipeError, match="method='full' and use_lora=true disagree"):  # two flags still must agree
+        parse_args(["--recipe", recipe, "--method", "full", "--use_lora", "true"])
+
+
 def test_a_flag_equal_to_the_dataclass_default_still_overrides_the_recipe():
     *_, training_args = parse_args(["--recipe", "dogs", *_cpu_flags("dogs"), "--learning_rate", "5e-05"])
     assert training_args.learning_rate == 5e-05  # TrainingArguments' default, but given explicitly

@@ -450,6 +450,11 @@ def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None
                     updated[target] = layer[source]
         values = updated
         given |= set(layer)
+    # `method` and `use_lora` say one thing: a flag giving one replaces a recipe's other (`--method auto` on a
+    # LoRA recipe); both as flags must agree (`ModelArguments`)
+    for one, other in (("method", "use_lora"), ("use_lora", "method")):
+        if one in flags and other not in flags:
+            values.pop(other, None)
     if "load_best_model_at_end" not in given and "no" in (
         str(values["eval_strategy"]),
         str(values["save_strategy"]),
