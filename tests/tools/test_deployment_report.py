@@ -5,6 +5,7 @@ agreement only, never timings (the timings are a benchmark: docs/performance.md)
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -49,7 +50,8 @@ def reported(tiny_finetuned_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("deploy") / "digits-onnx"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(deployment, "COMPILE_BACKEND", "eager")
-        summary = export(["--model", str(tiny_finetuned_dir), "--output_dir", str(out), "--report"])
+        summary = export(["--model", str(tiny_finetuned_dir), "--output_dir", str(out), "--report",
+                          "--report_warmup", "1", "--report_repeats", "3"])  # fmt: skip
     return out, summary
 
 
@@ -59,6 +61,8 @@ def test_report_has_a_row_per_runtime_and_agrees_with_pytorch(reported):
     report = json.loads((out / "deployment.json").read_text())
     rows = {r["runtime"]: r for r in report["rows"]}
     assert list(rows) == RUNTIMES and report["num_images"] > 10 and "test" in report["split"]
+    assert (report["warmup"], report["repeats"]) == (1, 3)  # the flags' timing, stated in the report
+    assert "median of 3 calls" in (out / "deployment.md").read_text()
     absent = openvino_missing()
     measured = [name for name in RUNTIMES if not (name.startswith("OpenVINO") and (
         "openvino" in absent or (name.endswith("int8") and "nncf" in absent)))]  # fmt: skip
@@ -117,3 +121,20 @@ def test_bad_report_input_is_one_line_and_writes_nothing(tiny_finetuned_dir, tmp
         main(["--model", str(tiny_finetuned_dir), "--output_dir", str(out), *flags])
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code != 0 and expected in lines[-1] and not out.exists(), lines
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--report_repeats", "3"], "error: --report_repeats sets how --report times the runtimes; add --report."),
+        (["--report", "--report_repeats", "0"], "use a warm-up of 0 or more and at least 1 repeat"),
+        (["--report", "--report_warmup", "-1"], "use a warm-up of 0 or more and at least 1 repeat"),
+    ],
+)
+def test_report_timing_flags_are_checked_in_one_line(tmp_path, capsys, flags, said):
+    """Checked with the flags, before the model loads (the command prints the ValueError as its one line)."""
+    from vit_ft.commands.export import parse_args
+
+    with pytest.raises(ValueError, match=re.escape(said.removeprefix("error: "))) as error:
+        parse_args(["--model", str(tmp_path), "--output_dir", str(tmp_path / "out"), *flags])
+    assert "\n" not in str(error.value)

@@ -48,7 +48,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Also write deployment.md/.json: every runtime's accuracy on SPLIT (default test), "
                         "agreement with PyTorch, latency and throughput here, the int8 recommendation; "
                         "implies --quantize int8.")  # fmt: skip
-    return parser.parse_args(argv)
+    parser.add_argument("--report_warmup", type=int, default=None, metavar="N",
+                        help="--report: untimed calls per runtime before timing, the first compiles (default 2).")  # fmt: skip
+    parser.add_argument("--report_repeats", type=int, default=None, metavar="N",
+                        help="--report: timed calls per runtime and batch size, their median reported (default "
+                        "10; fewer for a large model on a CPU).")  # fmt: skip
+    args = parser.parse_args(argv)
+    timing = {"--report_warmup": args.report_warmup, "--report_repeats": args.report_repeats}
+    given = [flag for flag, value in timing.items() if value is not None]
+    if given and not args.report:
+        parser.error(f"{given[0]} sets how --report times the runtimes; add --report.")
+    args.report_warmup = 2 if args.report_warmup is None else args.report_warmup
+    args.report_repeats = 10 if args.report_repeats is None else args.report_repeats
+    if args.report_warmup < 0 or args.report_repeats < 1:
+        parser.error(f"--report_warmup {args.report_warmup}, --report_repeats {args.report_repeats}: use a "
+                     "warm-up of 0 or more and at least 1 repeat.")  # fmt: skip
+    return args
 
 
 def export(argv: list[str] | None = None) -> str:
@@ -75,7 +90,7 @@ def export(argv: list[str] | None = None) -> str:
         from ..tools.export.report import DeploymentReport
 
         check_evaluation(trained, "--report")
-        report = DeploymentReport(args.report)
+        report = DeploymentReport(args.report, warmup=args.report_warmup, repeats=args.report_repeats)
         report.check(trained)  # a split the fine-tune did not record: one line, before the export's minutes
     quantize = "int8" if args.report else args.quantize
     summary = export_onnx(trained, args.output_dir, quantize, args.overwrite, report=report).summary()
