@@ -13,6 +13,7 @@ from sklearn.neighbors import NearestNeighbors
 from vit_ft.tasks.feature_bank import (
     FEATURE_BANK_FILE,
     FeatureBank,
+    FrozenFeatures,
     describe_input,
     expected_input_text,
     normalized,
@@ -145,3 +146,16 @@ def test_the_fine_tune_claims_the_bank_as_its_own_file():
     from vit_ft.training.checkpoints import FINETUNE_FILES
 
     assert FEATURE_BANK_FILE in FINETUNE_FILES.names
+
+
+def test_frozen_features_give_what_a_new_pass_over_those_rows_would():
+    """Rows 5, 2, 9, 7 were passed, row 2 did not decode: a later pass over 9, 2, 5 reads rows 9 and 5 back and
+    leaves 2 out, as bank_features would; a row never passed means a new pass (None)."""
+    rng = np.random.default_rng(0)
+    values = {"features": rng.normal(size=(3, 4)), "input": rng.normal(size=(3, 2))}  # rows 5, 9, 7
+    frozen = FrozenFeatures(np.array([5, 2, 9, 7]), values, [0, 2, 3])
+    features, kept = frozen.select([9, 2, 5])
+    assert kept == [0, 2]
+    for space in ("features", "input"):
+        np.testing.assert_array_equal(features[space], values[space][[1, 0]])
+    assert frozen.select([9, 1]) is None

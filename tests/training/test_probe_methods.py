@@ -79,6 +79,32 @@ def test_linear_method_saves_scikit_learns_logistic_regression(tmp_path, capfd, 
     assert clear.sum() > len(clear) // 2 and (got.numpy().argmax(1) == expected.argmax(1))[clear].all()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["knn", "linear"])
+def test_a_probe_passes_each_image_once_and_its_bank_equals_a_fresh_one(tmp_path, capfd, monkeypatch, method):
+    """The feature bank at the end reads the probe's features of the training (and validation) images instead
+    of a second pass; the bank equals one built afresh from the saved model."""
+    import vit_ft.tasks.feature_bank as feature_bank
+    import vit_ft.training.probes as probes
+
+    passed = []
+    real = feature_bank.bank_features
+
+    def counted(model, transform, images, *args, **kwargs):
+        passed.append(len(images))
+        return real(model, transform, images, *args, **kwargs)
+
+    monkeypatch.setattr(feature_bank, "bank_features", counted)
+    monkeypatch.setattr(probes, "bank_features", counted)
+    out, trained, bank = _fine_tune(tmp_path, capfd, method, multi_label=False)
+    train, validation = PROBE["max_train_samples"], PROBE["max_eval_samples"]
+    assert sorted(passed) == sorted([train, validation]), passed  # before: the training images twice
+    fresh = feature_bank.build_feature_bank(trained.model, trained.transform, list(bank.sources), bank.labels,
+                                            bank.rows, None)  # fmt: skip
+    np.testing.assert_allclose(bank.features, fresh.features, atol=1e-5)
+    np.testing.assert_allclose(bank.input, fresh.input, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [

@@ -336,6 +336,26 @@ def expected_input_text(expected: dict[str, Any], model_size: Sequence[int] | No
 # ---- the fine-tune's bank -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FrozenFeatures:
+    """`bank_features` of rows of one split, kept by a pass whose backbone stays frozen (a probe's), so that a
+    later pass over those rows (the feature bank's) reads them instead of running the model again."""
+
+    rows: np.ndarray  # the split's rows that were passed
+    features: dict[str, np.ndarray]  # both spaces, of the rows that decoded
+    kept: list[int]  # positions in `rows` that decoded
+
+    def select(self, rows: Sequence[int]) -> tuple[dict[str, np.ndarray], list[int]] | None:
+        """What `bank_features` returns for `rows` of the same split, or None when one of them was not passed."""
+        passed = {int(row) for row in self.rows}
+        if any(int(row) not in passed for row in rows):
+            return None
+        decoded = {int(self.rows[k]): j for j, k in enumerate(self.kept)}  # row -> its index in `features`
+        kept = [i for i, row in enumerate(rows) if int(row) in decoded]
+        index = np.asarray([decoded[int(rows[i])] for i in kept], dtype=np.int64)
+        return {space: values[index] for space, values in self.features.items()}, kept
+
+
 def build_feature_bank(
     model: torch.nn.Module,
     transform: Any,
@@ -343,11 +363,14 @@ def build_feature_bank(
     labels: np.ndarray,
     rows: np.ndarray,
     validation_images: Sequence[Any] | None,
+    computed: tuple[dict[str, np.ndarray], list[int]] | None = None,
+    held_out: tuple[dict[str, np.ndarray], list[int]] | None = None,
 ) -> FeatureBank:
     """The bank of a fine-tuned `model`: both spaces' features of the training `images` (their `labels` and
     `rows` in the training split: a `stratified_rows` sample) through the eval `transform`, the thresholds fitted
-    on the validation images (when there are any) and the description of the training images."""
-    features, kept = bank_features(model, transform, images)
+    on the validation images (when there are any) and the description of the training images. `computed` and
+    `held_out`: `bank_features` of those training and validation images already (`FrozenFeatures.select`)."""
+    features, kept = computed if computed is not None else bank_features(model, transform, images)
     rows, labels = np.asarray(rows)[kept], np.asarray(labels)[kept]
     labels = labels.astype(np.uint8) if labels.ndim == 2 else labels.astype(np.int64)
     expected = describe_input([images[i] for i in kept[:INPUT_SAMPLE]])
@@ -355,7 +378,7 @@ def build_feature_bank(
     bank = FeatureBank(normalized(features["features"]), labels, rows.astype(np.int64),
                        normalized(features["input"]), {}, expected, sources)  # fmt: skip
     if validation_images is not None and len(validation_images) and len(bank):
-        held_out, _ = bank_features(model, transform, validation_images)
+        held_out, _ = held_out if held_out is not None else bank_features(model, transform, validation_images)
         bank = bank.fit_ood(held_out)
         logger.info(
             "Feature bank: %d training images; unlike them: further than the %g quantile of %d validation images "
@@ -380,6 +403,7 @@ __all__ = [
     "OOD_QUANTILE",
     "SPACES",
     "FeatureBank",
+    "FrozenFeatures",
     "bank_features",
     "ood_cells",
     "build_feature_bank",

@@ -180,11 +180,17 @@ def _feature_bank(trainer: Trainer, seed: int) -> Any:
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # class ids, or multi-hot rows
     rows = stratified_rows(labels, BANK_MAX_IMAGES, seed)
-    validation = None
+    validation, fit_rows = None, []
     if trainer.eval_dataset is not None:
         held_out = trainer.eval_dataset.with_format(None)
-        validation = held_out.select(range(min(len(held_out), FIT_MAX_IMAGES)))["image"]
-    return build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation)
+        fit_rows = range(min(len(held_out), FIT_MAX_IMAGES))
+        validation = held_out.select(fit_rows)["image"]
+    # a probe's passes over these rows (`training.probes`: the backbone unchanged since) serve instead of new ones
+    frozen = getattr(trainer, "frozen_features", {})
+    computed = frozen["train"].select(rows) if "train" in frozen else None
+    fit = frozen["validation"].select(fit_rows) if "validation" in frozen else None
+    return build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation,
+                              computed, fit)  # fmt: skip
 
 
 def evaluation_transform(processor: Any, config: Any = None) -> Any:

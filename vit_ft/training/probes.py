@@ -21,7 +21,7 @@ import torch
 from transformers.trainer_utils import TrainOutput
 
 from ..model.knn_head import KNN_K, KNN_TEMPERATURE, make_head
-from ..tasks.feature_bank import BANK_MAX_IMAGES, bank_features, stratified_rows
+from ..tasks.feature_bank import BANK_MAX_IMAGES, FrozenFeatures, bank_features, stratified_rows
 from ..tasks.probes import PROBE_C, choose_probe_c, fit_linear_probe
 from .outputs import evaluation_transform
 
@@ -48,6 +48,8 @@ def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
     rows = stratified_rows(labels, BANK_MAX_IMAGES, seed) if method == "knn" else np.arange(len(labels))
     transform = evaluation_transform(trainer.processing_class, model.config)
     features, kept = bank_features(model, transform, train.select(rows)["image"])
+    # the backbone stays as it is: the feature bank at the end reads these instead of a second pass
+    trainer.frozen_features = {"train": FrozenFeatures(rows, features, kept)}
     pooled, labels = features["features"], labels[rows][kept]
     if not len(kept):
         raise ValueError(f"method: {method} found no training image that decodes; check the training data.")
@@ -81,6 +83,7 @@ def _validated_c(trainer: Any, transform: Any, features: np.ndarray, labels: np.
         return PROBE_C
     validation = validation.with_format(None)
     found, kept = bank_features(trainer.model, transform, validation["image"])
+    trainer.frozen_features["validation"] = FrozenFeatures(np.arange(len(validation)), found, kept)
     if not len(kept):
         return PROBE_C
     val_labels = np.asarray(validation["label"])[kept]
