@@ -215,6 +215,36 @@ def test_a_method_flag_replaces_the_recipes_use_lora_and_the_reverse(recipe, fla
         parse_args(["--recipe", recipe, "--method", "full", "--use_lora", "true"])
 
 
+@pytest.mark.parametrize(
+    ("flags", "pretraining"),
+    [
+        ([], "digits"),  # the recipe's own checkpoint, pre-trained when missing
+        (["--model_name_or_path", "outputs/digitz-pretrained"], None),  # a named one must exist
+        (["--model_name_or_path", "outputs/mine", "--pretrain_if_missing", "digits"], "digits"),
+    ],
+)
+def test_a_model_flag_drops_the_recipes_pretraining_unless_it_is_given_too(flags, pretraining):
+    model_args, _, _ = parse_args(["--recipe", "digits", *flags])
+    assert model_args.pretrain_if_missing == pretraining
+
+
+def test_a_mistyped_model_flag_fails_in_one_line_and_pretrains_nothing(tmp_path):
+    """It pre-trained a minute into the mistyped folder and fine-tuned from it, as the digits recipe's own
+    missing checkpoint would be. (outputs/ is here, as after a first digits run: so the name is a path.)"""
+    import subprocess
+    import sys
+
+    (tmp_path / "outputs" / "digits-pretrained").mkdir(parents=True)
+    ran = subprocess.run([sys.executable, str(Path(__file__).parents[2] / "scripts" / "finetune.py"), "--recipe",
+                          "digits", "--model_name_or_path", "outputs/digitz-pretrained"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert ran.returncode == 1 and ran.stderr.count("\n") == 1, ran.stderr[-3000:]
+    assert "outputs/digitz-pretrained': no such folder; did you mean outputs/digits-pretrained?" in ran.stderr
+    # no pre-training, no data, no output folder
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "outputs", "outputs/digits-pretrained"]  # fmt: skip
+
+
 def test_a_flag_equal_to_the_dataclass_default_still_overrides_the_recipe():
     *_, training_args = parse_args(["--recipe", "dogs", *_cpu_flags("dogs"), "--learning_rate", "5e-05"])
     assert training_args.learning_rate == 5e-05  # TrainingArguments' default, but given explicitly

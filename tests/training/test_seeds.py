@@ -113,9 +113,13 @@ def test_a_recipe_that_pretrains_gets_one_checkpoint_per_seed_unless_one_is_name
         assert training_args.seed == seed and run.folder == tmp_path / f"seed-{seed}"
         assert training_args.output_dir == str(tmp_path / f"seed-{seed}")
         assert model_args.model_name_or_path == str(tmp_path / f"pretrained-seed-{seed}")
-        assert run.flags[-2:] == ("--model_name_or_path", str(tmp_path / f"pretrained-seed-{seed}"))
+        # the seed's checkpoint named, and its pre-training with it (a named checkpoint alone must exist)
+        assert run.flags[-4:] == ("--model_name_or_path", str(tmp_path / f"pretrained-seed-{seed}"),
+                                  "--pretrain_if_missing", "digits")  # fmt: skip
+        assert model_args.pretrain_if_missing == "digits"
     (named,) = sweep_runs(["--recipe", "digits", "--model_name_or_path", "ckpt"], "seed", ["0"], tmp_path)
     assert named.args[0].model_name_or_path == "ckpt" and "--model_name_or_path" not in named.flags
+    assert named.args[0].pretrain_if_missing is None  # the recipe's pre-training builds its own checkpoint only
     # pre-training turned off: every seed starts from the recipe's checkpoint
     (off,) = sweep_runs(["--recipe", "digits", "--pretrain_if_missing", "none"], "seed", ["0"], tmp_path)
     assert "--model_name_or_path" not in off.flags

@@ -162,8 +162,9 @@ class ModelArguments:
     pretrain_if_missing: str | None = field(
         default=None,
         metadata={
-            "help": "Name of a built-in pre-training (only 'digits'): build the checkpoint at model_name_or_path "
-            "when that local path does not exist."
+            "help": "Name of a built-in pre-training ('digits' or 'digits-small'): build the checkpoint at model_name_or_path "
+            "when that local path does not exist. A recipe's builds the recipe's own checkpoint: a "
+            "--model_name_or_path flag names one that must exist, unless this flag is given too."
         },
     )
     cache_dir: str | None = field(

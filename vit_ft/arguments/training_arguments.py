@@ -450,9 +450,11 @@ def merge_values(recipe: dict[str, Any], flags: dict[str, Any], name: str | None
                     updated[target] = layer[source]
         values = updated
         given |= set(layer)
-    # `method` and `use_lora` say one thing: a flag giving one replaces a recipe's other (`--method auto` on a
-    # LoRA recipe); both as flags must agree (`ModelArguments`)
-    for one, other in (("method", "use_lora"), ("use_lora", "method")):
+    # a flag giving one of these replaces a recipe's other: `method` and `use_lora` say one thing (`--method auto`
+    # on a LoRA recipe; both as flags must agree, `ModelArguments`); a recipe's built-in pre-training builds the
+    # recipe's own checkpoint, so a --model_name_or_path flag names one that must exist (a mistyped folder fails
+    # at once instead of being pre-trained into) unless --pretrain_if_missing is given too
+    for one, other in (("method", "use_lora"), ("use_lora", "method"), ("model_name_or_path", "pretrain_if_missing")):
         if one in flags and other not in flags:
             values.pop(other, None)
     if "load_best_model_at_end" not in given and "no" in (

@@ -122,12 +122,12 @@ def run_folder_name(name: str, text: str) -> str:
     return seed_folder("", value).name if name == SEED else f"{RUN_PREFIX}{name}-{value}"
 
 
-def _pretrains_each_seed(argv: list[str], output_dir: str | Path) -> bool:
-    """Whether every seed pre-trains its own checkpoint: the recipe has a built-in pre-training (not turned off
-    by a flag) and the command line names no checkpoint."""
+def _pretrains_each_seed(argv: list[str], output_dir: str | Path) -> str | None:
+    """The built-in pre-training every seed runs for its own checkpoint, or None: the recipe has one (not turned
+    off by a flag) and the command line names no checkpoint."""
     if given_as_flag(argv, "model_name_or_path"):
-        return False
-    return parse_args([*argv, "--output_dir", str(output_dir)])[0].pretrain_if_missing is not None
+        return None
+    return parse_args([*argv, "--output_dir", str(output_dir)])[0].pretrain_if_missing
 
 
 def sweep_runs(argv: list[str], name: str, texts: list[str], output_dir: str | Path) -> list[SweepRun]:
@@ -147,8 +147,9 @@ def sweep_runs(argv: list[str], name: str, texts: list[str], output_dir: str | P
     for text in texts:
         folder = Path(output_dir) / run_folder_name(name, text)
         flags = [f"--{name}={text}", "--output_dir", str(folder)]
-        if pretrains:
-            flags += ["--model_name_or_path", str(pretraining_folder(output_dir, text))]
+        if pretrains:  # the flag naming the seed's checkpoint, and the pre-training that builds it
+            checkpoint = str(pretraining_folder(output_dir, text))
+            flags += ["--model_name_or_path", checkpoint, "--pretrain_if_missing", pretrains]
         try:
             args = parse_args([*argv, *flags])
         except ValueError as error:
