@@ -185,3 +185,35 @@ def test_bad_input_is_one_line(tmp_path, argv, match):
     with pytest.raises((RecipeError, ValueError), match=match) as error:
         parse_args(["--recipe", _recipe(tmp_path), *argv, *CPU])
     assert "\n" not in str(error.value)
+
+
+def test_a_shipped_recipe_names_its_family_so_another_checkpoint_takes_its_row_offline(tmp_path):
+    """`--recipe pets --model_name_or_path <a DINOv2 checkpoint>` with the Hub offline (as in CI): the recipe's own
+    checkpoint's config cannot be read, so before the recipes stated `recipe_family` nothing was taken."""
+    objects = parse_args(["--recipe", "pets", "--model_name_or_path", _folder(tmp_path, "dinov2"), *CPU])
+    decision = objects[2].family_defaults
+    assert (decision["recipe_family"], decision["checkpoint_family"]) == ("vit", "dinov2")
+    assert {row["key"] for row in decision["taken"]} >= {"learning_rate", "optim"}
+    assert objects[2].learning_rate == FAMILY_DEFAULTS["dinov2"].values["learning_rate"]
+
+
+# the model_type of each Hub checkpoint a shipped recipe names (its config.json on the Hub)
+HUB_MODEL_TYPES = {
+    "google/vit-base-patch16-224-in21k": "vit",
+    "facebook/dinov2-base": "dinov2",
+    "google/siglip-base-patch16-224": "siglip",
+    "facebook/dinov3-vitb16-pretrain-lvd1689m": "dinov3_vit",
+    "google/siglip2-base-patch16-naflex": "siglip2",
+    "facebook/vit-mae-base": "vit_mae",
+}
+
+
+def test_every_shipped_recipe_on_a_hub_checkpoint_states_that_checkpoints_family():
+    from vit_ft.arguments.recipes import list_recipes, load_recipe, resolve_recipe
+
+    for name in list_recipes():
+        recipe = load_recipe(resolve_recipe(name))
+        checkpoint = recipe["model_name_or_path"]
+        if checkpoint.startswith("outputs/"):  # the digits recipes' own pre-training: a local ViT config
+            continue
+        assert recipe.get("recipe_family") == MODEL_TYPE_FAMILIES[HUB_MODEL_TYPES[checkpoint]], name
