@@ -17,14 +17,15 @@ absolute number is reported without a ratio next to it: on a shared machine only
     python scripts/bench.py --sections compile     # both models eager and under torch.compile (minutes: inductor)
     python scripts/bench.py --sections gpu         # where CUDA is available; otherwise a note, no failure
 
-Modules: common (settings, interleaved timing, rows, machine description), flops (analytic and counted FLOPs),
+Modules: common (settings, rows, machine description; the interleaved timing is `vit_ft.utils.timing`), flops (analytic and counted FLOPs),
 workloads (the contenders and the calls timed), model (ours against transformers' ViT, and the ceiling), profile
 (where our inference time goes, by kind of operation: the account of the ceiling row), compiled
 (both eager and under torch.compile), lora,
 data, pipeline (evaluate's loop against the bare forward), gpu (one per section), report (Markdown and JSON), run (running the sections; the command line).
 """
+from vit_ft.utils.timing import interleave
 
-from .common import SECTIONS, BenchmarkSettings, Row, interleave, machine_info, quick_settings
+from .common import SECTIONS, BenchmarkSettings, Row, machine_info, quick_settings
 from .data import naive_train_transform, synthetic_photo
 from .flops import Gemm, count_flops, forward_flops, forward_gemms
 from .lora import training_memory_probe

@@ -1,12 +1,11 @@
-"""What every section shares: settings, interleaved timing, the table's rows, the machine's description."""
+"""What every section shares: settings, the table's rows, the machine's description (the interleaved timing is
+`vit_ft.utils.timing`, which the deployment report shares)."""
 
 from __future__ import annotations
 
 import os
 import platform
 import statistics
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +14,7 @@ import transformers
 from PIL import Image
 
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
-from vit_ft.utils.hardware import cpuinfo
+from vit_ft.utils.hardware import cpu_model
 
 SECTIONS = ("model", "ceiling", "profile", "compile", "onnx", "lora", "data", "pipeline", "gpu")
 # autocast dtype per precision name; None runs without autocast
@@ -123,26 +122,6 @@ def quick_settings(**overrides: Any) -> BenchmarkSettings:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def interleave(
-    contenders: dict[str, Callable[[], float | None]], warmup: int, rounds: int
-) -> dict[str, list[float]]:
-    """Seconds per call of each contender: `warmup` untimed calls each, then `rounds` rounds that call every
-    contender once, in an order rotated by one each round. A contender that returns a float reports its own
-    time (the ceiling, which adds up per-shape times); otherwise the call is timed from outside."""
-    names = list(contenders)
-    for _ in range(warmup):
-        for name in names:
-            contenders[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for index in range(rounds):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            reported = contenders[name]()
-            times[name].append(reported if isinstance(reported, float) else time.perf_counter() - start)
-    return times
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Rows of the table
 # ---------------------------------------------------------------------------------------------------------
@@ -203,15 +182,11 @@ def throughput_row(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    return cpuinfo("model name") or platform.processor() or platform.machine()
-
-
 def machine_info() -> dict[str, Any]:
     """What the numbers were measured on."""
     bf16 = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -13,8 +13,9 @@ import torch
 from transformers import ViTForImageClassification
 
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.utils.timing import interleave
 
-from .common import DTYPES, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from .common import DTYPES, TARGETS, BenchmarkSettings, Row, throughput_row
 from .workloads import adamw, infer, random_batch, train_step
 
 logger = logging.getLogger(__name__)

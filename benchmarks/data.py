@@ -24,8 +24,9 @@ from vit_ft.data.images import random_resized_crop_box, to_normalized_tensor
 from vit_ft.data.mixup import MixupCutmix
 from vit_ft.data.transforms import INDEX_COLUMN, build_transforms
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
+from vit_ft.utils.timing import interleave
 
-from .common import MEAN, STD, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from .common import MEAN, STD, TARGETS, BenchmarkSettings, Row, throughput_row
 from .flops import forward_flops
 from .gpu import BF16_PEAKS
 

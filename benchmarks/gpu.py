@@ -15,7 +15,9 @@ from types import SimpleNamespace
 
 import torch
 
-from .common import TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from vit_ft.utils.timing import interleave
+
+from .common import TARGETS, BenchmarkSettings, Row, throughput_row
 from .compiled import best_of_eager_and_compiled, compile_rows, eager_and_compiled
 from .flops import forward_flops
 from .workloads import adamw, build_contenders, infer, interleave_training, random_batch

@@ -16,8 +16,9 @@ from transformers import ViTForImageClassification
 
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.utils.timing import interleave
 
-from .common import DTYPES, TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from .common import DTYPES, TARGETS, BenchmarkSettings, Row, throughput_row
 from .flops import forward_flops, forward_gemms
 from .workloads import adamw, infer, interleave_training, random_batch
 

@@ -17,8 +17,9 @@ import torch
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 from vit_ft.tools.export.onnx import OnnxClassifier, export_model, quantize_int8
 from vit_ft.tools.export.report import openvino_runners
+from vit_ft.utils.timing import interleave
 
-from .common import BenchmarkSettings, Row, interleave, throughput_row
+from .common import BenchmarkSettings, Row, throughput_row
 from .compiled import OURS
 from .workloads import infer, random_batch
 

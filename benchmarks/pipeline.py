@@ -14,8 +14,9 @@ import torch
 from vit_ft.tools.evaluate.data import resolve_eval_data
 from vit_ft.tools.evaluate.run import predict_dataset
 from vit_ft.tools.trained import load_trained
+from vit_ft.utils.timing import interleave
 
-from .common import TARGETS, BenchmarkSettings, Row, interleave, throughput_row
+from .common import TARGETS, BenchmarkSettings, Row, throughput_row
 from .data import synthetic_photo
 
 logger = logging.getLogger(__name__)

@@ -12,8 +12,9 @@ from transformers import ViTConfig, ViTForImageClassification
 from vit_ft.kernels import kernelize
 from vit_ft.model.configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.utils.timing import interleave
 
-from .common import LEARNING_RATE, BenchmarkSettings, interleave
+from .common import LEARNING_RATE, BenchmarkSettings
 
 
 def build_contenders(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import shutil
 
 import torch
@@ -27,6 +28,11 @@ def cpuinfo(field: str) -> str:
     except OSError:
         pass
     return ""
+
+
+def cpu_model() -> str:
+    """The CPU's name for a table of timings: /proc/cpuinfo's "model name", else what `platform` knows."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_vendor() -> str:
@@ -137,6 +143,7 @@ __all__ = [
     "bf16_helps",
     "cores_per_process",
     "cpu_cores",
+    "cpu_model",
     "cpu_vendor",
     "cpuinfo",
     "default_device",

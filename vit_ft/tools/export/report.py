@@ -17,6 +17,7 @@ warm-up calls, interleaved so that a busy machine slows every runtime alike; the
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -24,7 +25,6 @@ import logging
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...utils.hardware import cpuinfo
+from ...utils.hardware import cpu_model
+from ...utils.timing import interleave
 from ..trained import Trained
 from .onnx import INT8_FILE, ONNX_FILE, OnnxClassifier
 
@@ -242,18 +243,9 @@ def time_runners(
     runners: dict[str, Runner], pixels: torch.Tensor, warmup: int, repeats: int
 ) -> dict[str, float]:
     """Median seconds per call of each runner on `pixels`: `warmup` untimed calls each (the first compiles or
-    faults in memory), then `repeats` rounds calling every runner once, the order rotated each round."""
-    names = list(runners)
-    for _ in range(warmup):
-        for name in names:
-            runners[name](pixels)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for index in range(repeats):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            runners[name](pixels)
-            times[name].append(time.perf_counter() - start)
+    faults in memory), then `repeats` rounds calling every runner once, the order rotated each round
+    (`utils.timing.interleave`)."""
+    times = interleave({name: functools.partial(runner, pixels) for name, runner in runners.items()}, warmup, repeats)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -337,7 +329,7 @@ def host_info() -> dict[str, Any]:
         with contextlib.suppress(PackageNotFoundError):
             versions[name] = version(name)
     return {
-        "cpu": cpuinfo("model name") or platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "platform": platform.platform(),
         **versions,
