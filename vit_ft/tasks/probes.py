@@ -54,19 +54,16 @@ def fit_linear_probe(
     mean, std = x.mean(dim=0), x.std(dim=0, unbiased=False)
     std = torch.where(std > 0, std, torch.ones_like(std))  # a constant feature: scaled by 1, as StandardScaler
     x = (x - mean) / std
-    multi_label = np.asarray(labels).ndim == 2
-    targets = torch.as_tensor(np.asarray(labels)).to(torch.float64 if multi_label else torch.int64)
+    targets = _targets(labels)
     weight = torch.zeros(num_labels, x.shape[1], dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(num_labels, dtype=torch.float64, requires_grad=True)
     optimizer = torch.optim.LBFGS([weight, bias], max_iter=max_iter, tolerance_grad=1e-9, tolerance_change=1e-12,
                                   history_size=20, line_search_fn="strong_wolfe")  # fmt: skip
-    loss_fn = torch.nn.functional.binary_cross_entropy_with_logits if multi_label else torch.nn.functional.cross_entropy
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        # the objective over n: the mean loss (summed over labels when several) + |W|^2 / (2 C n)
-        logits = x @ weight.T + bias  # (n, labels)
-        loss = loss_fn(logits, targets, reduction="sum") / len(x) + (weight**2).sum() / (2 * c * len(x))
+        # the objective over n: the mean log loss + |W|^2 / (2 C n)
+        loss = _log_loss(x @ weight.T + bias, targets) + (weight**2).sum() / (2 * c * len(x))
         loss.backward()
         return loss
 
@@ -77,18 +74,25 @@ def fit_linear_probe(
     return raw_weight.float().numpy(), raw_bias.float().numpy()
 
 
-def probe_log_loss(features: np.ndarray, labels: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> float:
-    """The mean log loss of a linear head on `(n, hidden)` features: cross-entropy against class ids, or the
-    binary log losses summed over the labels of multi-hot rows (the probe's own objective, unpenalised)."""
-    logits = torch.as_tensor(np.asarray(features, np.float64)) @ torch.as_tensor(weight, dtype=torch.float64).T
-    logits = logits + torch.as_tensor(bias, dtype=torch.float64)
+def _targets(labels: np.ndarray) -> torch.Tensor:
+    """`(n,)` class ids as int64, or `(n, num_labels)` multi-hot rows as float64: what `_log_loss` takes."""
     labels = np.asarray(labels)
-    if labels.ndim == 2:
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(labels, dtype=torch.float64),
-                                                                    reduction="sum") / len(labels)  # fmt: skip
-    else:
-        loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.int64))
-    return float(loss)
+    return torch.as_tensor(labels).to(torch.float64 if labels.ndim == 2 else torch.int64)
+
+
+def _log_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The probe's data term: the mean over images of the cross-entropy against class ids, or of the binary log
+    losses summed over the labels of multi-hot rows."""
+    multi_label = targets.ndim == 2
+    loss_fn = torch.nn.functional.binary_cross_entropy_with_logits if multi_label else torch.nn.functional.cross_entropy
+    return loss_fn(logits, targets, reduction="sum") / len(logits)
+
+
+def probe_log_loss(features: np.ndarray, labels: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> float:
+    """The mean log loss of a linear head on `(n, hidden)` features (the probe's objective, unpenalised)."""
+    x = torch.as_tensor(np.asarray(features, np.float64))
+    logits = x @ torch.as_tensor(weight, dtype=torch.float64).T + torch.as_tensor(bias, dtype=torch.float64)
+    return float(_log_loss(logits, _targets(labels)))
 
 
 def choose_probe_c(
