@@ -140,7 +140,7 @@ _TIMM_TAGS = (("deit", "deit"), ("mae", "mae"), ("dinov2", "dinov2"), ("dinov3",
 def checkpoint_family(name_or_path: str, cache_dir: str | None = None) -> str | None:
     """The FAMILY_DEFAULTS row of a checkpoint, from its config.json's model_type (timm's: its architecture's
     tags), read alone (a folder, the HF cache, or one small download); None when unreadable or not a family."""
-    config = _read_config_json(name_or_path, cache_dir)
+    config = read_config_json(name_or_path, cache_dir)
     if config is None:
         return None
     if "architecture" in config and "model_type" not in config:  # timm's Hub layout
@@ -149,7 +149,9 @@ def checkpoint_family(name_or_path: str, cache_dir: str | None = None) -> str | 
     return MODEL_TYPE_FAMILIES.get(str(config.get("model_type")))
 
 
-def _read_config_json(name_or_path: str, cache_dir: str | None) -> dict[str, Any] | None:
+def read_config_json(name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:
+    """A checkpoint's config.json as written (a folder's, or a Hub repo's alone: one lookup without
+    huggingface_hub's retries, then that file), or None when unreadable: no such file, repo or network."""
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         file = path / "config.json"
@@ -271,4 +273,5 @@ __all__ = [
     "checkpoint_family",
     "choose_family_defaults",
     "describe_family_defaults",
+    "read_config_json",
 ]

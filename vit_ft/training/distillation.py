@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..arguments.family_defaults import read_config_json
 from ..model.families import FAMILY_MODEL_TYPES
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..tasks.losses import ClassificationLoss
@@ -156,13 +157,8 @@ def load_teacher(name: str, names: list[str], bf16: bool = False, cache_dir: str
 
 def _model_type(name: str, cache_dir: str | None) -> str | None:
     """The checkpoint's `model_type` as its config.json states it (None: none, or no config.json: a JAX .npz)."""
-    from transformers import PretrainedConfig
-
-    try:
-        config, _ = PretrainedConfig.get_config_dict(name, cache_dir=cache_dir)
-    except (OSError, ValueError):  # no config.json: vit_ft's loader reads the rest, or reports what is wrong
-        return None
-    return config.get("model_type")
+    config = read_config_json(name, cache_dir)
+    return None if config is None else config.get("model_type")
 
 
 def _shown(names: list[str]) -> str:
