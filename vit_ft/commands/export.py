@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..tools.export.formats import REPORT_REPEATS, REPORT_WARMUP
 from ..utils.cli import run_tool, tool_parser
 from ..utils.logs import setup_logging
 from .model_flags import check_model
@@ -49,17 +50,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "agreement with PyTorch, latency and throughput here, the int8 recommendation; "
                         "implies --quantize int8.")  # fmt: skip
     parser.add_argument("--report_warmup", type=int, default=None, metavar="N",
-                        help="--report: untimed calls per runtime before timing, the first compiles (default 2).")  # fmt: skip
+                        help="--report: untimed calls per runtime before timing, the first compiles (default "
+                        f"{REPORT_WARMUP}).")  # fmt: skip
     parser.add_argument("--report_repeats", type=int, default=None, metavar="N",
                         help="--report: timed calls per runtime and batch size, their median reported (default "
-                        "10; fewer for a large model on a CPU).")  # fmt: skip
+                        f"{REPORT_REPEATS}; fewer for a large model on a CPU).")  # fmt: skip
     args = parser.parse_args(argv)
     timing = {"--report_warmup": args.report_warmup, "--report_repeats": args.report_repeats}
     given = [flag for flag, value in timing.items() if value is not None]
     if given and not args.report:
         parser.error(f"{given[0]} sets how --report times the runtimes; add --report.")
-    args.report_warmup = 2 if args.report_warmup is None else args.report_warmup
-    args.report_repeats = 10 if args.report_repeats is None else args.report_repeats
+    args.report_warmup = REPORT_WARMUP if args.report_warmup is None else args.report_warmup
+    args.report_repeats = REPORT_REPEATS if args.report_repeats is None else args.report_repeats
     if args.report_warmup < 0 or args.report_repeats < 1:
         parser.error(f"--report_warmup {args.report_warmup}, --report_repeats {args.report_repeats}: use a "
                      "warm-up of 0 or more and at least 1 repeat.")  # fmt: skip

@@ -36,6 +36,7 @@ import torch
 from ...utils.hardware import cpu_model
 from ...utils.timing import interleave
 from ..trained import Trained
+from .formats import REPORT_REPEATS, REPORT_WARMUP
 from .onnx import INT8_FILE, ONNX_FILE, OnnxClassifier
 
 logger = logging.getLogger("vit_ft")
@@ -253,8 +254,8 @@ def measure_runtimes(
     trained: Trained,
     folder: str | os.PathLike,
     split: str = "test",
-    warmup: int = 2,
-    repeats: int = 10,
+    warmup: int = REPORT_WARMUP,
+    repeats: int = REPORT_REPEATS,
     threads: int | None = None,
     compile_backend: str | None = None,
 ) -> dict[str, Any]:
