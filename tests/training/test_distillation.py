@@ -260,18 +260,22 @@ BAD = {
     "other classes": (["--teacher_model_name_or_path", "{classifier}"], "predicts 3 classes [ant, bee, wasp]"),
     "teacher as output": (["--teacher_model_name_or_path", "{teacher}", "--output_dir", "{teacher}"],
                           "is inside the input folder"),
+    "teacher as a sweep's output": (["--teacher_model_name_or_path", "{teacher}", "--output_dir", "{teacher}/sweep",
+                                     "--sweep", "learning_rate=0.001,0.002"], "is inside the input folder"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", BAD)
 def test_bad_distillation_inputs_are_one_line(case, tmp_path, tiny_finetuned_dir, hf_classifier_dir, capfd):
     flags, expected = BAD[case]
-    if case == "teacher as output":  # a copy: the session's teacher stays as it is
+    if case.startswith("teacher as"):  # a copy: the session's teacher stays as it is
         copy = tmp_path / "teacher"
         shutil.copytree(tiny_finetuned_dir, copy)
         tiny_finetuned_dir = copy
     names = {"tmp": tmp_path, "teacher": tiny_finetuned_dir, "classifier": hf_classifier_dir}
     recipe = write_tiny_recipe(tmp_path)
     args = ["--recipe", str(recipe), *(flag.format(**names) for flag in flags)]
+    before = sorted(tiny_finetuned_dir.rglob("*"))
     result = run_script("scripts/finetune.py", args, capfd, cwd=tmp_path)
     assert_one_line_error(result, expected)
+    assert sorted(tiny_finetuned_dir.rglob("*")) == before  # nothing written into the teacher's folder

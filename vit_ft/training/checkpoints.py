@@ -202,10 +202,10 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     return None
 
 
-def run_inputs(model_args: Any, data_args: Any) -> list[str]:
-    """What a fine-tune reads and must never write into: the starting checkpoint when it is a local folder, and
-    the image folders (train_dir, validation_dir, test_dir)."""
-    folders = [model_args.model_name_or_path]
+def run_inputs(model_args: Any, data_args: Any, training_args: Any = None) -> list[str]:
+    """What a fine-tune reads and must never write into: the starting checkpoint and the distillation teacher
+    when they are local folders, and the image folders (train_dir, validation_dir, test_dir)."""
+    folders = [model_args.model_name_or_path, getattr(training_args, "teacher_model_name_or_path", None)]
     folders += [getattr(data_args, name) for name in ("train_dir", "validation_dir", "test_dir")]
     return [str(folder) for folder in folders if folder and Path(folder).expanduser().is_dir()]
 

@@ -382,10 +382,7 @@ def run_finetune(
     if finished is not None:  # before the lock: nothing in the folder changes
         logger.warning(finished)
         return dict((read_run_record(training_args.output_dir) or {}).get("metrics") or {})
-    inputs = run_inputs(model_args, data_args)
-    teacher = getattr(training_args, "teacher_model_name_or_path", None)
-    if teacher and Path(teacher).expanduser().is_dir():  # the teacher's folder is read, never written
-        inputs.append(str(teacher))
+    inputs = run_inputs(model_args, data_args, training_args)
     check_run_output_dir(training_args, overwrite_output_dir, inputs)
     index, world_size = training_args.process_index, training_args.world_size
     with output_lock_in_process_zero(training_args.output_dir, "vit-ft finetune", index, world_size):

@@ -391,7 +391,7 @@ def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
     _check_sweep_kind(name, command, training_args)
     output_dir = Path(training_args.output_dir)
     runs = sweep_runs(list(command.flags), name, texts, output_dir)  # each run's resume is set from the plan
-    inputs = sorted({folder for run in runs for folder in run_inputs(*run.args[:2])})
+    inputs = sorted({folder for run in runs for folder in run_inputs(*run.args)})
     checks = (training_args, resume, command.overwrite_output_dir, inputs, name != SEED)
     check_sweep_output_dir(*checks)
     index, world_size = training_args.process_index, training_args.world_size
