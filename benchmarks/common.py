@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -14,7 +14,7 @@ import transformers
 from PIL import Image
 
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
-from vit_ft.utils.hardware import cpu_model
+from vit_ft.utils.hardware import EMULATED_BF16_SLOWDOWN, Compute, compute_for, cpu_flags, cpu_model
 
 SECTIONS = ("model", "ceiling", "profile", "compile", "onnx", "lora", "data", "pipeline", "gpu")
 # autocast dtype per precision name; None runs without autocast
@@ -90,6 +90,25 @@ class BenchmarkSettings:
             num_labels=self.num_labels,
             **self.overrides,
         )
+
+
+def cpu_compute(dtype_name: str) -> Compute:
+    """The kernels a CPU row in `dtype_name` runs on, and why (`vit_ft.utils.hardware.compute_for`)."""
+    return compute_for("cpu", "float32" if DTYPES[dtype_name] is None else "bf16")
+
+
+def without_emulated(settings: BenchmarkSettings) -> tuple[BenchmarkSettings, list[str]]:
+    """`settings` less the precisions this CPU would run emulated (bf16 without native bf16 products: its rows
+    measure torch's emulation, about EMULATED_BF16_SLOWDOWN slower than float32, and took over 25 minutes on a
+    2-core AVX2 host), and the line saying so; a ValueError where no precision is left."""
+    emulated = [name for name in settings.dtypes if cpu_compute(name).emulated_bf16]
+    if not emulated:
+        return settings, []
+    kept = tuple(name for name in settings.dtypes if name not in emulated)
+    why = f"{cpu_compute(emulated[0]).reason}, so bf16 would run emulated, about {EMULATED_BF16_SLOWDOWN} slower"
+    if not kept:
+        raise ValueError(f"--dtypes {','.join(settings.dtypes)}: {why}; pass --dtypes fp32.")
+    return replace(settings, dtypes=kept), [f"The CPU rows in {', '.join(emulated)} were skipped: {why}."]
 
 
 def quick_settings(**overrides: Any) -> BenchmarkSettings:
@@ -190,6 +209,7 @@ def machine_info() -> dict[str, Any]:
         "logical_cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": list(cpu_flags()),  # those of vit_ft.utils.hardware.CPU_FLAGS it has
         "onednn_bf16": bool(bf16()) if bf16 is not None else None,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "python": platform.python_version(),

@@ -16,6 +16,7 @@ from transformers import ViTForImageClassification
 
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.utils.hardware import onednn_bf16_supported
 from vit_ft.utils.timing import interleave
 
 from .common import DTYPES, TARGETS, BenchmarkSettings, Row, throughput_row
@@ -38,8 +39,8 @@ class MatmulCeiling:
     them) on random operands of the same shapes and dtype, and returns the seconds taken.
 
     Each shape runs on the faster of two plain products, picked once at construction: torch.matmul, and for
-    the 2-D products oneDNN's linear without bias (the kernel vit_ft uses in float32 on CPU; torch.matmul
-    calls MKL, slower on AMD CPUs). FLOPs / those seconds is the ceiling; the sequence is timed as one call,
+    the 2-D products oneDNN's linear without bias (the kernel vit_ft uses in float32 on CPU, and in bf16 where the
+    CPU has native bf16 products: elsewhere oneDNN has no bf16 kernel; torch.matmul calls MKL, slower on AMD CPUs). FLOPs / those seconds is the ceiling; the sequence is timed as one call,
     like the model, so that both see the same load from other processes.
     """
 
@@ -59,7 +60,7 @@ class MatmulCeiling:
                 a = torch.randn(gemm.m, gemm.k, generator=generator).to(dtype)
                 b = torch.randn(gemm.k, gemm.n, generator=generator).to(dtype)
                 candidates = {"torch.matmul": lambda a=a, b=b: torch.matmul(a, b)}
-                if onednn is not None:
+                if onednn is not None and (dtype == torch.float32 or onednn_bf16_supported()):
                     weight = b.t().contiguous()  # (n, k): nn.Linear's layout
                     candidates["oneDNN linear"] = lambda a=a, w=weight: onednn(a, w, None, "none", [], "")
             best = min(candidates, key=lambda name: _fastest_of(candidates[name], 3))

@@ -26,12 +26,23 @@ def _header(result: dict[str, Any]) -> list[str]:
         f"{machine['python']}, torch {machine['torch']}, transformers {machine['transformers']}, Pillow "
         f"{machine['pillow']}.",
         "",
+        *_kernels(result),
         f"Settings: ViT-{settings['variant']}/{settings['patch_size']} at {settings['image_size']} px"
         f"{overrides}, {settings['num_labels']} classes, warm-up {settings['warmup']}, "
         f"{settings['rounds']} interleaved rounds. Load average (1 min) {load['before'][0]:.1f} before, "
         f"{load['after'][0]:.1f} after; {result['elapsed_s'] / 60:.1f} min.",
         "",
     ]
+
+
+def _kernels(result: dict[str, Any]) -> list[str]:
+    """The CPU flags and the kernels each precision's CPU rows ran, as a paragraph (none in older results)."""
+    kernels = result.get("kernels") or {}
+    if not kernels:
+        return []
+    flags = " ".join(result["machine"].get("cpu_flags") or []) or "none of avx2 avx512f avx512_bf16 amx_bf16"
+    ran = "; ".join(f"{name}: {record['kernels']} ({record['reason']})" for name, record in kernels.items())
+    return [f"CPU flags: {flags}. Kernels of the CPU rows: {ran}.", ""]
 
 
 def to_markdown(result: dict[str, Any]) -> str:

@@ -19,7 +19,15 @@ from transformers.utils import logging as hf_logging
 
 from vit_ft.utils.cli import ToolArgumentParser
 
-from .common import SECTIONS, BenchmarkSettings, Row, machine_info, quick_settings
+from .common import (
+    SECTIONS,
+    BenchmarkSettings,
+    Row,
+    cpu_compute,
+    machine_info,
+    quick_settings,
+    without_emulated,
+)
 from .compiled import bench_compile
 from .data import bench_data
 from .gpu import bench_gpu, gpu_available
@@ -31,23 +39,32 @@ from .profile import bench_profile
 from .report import repeated_markdown, summarize_runs, to_markdown, write_results
 from .workloads import build_contenders
 
+logger = logging.getLogger(__name__)
+
 
 def run_benchmark(settings: BenchmarkSettings) -> dict[str, Any]:
-    """Run the selected sections; returns {"machine", "settings", "rows", "notes", "load_average", ...}."""
+    """Run the selected sections; returns {"machine", "settings", "kernels", "rows", "notes", "load_average",
+    ...}. CPU rows this CPU would run in emulated bf16 are skipped, with a line (`common.without_emulated`)."""
+    settings, skipped = without_emulated(settings)
+    for line in skipped:
+        logger.warning(line)
     threads = torch.get_num_threads()
     try:
         if settings.threads:
             torch.set_num_threads(settings.threads)
-        return _run_sections(settings)
+        return _run_sections(settings, skipped)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
+def _run_sections(settings: BenchmarkSettings, notes: list[str]) -> dict[str, Any]:
     start = time.perf_counter()
     load_before = os.getloadavg()
     rows: list[Row] = []
-    notes = []
+    notes = list(notes)
+    computes = {name: cpu_compute(name) for name in settings.dtypes}  # which kernels the CPU rows run
+    for name, compute in computes.items():
+        logger.info("%s rows: %s", name, compute.line())
     gpu = "gpu" in settings.sections and gpu_available(settings)
     if "gpu" in settings.sections and not gpu:
         notes.append(
@@ -91,6 +108,7 @@ def _run_sections(settings: BenchmarkSettings) -> dict[str, Any]:
     return {
         "machine": machine_info(),
         "settings": asdict(settings),
+        "kernels": {name: compute.record() for name, compute in computes.items()},
         "rows": [asdict(row) for row in rows],
         "notes": notes,
         "load_average": {"before": load_before, "after": load_after},

@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image, UnidentifiedImageError  # noqa: E402
 
+from vit_ft.commands.model_flags import check_model  # noqa: E402
 from vit_ft.data.images import (  # noqa: E402
     DEFAULT_MAX_PIXELS,
     image_extensions,
@@ -45,7 +46,7 @@ from vit_ft.tasks.feature_bank import expected_input_text, feature_taps, pre_log
 from vit_ft.tasks.temperature import UNSURE_BELOW  # noqa: E402
 from vit_ft.tools.inspect.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.ood import OODScorer  # noqa: E402
-from vit_ft.tools.trained import check_model_path, load_trained  # noqa: E402
+from vit_ft.tools.trained import load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
 from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
 
@@ -341,7 +342,7 @@ def _rejected(message: str) -> gr.Error:
 
 def resolve_model(model: str | Path) -> Path:
     """A local folder as is; a Hub id is downloaded (weights, configs, examples; never code) to the cache."""
-    check_model_path(model)  # a missing path or a file is reported as such, not as a malformed Hub id
+    check_model(model)  # the tools' one check: a missing path or file, an uncached Hub id offline, ...
     path = Path(model)
     if path.exists():
         return path

@@ -78,6 +78,21 @@ def _logger_state(lg: logging.Logger) -> tuple:
     return lg.level, list(lg.handlers), lg.propagate, lg.disabled
 
 
+def _library_bars() -> dict[str, tuple[bool, object]]:
+    """datasets' and huggingface_hub's progress bars, where imported: (enabled, the function that enables them)."""
+    found = {}
+    if "datasets" in sys.modules:
+        from datasets.utils import enable_progress_bars, is_progress_bar_enabled
+
+        found["datasets"] = (is_progress_bar_enabled(), enable_progress_bars)
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import are_progress_bars_disabled
+        from huggingface_hub.utils import enable_progress_bars as enable_hub_bars
+
+        found["huggingface_hub"] = (not are_progress_bars_disabled(), enable_hub_bars)
+    return found
+
+
 @contextlib.contextmanager
 def kept_process_state(restored: list[str]) -> Iterator[None]:
     """Put back, on exit, the process state a command may change; append the name of each changed thing."""
@@ -88,6 +103,7 @@ def kept_process_state(restored: list[str]) -> Iterator[None]:
     np_state, py_state = np.random.get_state(), random.getstate()
     hf_logging = sys.modules.get("transformers.utils.logging")
     bars = hf_logging.is_progress_bar_enabled() if hf_logging else None
+    library_bars = _library_bars()
     try:
         with warnings.catch_warnings():  # the filters a command adds are dropped on exit
             yield
@@ -119,6 +135,10 @@ def kept_process_state(restored: list[str]) -> Iterator[None]:
         if hf_logging and hf_logging.is_progress_bar_enabled() != bars:
             restored.append("transformers progress bars")
             (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+        for name, (enabled, enable) in _library_bars().items():  # off in a log that is not a terminal
+            if enabled != library_bars.get(name, (enabled,))[0]:
+                restored.append(f"{name} progress bars")
+                enable()
         torch.set_rng_state(rng)
         np.random.set_state(np_state)
         random.setstate(py_state)

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-# before transformers / huggingface_hub are imported: both read these once, at import
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+from .fake_hub import HUB_VARIABLES
+
+# Before transformers / huggingface_hub are imported (both read these once, at import): the suite's own Hub
+# settings, whatever the user's shell exports (TRANSFORMERS_OFFLINE, HF_EVALUATE_OFFLINE, a token, an endpoint, a
+# shared HF_HOME): offline, and a cache of its own, so no test reads the user's Hugging Face cache. Tests that
+# talk to the Hub stand-in get their processes' environment from `FakeHub.env`, which drops these again.
+for _name in HUB_VARIABLES:
+    os.environ.pop(_name, None)
+os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="vit-ft-tests-hf-home-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One torch thread per test process (and per command a test starts, which inherits it): the suite runs one
 # process per core (`-n auto`), and two OpenMP threads per process on those cores wait on each other's barrier
@@ -74,6 +85,14 @@ def hf_classifier_dir(tmp_path_factory) -> str:
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """Every test runs in its own empty working folder: what the README's first command leaves in the checkout
+    (outputs/, data/), or another run's outputs, changes no result (relative paths, the path-or-Hub-id rule and
+    the family defaults read the working folder)."""
+    monkeypatch.chdir(tmp_path)
 
 # The start of a script for a fresh interpreter in which `import vit_ft` fails, as on a machine that only has
 # transformers: what a shared folder or Hub repo must load in.

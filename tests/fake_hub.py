@@ -19,6 +19,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import re
 import tarfile
 import threading
@@ -40,6 +41,11 @@ TREE = re.compile(rf"^/api/{_TYPE}/{_REPO}/tree/{_REV}(?:/(?P<path>.*))?$")
 PATHS_INFO = re.compile(rf"^/api/{_TYPE}/{_REPO}/paths-info/{_REV}$")
 RESOLVE = re.compile(rf"^/(?P<prefix>datasets/)?{_REPO}/resolve/{_REV}/(?P<path>.+)$")
 DATE = "2026-01-01T00:00:00.000Z"
+# What a user's shell may export that changes where the Hub clients go, whether they go at all, and as whom: a
+# process pointed at the stand-in gets none of them from its parent (`FakeHub.env` sets its own), so a suite run
+# in a cluster's shell (TRANSFORMERS_OFFLINE=1 beside HF_HUB_OFFLINE=1, a token, a shared HF_HOME) answers as CI's.
+HUB_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE", "HF_ENDPOINT",
+                 "HF_HOME", "HF_TOKEN")  # fmt: skip
 
 Response = tuple[int, dict[str, str], bytes]
 
@@ -136,6 +142,15 @@ class FakeHub:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def env(self, home: Path, token: str | None = "dummy") -> dict[str, str]:
+        """The environment of a process that talks to this stand-in: this process's, less every Hub variable of
+        the parent's (`HUB_VARIABLES`, any other HF_*, and PYTHON*), plus the endpoint, its own HF_HOME under
+        `home` (no cached login or cache of the user's) and `token` (None: a user without one)."""
+        kept = {k: v for k, v in os.environ.items() if k not in HUB_VARIABLES and not k.startswith(("HF_", "PYTHON"))}
+        env = {**kept, "HF_ENDPOINT": self.url, "HF_HOME": str(Path(home) / "hf_home")}
+        env |= {"HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "127.0.0.1,localhost"}
+        return env if token is None else {**env, "HF_TOKEN": token}
 
     def add_repo(self, repo_id: str, files: dict[str, bytes] | Path, repo_type: str = "model") -> str:
         """Seed a public repo with `files` (path -> bytes, or every file under a folder); returns its commit id."""

@@ -27,9 +27,11 @@ from benchmarks import (
     synthetic_photo,
     to_markdown,
 )
+from benchmarks.common import cpu_compute, without_emulated
 from benchmarks.lora import _peak_training_memory
 from benchmarks.profile import classify
 from vit_ft import ViTFTForImageClassification
+from vit_ft.utils import hardware
 
 from .conftest import TINY
 
@@ -121,6 +123,24 @@ def test_synthetic_photo_and_naive_transform():
     assert pixels.min() >= -1.0 and pixels.max() <= 1.0
 
 
+def test_emulated_bf16_rows_are_skipped_with_a_line_and_the_kernels_are_stated(monkeypatch):
+    """On a CPU without native bf16 (forced here, so that every CPU tests it) the bf16 CPU rows are dropped with
+    one line; bf16 alone is a one-line error; the report states the CPU flags and each precision's kernels."""
+    monkeypatch.setenv(hardware.NO_NATIVE_BF16_ENV, "1")
+    settings, notes = without_emulated(tiny_settings())
+    assert settings.dtypes == ("fp32",) and len(notes) == 1
+    assert "bf16 were skipped" in notes[0] and hardware.EMULATED_BF16_SLOWDOWN in notes[0]
+    with pytest.raises(ValueError, match=r"^--dtypes bf16: .*; pass --dtypes fp32\.$"):
+        without_emulated(tiny_settings(dtypes=("bf16",)))
+    monkeypatch.delenv(hardware.NO_NATIVE_BF16_ENV)
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: True)
+    assert without_emulated(tiny_settings()) == (tiny_settings(), [])  # native bf16: every row runs
+    result = run_benchmark(tiny_settings(sections=("data",), dtypes=("fp32", "bf16"), photos_per_round=1))
+    markdown = to_markdown(result)
+    assert f"CPU flags: {' '.join(hardware.cpu_flags()) or 'none of'}" in markdown
+    assert "Kernels of the CPU rows: fp32: " in markdown and "; bf16: " in markdown
+
+
 def test_memory_probe_counts_at_least_the_weights_gradients_and_adam_state():
     # a fresh process, as the benchmark runs it, and a model big enough to show: full fine-tuning touches the
     # weights, their gradients and AdamW's two moments, so the peak is at least four times the weights
@@ -145,12 +165,15 @@ def test_quick_run_covers_every_section_with_sane_rows():
             assert 0 < row["ratio_low"] <= row["ratio_high"]
         assert (row["met"] is None) == (row["target"] is None)
     measurements = [row["measurement"] for row in rows if row["section"] in ("model", "lora")]
-    for dtype in ("fp32", "bf16"):
+    # bf16 where this CPU has native bf16 products; elsewhere skipped with a line (test_emulated_bf16_rows_...)
+    dtypes = [dtype for dtype in ("fp32", "bf16") if not cpu_compute(dtype).emulated_bf16]
+    assert list(result["kernels"]) == dtypes == list(result["settings"]["dtypes"])
+    for dtype in dtypes:
         assert sum(m.startswith(f"inference, {dtype}") for m in measurements) == 1
         # same optimizer, ours with fused AdamW, LoRA against full
         assert sum(m.startswith("training step") and dtype in m for m in measurements) == 3
-    assert sum(row["section"] == "ceiling" for row in rows) == 4  # ours and theirs, fp32 and bf16
-    for dtype in ("fp32", "bf16"):  # the profile's kinds add up to the whole call; products are among them
+    assert sum(row["section"] == "ceiling" for row in rows) == 2 * len(dtypes)  # ours and theirs
+    for dtype in dtypes:  # the profile's kinds add up to the whole call; products are among them
         profile = [row for row in rows if row["section"] == "profile" and f", {dtype}," in row["measurement"]]
         assert math.isclose(sum(row["ratio"] for row in profile), 1.0, rel_tol=1e-6)
         assert "vit_ft, matrix products" in {row["candidate"] for row in profile}
@@ -159,8 +182,9 @@ def test_quick_run_covers_every_section_with_sane_rows():
     pipeline = [row for row in rows if row["section"] == "pipeline"]
     assert len(pipeline) == 1 and "(6 images, 2 decode workers)" in pipeline[0]["measurement"]
     compiled = [row for row in rows if row["section"] == "compile"]
-    assert len(compiled) == 8  # inference and training, fp32 and bf16: compiled vs eager, best vs best
-    assert sum("torch.compile (eager) against eager" in row["measurement"] for row in compiled) == 4
+    assert len(compiled) == 4 * len(dtypes)  # inference and training: compiled vs eager, best vs best
+    against_eager = sum("torch.compile (eager) against eager" in row["measurement"] for row in compiled)
+    assert against_eager == 2 * len(dtypes)
     assert {row["target"] for row in compiled} == {">= 1.00", ">= 1.10"}
     onnx = [row for row in rows if row["section"] == "onnx"]  # fp32 and int8, each against eager and compiled
     graphs = ["onnxruntime fp32", "onnxruntime int8 (dynamic)"]

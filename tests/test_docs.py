@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import os
 import re
 import shlex
 import socket
@@ -151,12 +150,7 @@ def workspace(tmp_path_factory):
     pretrain_digits(root / "outputs/digits-pretrained", root / "data/digits/train", epochs=1)
     small = root / "outputs/digits-small-pretrained"  # digits-distill's student
     pretrain_digits(small, root / "data/digits/train", epochs=1, size="digits-small")
-    previous = Path.cwd()
-    os.chdir(root)
-    try:
-        yield root
-    finally:
-        os.chdir(previous)
+    return root  # each command runs there (`test_documented_command_runs`)
 
 
 def command_main(program: list[str]):
@@ -241,10 +235,11 @@ def run_demo(command: str) -> None:
 
 
 @pytest.mark.parametrize("where,command", COMMANDS, ids=[where for where, _ in COMMANDS])
-def test_documented_command_runs(where, command, workspace, capsys):
+def test_documented_command_runs(where, command, workspace, capsys, monkeypatch):
     reason = skip_reason(command)
     if reason:
         pytest.skip(reason)
+    monkeypatch.chdir(workspace)  # the docs' relative paths are the workspace's
     if command.startswith("python demo/app.py"):
         run_demo(command)
     else:

@@ -28,7 +28,7 @@ def run_check(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.long  # CI's own step after the suite
 def test_the_cpu_mode_runs_every_step_and_writes_one_summary_line_each(tmp_path):
     """About 3 minutes on 2 busy cores (each step starts its own interpreter, torch and transformers: 10-20 s
     each here), hence slow; the same steps on a GPU are the check itself."""

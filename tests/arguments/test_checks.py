@@ -10,8 +10,9 @@ import pytest
 
 from vit_ft.arguments.checks import RecipeError, check_push, check_schedule, check_world_size
 from vit_ft.arguments.fields import ModelArguments
-from vit_ft.arguments.training_arguments import check_precision
+from vit_ft.arguments.training_arguments import check_precision, run_compute
 from vit_ft.model.checks import MAX_IMAGE_TOKENS_ENV_VAR
+from vit_ft.utils import hardware
 
 
 def test_image_size_is_checked_against_a_checkpoint_in_the_hf_cache(tmp_path):
@@ -45,6 +46,21 @@ def test_fp16_without_a_gpu_is_an_error_that_suggests_bf16():
     with pytest.raises(RecipeError, match=r"bf16 is set but no GPU.*--use_cpu true"):
         check_precision(types.SimpleNamespace(bf16=True, use_cpu=False), device_type="cpu")
     check_precision(types.SimpleNamespace(bf16=True, use_cpu=True), device_type="cpu")
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native bf16", "no native bf16"])
+def test_cpu_bf16_runs_on_every_cpu_and_the_run_states_its_kernels(monkeypatch, native):
+    """bf16 with use_cpu passes the checks on a CPU without native bf16 too (emulated: the start-of-run line warns);
+    the run's compute decision is hardware.compute_for's, for the device the flags pick."""
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: native)
+    args = types.SimpleNamespace(bf16=True, use_cpu=True)
+    check_precision(args, device_type="cuda")
+    compute = run_compute(args, device_type="cuda")  # use_cpu wins over the GPU
+    assert (compute.device, compute.precision, compute.emulated_bf16) == ("cpu", "bf16", not native)
+    assert compute == hardware.compute_for("cpu", "bf16")
+    assert run_compute(types.SimpleNamespace(fp16=True), device_type="cuda").precision == "fp16"
+    assert run_compute(types.SimpleNamespace(bf16_full_eval=True, use_cpu=True)).precision == "bf16"
+    assert run_compute(types.SimpleNamespace(use_cpu=True)).precision == "float32"
 
 
 def _training(**overrides):

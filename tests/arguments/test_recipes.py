@@ -239,7 +239,9 @@ def test_a_mistyped_model_flag_fails_in_one_line_and_pretrains_nothing(tmp_path)
                           "digits", "--model_name_or_path", "outputs/digitz-pretrained"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert ran.returncode == 1 and ran.stderr.count("\n") == 1, ran.stderr[-3000:]
-    assert "outputs/digitz-pretrained': no such folder; did you mean outputs/digits-pretrained?" in ran.stderr
+    assert "model_name_or_path outputs/digitz-pretrained: no such folder; did you mean outputs/digits-pretrained?" in (
+        ran.stderr
+    )
     # no pre-training, no data, no output folder
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "outputs", "outputs/digits-pretrained"]  # fmt: skip

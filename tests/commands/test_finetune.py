@@ -3,7 +3,8 @@
 
 import pytest
 
-from vit_ft.arguments.recipes import RecipeError, given_as_flag
+from vit_ft.arguments.command_line import given_as_flag
+from vit_ft.arguments.recipes import RecipeError
 from vit_ft.commands.finetune import parse_command
 
 

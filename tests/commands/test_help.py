@@ -11,29 +11,31 @@ import sys
 import pytest
 from transformers import TrainingArguments
 
-from vit_ft.arguments import recipes
+from vit_ft.arguments import command_line
 from vit_ft.arguments.augmentation_arguments import AugmentationArguments
 from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.help import COMMON_TRAINER_FLAGS, SECTIONS, declared_fields
+from vit_ft.arguments.pass_arguments import PassArguments
 from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 from vit_ft.commands import finetune
 from vit_ft.commands.finetune import parse_command
 
 from ..conftest import REPO
 
-# each short-help section's class and the parent whose fields it does not declare itself
+# each short-help section's class and the parents whose fields it does not declare itself
 OWN = {
-    "ModelArguments": (ModelArguments, None),
-    "DataArguments": (DataArguments, AugmentationArguments),
-    "AugmentationArguments": (AugmentationArguments, None),
-    "FineTuneTrainingArguments": (FineTuneTrainingArguments, TrainingArguments),
+    "ModelArguments": (ModelArguments, ()),
+    "DataArguments": (DataArguments, (AugmentationArguments, PassArguments)),
+    "AugmentationArguments": (AugmentationArguments, ()),
+    "PassArguments": (PassArguments, ()),
+    "FineTuneTrainingArguments": (FineTuneTrainingArguments, (TrainingArguments,)),
 }
 
 
 @pytest.mark.parametrize("source, class_name", [(source, name) for _, source, name in SECTIONS])
 def test_the_short_help_reads_each_dataclass_own_fields_and_help(source, class_name):
-    cls, parent = OWN[class_name]
-    inherited = {f.name for f in dataclasses.fields(parent)} if parent else set()
+    cls, parents = OWN[class_name]
+    inherited = {f.name for parent in parents for f in dataclasses.fields(parent)}
     own = [f for f in dataclasses.fields(cls) if f.name not in inherited]
     declared = declared_fields(source, class_name)
     assert [name for name, _ in declared] == [f.name for f in own]
@@ -43,8 +45,8 @@ def test_the_short_help_reads_each_dataclass_own_fields_and_help(source, class_n
 
 
 def test_the_command_spells_its_switches_as_the_parser_does():
-    assert finetune.SWEEP_FLAG == recipes.SWEEP_FLAG
-    assert finetune.PROCESS_PER_RUN_FLAG == recipes.PROCESS_PER_RUN_FLAG
+    assert finetune.SWEEP_FLAG == command_line.SWEEP_FLAG
+    assert finetune.PROCESS_PER_RUN_FLAG == command_line.PROCESS_PER_RUN_FLAG
     trainer = {f.name for f in dataclasses.fields(TrainingArguments)}
     assert set(COMMON_TRAINER_FLAGS) <= trainer
 

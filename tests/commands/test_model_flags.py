@@ -5,8 +5,11 @@ huggingface_hub's retries; an unfinished fine-tune folder names its lock holder 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -69,8 +72,16 @@ def test_a_namespace_that_is_no_folder_here_is_a_hub_id_asked_once_without_retri
                        r"reached .*This needs the network: connect, or pass a local model folder\.$"):  # fmt: skip
         check_model("me/vit-dogz")
     assert len(asked) == 1 and asked[0].endswith("/me/vit-dogz/resolve/main/config.json")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # offline mode fails at once by itself: not asked
-    check_model("me/vit-dogz")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # offline: nothing in the Hub cache is the answer
+    with pytest.raises(FileNotFoundError, match=r"^--model me/vit-dogz: no such folder, and offline mode"):
+        check_model("me/vit-dogz")
+    assert len(asked) == 1
+    snapshot = Path(constants.HF_HUB_CACHE) / "models--me--vit-dogz" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)  # cached: offline mode can load it, so it passes, and is not asked about
+    try:
+        check_model("me/vit-dogz")
+    finally:
+        shutil.rmtree(snapshot.parents[1])
     assert len(asked) == 1
 
 
@@ -121,7 +132,6 @@ def test_vit_ft_command_fails_on_a_mistyped_folder_before_any_network_call_or_to
     """The process boundary is the point: `vit-ft predict` with the network allowed (HF_HUB_OFFLINE unset, a
     Hub that records every request) answers with one line, asks the Hub nothing and never imports torch."""
     (tmp_path / "outputs" / "digits").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHON", "TRANSFORMERS_"))}
     probe = (
         "import sys, runpy\n"
         "sys.argv = ['vit-ft', 'predict', '--model', 'outputs/digitz', '--output', 'p.csv', 'x.png']\n"
@@ -129,7 +139,7 @@ def test_vit_ft_command_fails_on_a_mistyped_folder_before_any_network_call_or_to
         "finally:\n    print('torch' in sys.modules, 'transformers' in sys.modules)\n"
     )
     with FakeHub() as hub:
-        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(REPO), NO_PROXY="127.0.0.1")
+        env = {**hub.env(tmp_path, token=None), "PYTHONPATH": str(REPO)}
         ran = subprocess.run(
             [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
@@ -137,3 +147,35 @@ def test_vit_ft_command_fails_on_a_mistyped_folder_before_any_network_call_or_to
     assert ran.stderr == "error: --model outputs/digitz: no such folder; did you mean outputs/digits?\n"
     assert ran.stdout == "False False\n"
     assert hub.calls == []
+
+
+OFFLINE_CASES = [  # (command line, the path the one line names); outputs/ does not exist in these cases
+    (["predict", "--model", "outputs/digitz", "--output", "p.csv", "x.png"], "--model outputs/digitz"),
+    (["predict", "--model", "./digitz", "--output", "p.csv", "x.png"], "--model ./digitz"),
+    (["evaluate", "--model", "~/no-such-vit-ft-model", "--output_dir", "r"], "--model ~/no-such-vit-ft-model"),
+    (["export", "--model", "/no/such/model", "--output_dir", "e"], "--model /no/such/model"),
+    (["inspect", "--model", "digitz", "--output_dir", "i", "x.png"], "--model digitz"),
+    (["fewshot", "--model", "me/vit-nowhere", "--dataset", "d", "--output_dir", "f"], "--model me/vit-nowhere"),
+    (["audit", "--model", "outputs/digitz", "--dataset", "d", "--output_dir", "a"], "--model outputs/digitz"),
+]
+
+
+@pytest.mark.parametrize("offline", ["1", None], ids=["HF_HUB_OFFLINE=1", "online"])
+@pytest.mark.parametrize("argv, named", OFFLINE_CASES, ids=[case[0][0] for case in OFFLINE_CASES])
+def test_a_model_that_is_nowhere_is_one_line_naming_it_offline_or_not(tmp_path, argv, named, offline):
+    """Issue 45: with HF_HUB_OFFLINE=1 (how clusters run) `vit-ft predict --model outputs/digitz` took 11 s and
+    ended in transformers' "couldn't connect". A name that is no folder here and (offline) nothing in the Hub
+    cache, or (online) that the Hub, here unreachable, cannot be asked about, is one line naming it, exit 1."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update(PYTHONPATH=str(REPO), HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT="http://127.0.0.1:9")  # refused
+    if offline:
+        env["HF_HUB_OFFLINE"] = offline
+    started = time.perf_counter()
+    ran = subprocess.run(
+        [sys.executable, "-m", "vit_ft", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    seconds = time.perf_counter() - started
+    lines = ran.stderr.splitlines()
+    assert ran.returncode == 1 and len(lines) == 1, ran.stderr[-3000:]
+    assert lines[0].startswith(f"error: {named}: no such folder"), lines[0]
+    assert seconds < 5, seconds  # about 0.3 s unloaded: no torch, no transformers, no retries

@@ -1,5 +1,6 @@
 """Tests for vit_ft.model.checks: the one image-size check (positive, a multiple of the patch, within the token
-bound) in both wordings, the local checkpoint-config reader and the model-path check."""
+bound) in both wordings, and the local checkpoint-config reader (the model-path check is
+utils.hub_ids.check_reference's: tests/utils/test_hub_ids.py)."""
 
 import json
 
@@ -10,7 +11,6 @@ from vit_ft.model.checks import (
     MAX_IMAGE_TOKENS_ENV_VAR,
     TOOL_WORDING,
     check_image_size,
-    check_model_path,
     config_patch,
     max_image_tokens,
     read_local_config,
@@ -67,12 +67,3 @@ def test_the_finetune_wording_and_an_unknown_patch(monkeypatch):
     with pytest.raises(ValueError, match="is not a whole number"):
         max_image_tokens()
     assert TOOL_WORDING != FINETUNE_WORDING
-
-
-def test_a_missing_path_is_named_and_a_hub_id_is_not_checked(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"^--model x: no such folder; pass a folder\.$"):
-        check_model_path(str(tmp_path / "missing"), "--model x", "a folder")
-    with pytest.raises(KeyError):
-        check_model_path("./missing-here", "what", "a folder", KeyError)
-    check_model_path("google/vit-base-patch16-224-in21k", "--model", "a folder")
-    check_model_path(str(tmp_path), "--model", "a folder")

@@ -4,7 +4,6 @@ numbers; what a plain ViT cannot hold is refused; our models export to timm's la
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -328,12 +327,11 @@ HUB_LOAD = textwrap.dedent(
 def test_timm_hub_id_loads_through_hub_downloads(reference, timm_dir, tmp_path):
     with FakeHub() as hub:
         hub.add_repo("timm/vit_tiny_test.in1k", timm_dir)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf_home"), NO_PROXY="127.0.0.1,localhost")
+        env = hub.env(tmp_path, token=None)
         torch.save(pixels(), tmp_path / "pixels.pt")
         result = subprocess.run(
             [sys.executable, "-c", HUB_LOAD, "timm/vit_tiny_test.in1k", str(tmp_path / "pixels.pt"), str(tmp_path / "out.pt")],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+            cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         assert {path for _, repo, path in hub.downloads if repo == "timm/vit_tiny_test.in1k"} >= {

@@ -190,7 +190,7 @@ def _one_class(tmp: Path) -> Path:
     [
         ("one_class", "has 1 class"),
         ("no_train", "has no train/ folder"),
-        ("missing", "no such file or folder"),
+        ("missing", "nowhere: no such folder; pass a folder with train/"),
         ("folds", "--folds 1 must be at least 2"),
         ("small_class", "fewer training images than --folds 5"),
     ],

@@ -31,7 +31,7 @@ def report(tiny_finetuned_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "report"
     # float32, as the fine-tune evaluated: the numbers must match to the last digit (run in this process)
     args = ["--model", tiny_finetuned_dir, "--output_dir", out, "--bf16", "false"]
-    result = run_script("scripts/evaluate_model.py", args, None, cwd=REPO)
+    result = run_script("scripts/evaluate_model.py", args, None, cwd=out.parent)
     assert result.returncode == 0, result.stderr[-4000:]
     return out, json.loads((out / "metrics.json").read_text())
 

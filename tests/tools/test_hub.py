@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -63,15 +62,7 @@ CLEAN_PROCESS = WITHOUT_VIT_FT + textwrap.dedent(
 
 def push_env(hub: FakeHub, tmp: Path) -> dict[str, str]:
     """The environment of a push: the fake Hub's endpoint and a dummy token, set before huggingface_hub loads."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHON"))}
-    return {
-        **env,
-        "HF_ENDPOINT": hub.url,
-        "HF_TOKEN": "dummy",
-        "HF_HOME": str(tmp / "hf_home"),  # no cached login or cache of the user's
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
+    return hub.env(tmp)
 
 
 @pytest.fixture(scope="module")

@@ -96,6 +96,27 @@ def test_bf16_auto_only_where_it_was_measured_faster(monkeypatch):
         inference.use_bf16("yes", cpu)
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native bf16", "no native bf16"])
+def test_the_bf16_setting_is_logged_in_one_line_a_warning_where_bf16_is_emulated(monkeypatch, caplog, native):
+    """Every tool resolves --bf16 here (load_trained): "true" on a CPU without native bf16 runs (torch's
+    emulation) with one warning naming the measured slowdown and the fix; "auto" keeps float32 there."""
+    import logging
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: native)
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: "AuthenticAMD")
+    for setting, expected in (("true", True), ("auto", native), (False, False)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="vit_ft"):
+            assert inference.use_bf16(setting, cpu) is expected
+        (record,) = caplog.records
+        emulated = expected and not native
+        assert record.levelno == (logging.WARNING if emulated else logging.INFO)
+        precision = "bf16" if expected else "float32"
+        assert record.getMessage().startswith(f"Compute: {precision} on cpu; kernels: ")
+        assert (hardware.EMULATED_BF16_SLOWDOWN in record.getMessage()) is emulated
+
+
 def test_the_recorded_temperature_divides_every_tools_logits(tmp_path):
     from PIL import Image
 

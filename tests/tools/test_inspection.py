@@ -18,7 +18,6 @@ from vit_ft.tools.inspect.run import (
 )
 
 from ..cli_runner import run_script
-from ..conftest import REPO
 
 
 def brute_force_distance(attention, grid, patch):
@@ -88,7 +87,7 @@ def inspected(tiny_finetuned_dir, tmp_path_factory):
     (tmp / "broken.png").write_text("no image")
     args = ["--model", tiny_finetuned_dir, "--output_dir", tmp / "figs", "--num_images", "12",
             "--images", *images, tmp / "broken.png"]  # fmt: skip
-    result = run_script("scripts/inspect_model.py", args, None, cwd=REPO)  # in this process
+    result = run_script("scripts/inspect_model.py", args, None, cwd=tmp)  # in this process
     assert result.returncode == 0, result.stderr[-4000:]
     return tmp / "figs", json.loads((tmp / "figs" / "inspection.json").read_text())
 
@@ -175,13 +174,13 @@ def test_labels_and_folders_of_images_need_no_class_of_the_model(tiny_finetuned_
         (tmp_path / "data" / "unknown class" / f"{i}.png").write_bytes(image.read_bytes())
     args = ["--model", tiny_finetuned_dir, "--output_dir", tmp_path / "figs", "--num_images", "3",
             "--data_dir", tmp_path / "data", "--images", tmp_path / "data"]  # fmt: skip
-    result = run_script("scripts/inspect_model.py", args, None, cwd=REPO)
+    result = run_script("scripts/inspect_model.py", args, None, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "figs" / "inspection.json").read_text())
     assert len(summary["rollout"]) == 3, summary["rollout"]
     assert all(row["error"] is None for row in summary["rollout"])
     (tmp_path / "empty").mkdir()
     args = ["--model", tiny_finetuned_dir, "--output_dir", tmp_path / "figs2", "--images", tmp_path / "empty"]
-    result = run_script("scripts/inspect_model.py", args, None, cwd=REPO)
+    result = run_script("scripts/inspect_model.py", args, None, cwd=tmp_path)
     assert result.returncode != 0 and result.stderr.strip().splitlines()[-1].endswith("no image files there.")
     assert not (tmp_path / "figs2").exists()

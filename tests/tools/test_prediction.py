@@ -21,7 +21,7 @@ from vit_ft.tools.predict.run import (
 from vit_ft.tools.trained import load_trained
 
 from ..cli_runner import run_script
-from ..conftest import REPO, randomize, tiny_ft_config
+from ..conftest import randomize, tiny_ft_config
 
 LABELS = ["ant", "bee", "wasp"]
 MEAN, STD = [0.4, 0.45, 0.5], [0.2, 0.25, 0.3]
@@ -77,7 +77,7 @@ def test_cli_writes_one_row_per_file_with_errors_in_their_own_rows(classifier_di
     output = tmp_path / "preds.csv"
     args = ["--model", classifier_dir, photos, photos / "missing.png", "--output", output, "--top_k", "2",
             "--batch_size", "3", "--max_pixels", "10000"]  # fmt: skip
-    result = run_script("scripts/predict.py", args, capfd, cwd=REPO)  # in this process
+    result = run_script("scripts/predict.py", args, capfd, cwd=tmp_path)  # in this process
     assert result.returncode == 0, result.stderr[-4000:]
     assert output.read_text().splitlines()[0] == ",".join(PREDICTION_COLUMNS)
     rows = read_predictions(output)

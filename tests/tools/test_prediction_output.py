@@ -233,7 +233,7 @@ def test_predict_on_a_full_disk_is_one_line_and_keeps_every_file(
     before = {p.name: p.read_bytes() for p in small_disk.iterdir()}
     args = ["--model", hf_classifier_dir, photos, "--output", small_disk / "preds.csv"]
     # in this process (the SIGTERM test above needs a process of its own, this one does not)
-    result = run_script("scripts/predict.py", args, capfd, cwd=REPO, env={"HF_HUB_OFFLINE": "1"})
+    result = run_script("scripts/predict.py", args, capfd, cwd=Path.cwd(), env={"HF_HUB_OFFLINE": "1"})
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert last.startswith(f"error: no space left on the disk holding {small_disk}/{names}"), last

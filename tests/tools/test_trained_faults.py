@@ -347,13 +347,27 @@ def test_hub_processors_never_run_or_ask_for_remote_code(monkeypatch):
     assert seen == [False, False]
 
 
-def test_a_fine_tune_from_a_missing_path_says_so(tmp_path):
-    from vit_ft.arguments.checks import check_model_path
-    from vit_ft.arguments.fields import ModelArguments
-    from vit_ft.arguments.recipes import RecipeError
+def test_a_fine_tune_from_a_missing_path_says_so(tmp_path, monkeypatch):
+    from types import SimpleNamespace
 
-    with pytest.raises(RecipeError, match="/missing/path'?: no such folder"):
-        check_model_path(ModelArguments(model_name_or_path=str(tmp_path / "missing" / "path")))
-    check_model_path(ModelArguments(model_name_or_path="google/vit-base-patch16-224-in21k"))  # a Hub id
+    from huggingface_hub import constants
+
+    from vit_ft.arguments.fields import ModelArguments
+    from vit_ft.commands.model_flags import check_sources
+
+    def sources(model_args, dataset_name=None, teacher=None):
+        data = SimpleNamespace(dataset_name=dataset_name)
+        check_sources(model_args, data, SimpleNamespace(teacher_model_name_or_path=teacher))
+
+    with pytest.raises(FileNotFoundError, match="/missing/path: no such folder"):
+        sources(ModelArguments(model_name_or_path=str(tmp_path / "missing" / "path")))
+    with pytest.raises(FileNotFoundError, match=r"^teacher_model_name_or_path \./teacher: no such folder"):
+        sources(ModelArguments(model_name_or_path=str(tmp_path)), teacher="./teacher")
+    with pytest.raises(FileNotFoundError, match=r"^dataset_name me/dogz: no such folder, and offline mode"):
+        sources(ModelArguments(model_name_or_path=str(tmp_path)), dataset_name="me/dogz")
+    sources(ModelArguments(model_name_or_path=str(tmp_path)), dataset_name="imagefolder")  # a datasets builder
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("vit_ft.utils.hub_ids.check_hub_reachable", lambda *a, **k: None)  # online: asked once
+    sources(ModelArguments(model_name_or_path="google/vit-base-patch16-224-in21k"))  # a Hub id
     # the built-in pre-training creates it
-    check_model_path(ModelArguments(model_name_or_path=str(tmp_path / "pre"), pretrain_if_missing="digits"))
+    sources(ModelArguments(model_name_or_path=str(tmp_path / "pre"), pretrain_if_missing="digits"))

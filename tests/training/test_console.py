@@ -55,11 +55,34 @@ class _Trainer:
         self.callback_handler.add_callback(callback)
 
 
-@pytest.mark.parametrize("printer, readable", [(ProgressCallback, ReadableProgress), (PrinterCallback, ReadableLog)])
-def test_trainer_printers_are_swapped_for_readable_ones(printer, readable):
+@pytest.mark.parametrize(
+    "printer, terminal, readable",
+    [(ProgressCallback, True, ReadableProgress), (ProgressCallback, False, ReadableLog),
+     (PrinterCallback, True, ReadableLog), (PrinterCallback, False, ReadableLog)],
+)  # fmt: skip
+def test_trainer_printers_are_swapped_for_readable_ones(printer, terminal, readable):
+    # the bar on a terminal; plain lines in a log (Slurm, nohup, accelerate launch's pipe) or with disable_tqdm
     trainer = _Trainer(printer)
-    use_readable_console(trainer)
+    use_readable_console(trainer, terminal)
     assert [type(c) for c in trainer.callback_handler.callbacks] == [readable]
+
+
+def test_readable_log_gives_the_rate_the_time_left_and_evaluation_lines(capfd, monkeypatch):
+    from vit_ft.training import callbacks
+
+    clock = [100.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])
+    log, state = ReadableLog(), SimpleNamespace(**vars(STATE), is_local_process_zero=True, is_world_process_zero=True)
+    state.global_step = 0
+    log.on_train_begin(ARGS, state, None)
+    clock[0], state.global_step = 120.0, 40  # 40 steps in 20 s: 560 steps left, 280 s
+    log.on_log(ARGS, state, None, logs={"loss": 0.5, "learning_rate": 0.001})
+    for _ in range(3):
+        log.on_prediction_step(ARGS, state, None, eval_dataloader=[0, 1, 2])
+    log.on_evaluate(ARGS, state, None)
+    out, err = capfd.readouterr()
+    assert out == "epoch 2/30, step 40/600: loss 0.5, learning rate 0.001, 2 steps/s, 4 min 40 s left\n"
+    assert "Evaluation: 3/3 batch in " in err and "\r" not in err and "\x1b" not in err
 
 
 def test_readable_log_prints_lines_and_leaves_the_logs_alone(capsys):
@@ -94,17 +117,20 @@ def test_the_run_ends_with_the_result_in_words_where_everything_is_and_what_next
 @pytest.mark.parametrize("progress", [True, False])
 def test_pretraining_shows_a_progress_bar_with_its_eta_unless_disabled(image_folder, tmp_path, capfd, progress):  # noqa: F811
     pretrain_digits(tmp_path / "vit", image_folder, epochs=2, batch_size=8, progress=progress)
-    err = capfd.readouterr().err
-    assert ("pre-training: 100%" in err and "4/4 [" in err and "<00:00" in err) is progress
-    assert ("train_accuracy=" in err) is progress
+    err = capfd.readouterr().err  # not a terminal: plain lines with the time left, no bar's escape codes
+    assert ("Pre-training: 1/4 step (25 %), " in err and " left" in err and "Pre-training: 4/4 step in " in err) is (
+        progress
+    )
+    assert ("train_accuracy " in err) is progress and "\r" not in err
 
 
 def test_a_local_folder_loads_without_download_bars(tmp_path, capfd):
-    from datasets.utils import is_progress_bar_enabled
+    from datasets.utils import enable_progress_bars, is_progress_bar_enabled
 
     from vit_ft.data.digits import write_digits_imagefolder
     from vit_ft.data.image_folders import load_class_folder
 
+    enable_progress_bars()  # as on a terminal (`utils.logs.plain_library_logs` turns them off in a log)
     write_digits_imagefolder(tmp_path / "digits", seed=0)
     capfd.readouterr()
     dataset, classes = load_class_folder(tmp_path / "digits" / "test", "--data_dir")

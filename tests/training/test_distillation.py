@@ -246,7 +246,7 @@ def test_two_processes_each_with_its_own_teacher(tmp_path, tiny_finetuned_dir):
 
 # id -> (flags, where {tmp} is the test's folder and {teacher} the tiny fine-tuned folder; words in the error)
 BAD = {
-    "missing teacher": (["--teacher_model_name_or_path", "{tmp}/outputs/digits"], "run `vit-ft finetune --recipe"),
+    "missing teacher": (["--teacher_model_name_or_path", "{tmp}/outputs/digits"], "no such folder; pass a fine-tuned classifier"),
     "alpha above 1": (["--teacher_model_name_or_path", "{teacher}", "--distillation_alpha", "1.5"],
                       "distillation_alpha=1.5 must be in [0, 1]"),
     "alpha below 0": (["--teacher_model_name_or_path", "{teacher}", "--distillation_alpha", "-0.1"],

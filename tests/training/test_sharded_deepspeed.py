@@ -16,7 +16,7 @@ from .test_sharded import RESUME_AT, SETTINGS, STEPS, assert_ema_recomputed, lau
 
 pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install deepspeed)")
 # two launches of two processes, about 75 s together (and DeepSpeed's first build of its CPU ops, about 2 min)
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long  # DeepSpeed's build (~2 min) and a launch: CI's own step after the suite
 
 DEEPSPEED_ON_CPU = {"DS_ACCELERATOR": "cpu"}
 

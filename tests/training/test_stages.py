@@ -117,11 +117,16 @@ def test_bad_files_are_skipped_and_accumulation_and_checkpointing_work(tmp_path,
     assert 250 <= train <= 300 and batches % 2 == 1 and state["global_step"] == (batches + 1) // 2
 
 
-def test_push_to_hub_sends_the_finished_folder_once(tmp_path):
-    """`--push_to_hub`: after training, one complete push of the output folder (to a local fake Hub)."""
+def test_push_to_hub_sends_the_finished_folder_once(tmp_path, monkeypatch):
+    """`--push_to_hub`: after training, one complete push of the output folder (to a local fake Hub), with a
+    cluster's Hub variables exported in the parent (`FakeHub.env` gives the run the stand-in's own)."""
 
     from ..fake_hub import FakeHub
+    from ..test_hermetic import HOSTILE
     from ..tools.test_hub import push_env
+
+    for name, value in HOSTILE.items():
+        monkeypatch.setenv(name, value)
 
     recipe = write_tiny_recipe(tmp_path, num_train_epochs=1, max_train_samples=32)
     with FakeHub() as hub:

@@ -77,3 +77,87 @@ def test_free_shared_memory_is_what_the_file_system_says_and_none_where_there_is
 def test_a_launcher_variable_that_is_no_process_count_means_one_process(monkeypatch, value):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
     assert hardware.local_processes() == 1
+
+
+# ---- the capability answer and the compute decision (issue 53: the CPUs users have) -------------------------
+
+
+def test_cpu_flags_are_those_that_decide_the_kernels(monkeypatch):
+    flags = "fpu sse avx2 avx512f avx512bw"
+    monkeypatch.setattr(hardware, "cpuinfo", lambda field: flags if field == "flags" else "")
+    assert hardware.cpu_flags() == ("avx2", "avx512f")
+    monkeypatch.setattr(hardware, "cpuinfo", lambda field: "")
+    assert hardware.cpu_flags() == ()  # no /proc/cpuinfo (macOS)
+
+
+def test_native_bf16_is_one_answer_that_the_environment_can_deny(monkeypatch):
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: True)
+    assert hardware.onednn_bf16_supported()
+    for value in ("1", "true", " YES "):
+        monkeypatch.setenv(hardware.NO_NATIVE_BF16_ENV, value)
+        assert not hardware.onednn_bf16_supported()
+    monkeypatch.setenv(hardware.NO_NATIVE_BF16_ENV, "0")
+    assert hardware.onednn_bf16_supported()
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: False)
+    assert not hardware.onednn_bf16_supported()  # the environment can only deny
+
+
+@pytest.fixture
+def amd_cpu(monkeypatch):
+    """An AMD CPU with the kernels' default switch, whatever this machine is."""
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.delenv(hardware.KERNELS_ENV, raising=False)
+    monkeypatch.delenv(hardware.NO_NATIVE_BF16_ENV, raising=False)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native bf16", "no native bf16"])
+def test_bf16_on_cpu_takes_onednn_with_native_bf16_and_torchs_emulation_without(monkeypatch, amd_cpu, native):
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: native)
+    compute = hardware.compute_for("cpu", "bf16")
+    assert compute.emulated_bf16 is (not native)
+    assert compute.kernels == ("oneDNN" if native else hardware.EMULATED_BF16)
+    line = compute.line()
+    assert line.startswith("Compute: bf16 on cpu; kernels: ") and "\n" not in line and "CPU flags: " in line
+    # the cost and the fix, where it is emulated; nothing of them where it is not
+    assert (f"about {hardware.EMULATED_BF16_SLOWDOWN} slower than float32" in line) is (not native)
+    assert ("--bf16 false" in line) is (not native)
+    float32 = hardware.compute_for("cpu", "float32")
+    assert (float32.kernels, float32.emulated_bf16) == ("oneDNN", False)  # fp32 does not depend on the answer
+
+
+def test_the_kernels_switch_and_the_vendor_are_the_reason_where_onednn_does_not_run(monkeypatch, amd_cpu):
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: True)
+    monkeypatch.setenv(hardware.KERNELS_ENV, "0")
+    compute = hardware.compute_for(torch.device("cpu"), "bf16")
+    assert (compute.kernels, compute.reason, compute.emulated_bf16) == ("torch", "VIT_FT_KERNELS=0", False)
+    monkeypatch.setenv(hardware.KERNELS_ENV, "auto")
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: "GenuineIntel")
+    compute = hardware.compute_for("cpu", "float32")
+    assert compute.kernels == "torch" and "AMD CPUs only, this one is GenuineIntel" in compute.reason
+    monkeypatch.setenv(hardware.NO_NATIVE_BF16_ENV, "1")  # emulated whatever the switch says
+    compute = hardware.compute_for("cpu", "bf16")
+    assert compute.emulated_bf16 and "VIT_FT_NO_NATIVE_BF16=1" in compute.reason
+
+
+def test_a_gpu_run_takes_torchs_kernels_and_states_no_cpu_flags():
+    compute = hardware.compute_for("cuda", "bf16")
+    assert (compute.device, compute.kernels, compute.flags) == ("cuda", "torch", ())
+    assert not compute.emulated_bf16
+    assert "CPU flags" not in compute.line()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native bf16", "no native bf16"])
+def test_the_decision_is_one_logged_line_and_a_json_record(monkeypatch, caplog, amd_cpu, native):
+    import json
+    import logging
+
+    monkeypatch.setattr(hardware, "_onednn_reports_bf16", lambda: native)
+    compute = hardware.compute_for("cpu", "bf16")
+    with caplog.at_level(logging.INFO, logger="vit_ft"):
+        compute.log()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO if native else logging.WARNING, compute.line())
+    ]
+    record = json.loads(json.dumps(compute.record()))
+    assert record["emulated_bf16"] is (not native) and record["kernels"] == compute.kernels
+    assert record["flags"] == list(hardware.cpu_flags())

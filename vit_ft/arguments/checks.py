@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from vit_ft.metrics import METRIC_NAMES
 from vit_ft.metrics.multilabel import MULTILABEL_METRIC_NAMES
-from vit_ft.model.checks import check_model_path as check_path
 from vit_ft.model.checks import read_local_config
 
 if TYPE_CHECKING:
@@ -102,6 +101,8 @@ RANGES: dict[str, Range] = {
     "max_eval_samples": Range("[1, inf)", "a number of examples, or unset for all of them", True),
     "crop_scale_min": Range("(0, 1]", "the smallest crop's share of the area, 0.08 Inception-style, 1.0 for no zoom"),
     "max_bad_image_fraction": Range("[0, 1]", "a fraction of the training images, e.g. 0.01; 1 never fails"),
+    # PassArguments (the passes after training)
+    "bank_max_images": Range("[0, inf)", "a number of training images, e.g. 20000, or none (0) for no bank", True),
     # AugmentationArguments (the RandAugment bounds are vit_ft.data.augmentation's MAX_NUM_OPS, MAX_MAGNITUDE)
     "rand_augment_num_ops": Range("[1, 15]", "timm's n, ops per image; 2 is usual", True),
     "rand_augment_magnitude": Range("[0, 10]", "timm's m; 9 is usual", True),
@@ -179,15 +180,6 @@ def check_ranges(arguments: Any) -> None:
 
 
 # ---- the checks across the built arguments -------------------------------------------------------------------
-
-
-def check_model_path(model_args: Any) -> None:
-    """Fail early when model_name_or_path is a path (not a Hub id) that does not exist and nothing will build it
-    (`pretrain_if_missing`), instead of transformers' "Repo id must be in the form ..." later."""
-    if model_args.pretrain_if_missing is None:
-        name = model_args.model_name_or_path
-        expected = "a checkpoint folder or a Hub id (e.g. google/vit-base-patch16-224-in21k)"
-        check_path(name, f"model_name_or_path={name!r}", expected, RecipeError, model_args.cache_dir)
 
 
 def check_schedule(training_args: Any) -> None:
@@ -378,21 +370,14 @@ def check_imbalance(training_args: Any) -> None:
 
 
 def check_distillation(training_args: Any) -> None:
-    """The teacher exists where it is a path; the distillation settings come with a teacher."""
-    teacher = training_args.teacher_model_name_or_path
-    if teacher is None:
+    """The distillation settings come with a teacher (that the teacher exists is `model_flags.check_sources`')."""
+    if training_args.teacher_model_name_or_path is None:
         given = [k for k in ("distillation_type", "distillation_alpha", "distillation_tau")
                  if getattr(training_args, k) is not None]  # fmt: skip
         if given:
             raise RecipeError(
                 f"{given[0]} needs a teacher: set --teacher_model_name_or_path (e.g. outputs/digits), or drop it."
             )
-        return
-    expected = (
-        "a fine-tuned classifier's folder or Hub id (for outputs/digits, run `vit-ft finetune --recipe digits` "
-        "first)"
-    )
-    check_path(teacher, f"teacher_model_name_or_path={teacher!r}", expected, RecipeError)
 
 
 def check_naflex(max_num_patches: int | None, data_args: Any) -> None:
@@ -407,14 +392,14 @@ def check_naflex(max_num_patches: int | None, data_args: Any) -> None:
 
 
 def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) -> None:
-    """Every check across the arguments, once, cheapest first-to-fail order: model path, pooling against the
-    checkpoint, schedule, launch, global batch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
+    """Every check across the arguments, once, cheapest first-to-fail order: pooling against the checkpoint,
+    schedule, launch, global batch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
     imbalance). (Each number's range was checked when its dataclass was built: `check_ranges`.)
 
-    Needs no network. Data folders are not required to exist yet: `vit_ft.data.datasets.load_image_datasets`
-    checks them, naming the argument, when it loads them.
+    Needs no network, and reads neither the model nor the data: that they exist (here, in the Hub cache or on the
+    Hub) is the fine-tune command's first check (`commands.model_flags.check_sources`); image folders are checked,
+    naming the argument, when `vit_ft.data.datasets.load_image_datasets` loads them.
     """
-    check_model_path(model_args)
     check_pooling(model_args)
     check_schedule(training_args)
     check_world_size(training_args)
@@ -441,7 +426,6 @@ __all__ = [
     "check_evaluation",
     "check_global_batch",
     "check_imbalance",
-    "check_model_path",
     "check_naflex",
     "check_pooling",
     "check_push",

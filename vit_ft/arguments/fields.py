@@ -25,6 +25,7 @@ from ..model.configuration_vit_ft import POOLING_CHOICES
 from .augmentation_arguments import AugmentationArguments
 from .checks import check_ranges
 from .family_defaults import FAMILY_DEFAULTS, check_recipe_family
+from .pass_arguments import PassArguments
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 # how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
@@ -223,7 +224,7 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments(AugmentationArguments):
+class DataArguments(AugmentationArguments, PassArguments):
     """Where the images come from (a Hub dataset or local class folders) and how they are augmented (the
     augmentation fields come from `AugmentationArguments`)."""
 
@@ -288,9 +289,7 @@ class DataArguments(AugmentationArguments):
     )
     label_separator: str = field(
         default=";",
-        metadata={
-            "help": "Multi-label image folders: the separator of the labels in labels.csv's labels cell."
-        },
+        metadata={"help": "Multi-label image folders: the labels' separator in labels.csv's labels cell."},
     )
     validation_split_percentage: float = field(
         default=0.1,

@@ -20,6 +20,7 @@ SECTIONS = (
     ("model", "fields.py", "ModelArguments"),
     ("data", "fields.py", "DataArguments"),
     ("augmentation", "augmentation_arguments.py", "AugmentationArguments"),
+    ("passes after training", "pass_arguments.py", "PassArguments"),
     ("training (vit-ft's own; Trainer's in --help-all)", "training_arguments.py", "FineTuneTrainingArguments"),
 )
 # the Trainer flags a first run changes most (all of TrainingArguments' are under --help-all)

@@ -25,7 +25,6 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from vit_ft.arguments.checks import RecipeError, suggest, validate
 from vit_ft.arguments.family_defaults import choose_family_defaults
 from vit_ft.arguments.fields import DataArguments, ModelArguments
+from vit_ft.arguments.plan import RunPlan, value_sources
 from vit_ft.arguments.training_arguments import (
     NUM_WORKERS_HELP,
     TRAINING_DEFAULTS,
@@ -328,9 +328,15 @@ def _unknown_flag_error(rest: list[str], fields: dict[str, ArgumentField]) -> Re
 
 def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
     """Parse `--recipe NAME_OR_PATH` plus flags (argv defaults to sys.argv[1:]) into validated (ModelArguments,
-    DataArguments, TrainingArguments). Flags override the recipe; an optional field takes `none` to unset a recipe
-    value (`--max_train_samples none`). Bad keys, values or combinations raise RecipeError (a ValueError) before
-    anything is downloaded or loaded."""
+    DataArguments, TrainingArguments): the run plan's arguments (`build_plan`)."""
+    plan = build_plan(argv)
+    return plan.model_args, plan.data_args, plan.training_args
+
+
+def build_plan(argv: list[str] | None = None) -> RunPlan:
+    """The run plan of `--recipe NAME_OR_PATH` plus flags (argv defaults to sys.argv[1:]). Flags override the
+    recipe; an optional field takes `none` to unset a recipe value (`--max_train_samples none`). Bad keys, values
+    or combinations raise RecipeError (a ValueError) before anything is downloaded or loaded."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     fields = argument_fields(parser)
@@ -354,60 +360,35 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelArguments, DataArgum
     validate(model_args, data_args, training_args)
     # not a key (no field): which family defaults were taken and why, for the run's first log lines and record
     training_args.family_defaults = family_decision
-    return model_args, data_args, training_args
-
-
-# ---- the fine-tune's command line, as the training layer (the sweep) takes it --------------------------------
-
-SWEEP_FLAG = "--sweep"
-PROCESS_PER_RUN_FLAG = "--process_per_run"
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneCommand:
-    """A fine-tune's command line as `vit_ft.commands.finetune.parse_command` read it: the values of the command's
-    own switches, and the flags `parse_args` reads."""
-
-    flags: tuple[str, ...]  # --recipe and the dataclass flags; --resume as --resume_from_checkpoint last
-    recipe: str | None  # the recipe's name (`--recipe dogs` or `--recipe path/dogs.yaml` -> "dogs")
-    sweep: str | None  # `ARG=V1,V2,...`, or None for one fine-tune
-    process_per_run: bool  # each run of the sweep in its own process (`python -m vit_ft.commands.finetune`)
-    overwrite_output_dir: bool
-    switches: frozenset[str]  # the command's own switches given on the line, on or off
-
-    def parse(self) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
-        """The validated argument dataclasses (`parse_args` over `flags`)."""
-        return parse_args(list(self.flags))
-
-    def gives(self, name: str) -> bool:
-        """Whether the command line sets `name`: one of the command's switches, or a dataclass flag."""
-        return name in self.switches or given_as_flag(self.flags, name)
-
-
-def given_as_flag(argv: Sequence[str], name: str) -> bool:
-    """Whether argv sets the argument `name` (`--name`, `--name=...`, or its `--no_name` form)."""
-    flags = (f"--{name}", f"--no_{name}")
-    return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in argv)
+    plan = RunPlan(
+        name,
+        model_args,
+        data_args,
+        training_args,
+        value_sources(recipe_values, family_values, flags, values),
+        values,
+    )
+    training_args.run_plan = (
+        plan.record()
+    )  # not a key either: the run record keeps the plan as it was decided
+    return plan
 
 
 __all__ = [
     "ARGUMENT_DATACLASSES",
     "RECIPES_ENV_VAR",
     "RECIPES_PACKAGE",
-    "PROCESS_PER_RUN_FLAG",
-    "SWEEP_FLAG",
     "TRAINING_DEFAULTS",
     "ArgumentField",
-    "FinetuneCommand",
     "RecipeError",
     "RecipeParser",
     "argument_fields",
     "build_parser",
     "coerce",
-    "given_as_flag",
     "list_recipes",
     "load_recipe",
     "only_explicit_flags",
+    "build_plan",
     "parse_args",
     "recipe_name",
     "recipes_dir",

@@ -26,7 +26,13 @@ from transformers import TrainingArguments
 
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
-from ..utils.hardware import accelerator_type, auto_dataloader_workers, cores_per_process
+from ..utils.hardware import (
+    Compute,
+    accelerator_type,
+    auto_dataloader_workers,
+    compute_for,
+    cores_per_process,
+)
 from .checks import RANGES, VALUE_RANGES, RecipeError, check_ranges
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
@@ -237,16 +243,31 @@ def _pairs(text: str) -> list[tuple[str, str]]:
     return [(label.strip(), weight.strip()) for label, _, weight in pairs]
 
 
+def _precision(training_args: Any, device_type: str | None = None) -> tuple[str, bool, bool]:
+    """The run's device type, and whether fp16 and bf16 are set (for training or evaluation)."""
+    use_cpu = bool(getattr(training_args, "use_cpu", False))
+    device = "cpu" if use_cpu else (device_type or accelerator_type())
+    fp16 = bool(getattr(training_args, "fp16", False) or getattr(training_args, "fp16_full_eval", False))
+    bf16 = bool(getattr(training_args, "bf16", False) or getattr(training_args, "bf16_full_eval", False))
+    return device, fp16, bf16
+
+
+def run_compute(training_args: Any, device_type: str | None = None) -> Compute:
+    """The fine-tune's device, precision and kernels, and why (`utils.hardware.compute_for`): logged as one line
+    at the start of the run (a warning where bf16 runs emulated) and kept in its run record as `compute`."""
+    device, fp16, bf16 = _precision(training_args, device_type)
+    return compute_for(device, "bf16" if bf16 else "fp16" if fp16 else "float32")
+
+
 def check_precision(training_args: Any, device_type: str | None = None) -> None:
     """Fail early on a mixed precision the hardware cannot run: fp16 without a GPU, bf16 on CPU without use_cpu.
+    bf16 on a CPU without native bf16 products runs (emulated, with a warning: `run_compute`).
 
     `training_args` is a TrainingArguments or anything with its fp16/bf16/use_cpu attributes; `device_type`
     ("cuda", "cpu", ...) defaults to the accelerator torch finds.
     """
     use_cpu = bool(getattr(training_args, "use_cpu", False))
-    device = "cpu" if use_cpu else (device_type or accelerator_type())
-    fp16 = bool(getattr(training_args, "fp16", False) or getattr(training_args, "fp16_full_eval", False))
-    bf16 = bool(getattr(training_args, "bf16", False) or getattr(training_args, "bf16_full_eval", False))
+    device, fp16, bf16 = _precision(training_args, device_type)
     if fp16 and device == "cpu":
         where = "use_cpu is set" if use_cpu else "no GPU was found"
         raise RecipeError(
@@ -491,4 +512,5 @@ __all__ = [
     "parse_num_workers",
     "resolve_data_loading",
     "resolve_global_batch",
+    "run_compute",
 ]

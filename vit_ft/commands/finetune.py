@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..utils.cli import DEBUG_FLAG, run_tool
 from ..utils.logs import setup_logging
-from .model_flags import check_finished
+from .model_flags import check_sources
 
 if TYPE_CHECKING:  # the rest is imported where it is used: `--help` imports neither torch nor transformers
     from transformers import TrainingArguments
 
-    from ..arguments.recipes import FinetuneCommand
+    from ..arguments.command_line import FinetuneCommand
 
 # the flags spelled as arguments.recipes spells them (a test checks they agree; importing it costs seconds)
 SWEEP_FLAG = "--sweep"
@@ -56,6 +56,7 @@ _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "
 SWITCHES = [
     ("--recipe NAME", "a recipe in recipes/ (--list-recipes lists them) or a .yaml file; flags override its values"),
     ("--list-recipes", "print the recipes and exit"),
+    ("--print_plan", "print the run plan (data, inputs, batch, outputs, passes, every value and its source) and exit"),
     ("--resume", "continue from the last complete checkpoint-* in output_dir"),
     ("--overwrite_output_dir", "replace a finished run in output_dir"),
     (f"{SWEEP_FLAG} ARG=V1,V2,...", "one fine-tune per value into output_dir/sweep-ARG-V/, the best on validation "
@@ -113,6 +114,7 @@ def _command_parser() -> argparse.ArgumentParser:
     parser = RecipeParser((), add_help=False, allow_abbrev=False)
     parser.add_argument("--recipe")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--print_plan", "--print-plan", action="store_true")
     parser.add_argument("--overwrite_output_dir", action=_Switch)
     parser.add_argument(SWEEP_FLAG, action=_Sweep, nargs="?")
     parser.add_argument(PROCESS_PER_RUN_FLAG, action=_Switch)
@@ -150,7 +152,8 @@ def parse_command(argv: Sequence[str]) -> FinetuneCommand:
         print_help()
     if "-h" in argv or "--help" in argv:
         print_short_help()
-    from ..arguments.recipes import FinetuneCommand, RecipeError, recipe_name
+    from ..arguments.command_line import FinetuneCommand
+    from ..arguments.recipes import RecipeError, recipe_name
 
     namespace = argparse.Namespace(sweep=[], given=set())
     namespace, rest = _command_parser().parse_known_args(argv, namespace)
@@ -180,6 +183,7 @@ def parse_command(argv: Sequence[str]) -> FinetuneCommand:
         overwrite_output_dir=namespace.overwrite_output_dir,
         process_per_run=namespace.process_per_run,
         switches=frozenset(namespace.given),
+        print_plan=namespace.print_plan,
     )
 
 
@@ -267,15 +271,18 @@ def push_finished_run(training_args: TrainingArguments) -> None:
 def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     """Parse, train (one run, or a --sweep of runs) and push; `on_interrupt` receives what writes the Ctrl-C line."""
     command = parse_command(argv)
-    from ..arguments.recipes import parse_args
+    from ..arguments.recipes import build_plan, parse_args
     from ..training.checkpoints import finished_run_message, interrupted_message
     from ..training.preemption import PREEMPTED_EXIT, Preempted
     from ..training.stages import run_finetune
     from ..training.sweep import run_sweep, sweep_interrupted_message
     from ..utils.distributed import end_process_group
 
+    if command.print_plan:  # the plan alone: no data, no model, nothing written
+        print(build_plan(list(command.flags)).describe())
+        return {}
     model_args, data_args, training_args = parse_args(list(command.flags))  # validated before any work
-    check_finished(model_args.model_name_or_path, "model_name_or_path")  # an unfinished run's folder
+    check_sources(model_args, data_args, training_args)  # a missing or unfinished model, a dataset that is nowhere: one line
     setup_training_logging(training_args)
     finished = finished_run_message(training_args) if command.sweep is None else None
     if finished is not None:  # --resume of a finished run: nothing to do, nothing written, nothing pushed

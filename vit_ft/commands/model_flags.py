@@ -1,10 +1,12 @@
-"""The one check of the model a command is given (the tools' `--model`; the fine-tune's model_name_or_path is
-checked with its recipe, where `pretrain_if_missing` may build a missing one), before the command loads
-anything: `vit-ft <command>` runs it before importing the command (so that a mistyped folder fails in well under
-a second), and every command's own function runs it again (scripts/*.py, tests).
+"""The one check of the model and data a command is given (the tools' `--model` and `--dataset`, the demo's
+model, the fine-tune's model_name_or_path and dataset_name: `check_sources`, unless `pretrain_if_missing` builds
+a missing model), before the command loads anything: `vit-ft <command>` runs it before importing the command (so
+that a mistyped folder fails in well under a second), and every command's own function runs it again
+(scripts/*.py, tests).
 
-- a local path that does not exist: one line naming the closest folder (`model.checks` / `utils.hub_ids`: the
-  path rule, the did-you-mean, and a Hub id looked up once, without huggingface_hub's retries);
+- a local path that does not exist, or (with HF_HUB_OFFLINE=1) a Hub id of which the Hub cache holds nothing:
+  one line naming it and the closest folder (`utils.hub_ids.check_reference`: the path rule, the did-you-mean,
+  the cache, and a Hub id looked up once online, without huggingface_hub's retries);
 - a fine-tune output folder with no model in it (the run is still going, or stopped before saving): one line
   naming the run that holds its lock, or its last complete checkpoint, and `--resume` / `--model <checkpoint>`.
 """
@@ -14,8 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from ..utils.hub_ids import check_model_reference
+from ..utils.hub_ids import TRAINED_MODEL, check_reference
 from ..utils.lock import LOCK_FILE, lock_holder
 from ..utils.run_record import RUN_RECORD_FILE, read_run_record
 
@@ -28,7 +31,10 @@ MODEL_FILES = (
     "adapter_config.json",
     "adapter/adapter_config.json",
 )
-EXPECTED = "a model folder, a LoRA adapter folder or a Hub id"
+EXPECTED = TRAINED_MODEL
+FINETUNE_EXPECTED = "a checkpoint folder or a Hub id (e.g. google/vit-base-patch16-224-in21k)"
+TEACHER_EXPECTED = "a fine-tuned classifier's folder or Hub id (vit-ft finetune --recipe digits makes outputs/digits)"
+DATASET_EXPECTED = "an image folder, a save_to_disk folder or a Hub dataset id"
 
 
 class UnfinishedModelFolder(FileNotFoundError):
@@ -88,11 +94,40 @@ def unfinished_folder_message(path: str | os.PathLike, flag: str = "--model") ->
     )
 
 
-def check_model(name: str | os.PathLike, flag: str = "--model", cache_dir: str | None = None) -> None:
-    """One line (FileNotFoundError / ConnectionError) when `name` is a missing local path (naming the closest
-    folder), an unfinished fine-tune output folder, or a Hub id that the Hub cannot be asked about."""
-    check_model_reference(name, f"{flag} {name}", EXPECTED, cache_dir=cache_dir)
+def check_model(
+    name: str | os.PathLike,
+    flag: str = "--model",
+    cache_dir: str | None = None,
+    expected: str = EXPECTED,
+    file_ok: bool = False,
+) -> None:
+    """One line (FileNotFoundError / NotADirectoryError / ConnectionError) when `name` is a missing local path
+    (naming the closest folder), a Hub id offline mode has nothing of, an unfinished fine-tune output folder, or
+    a Hub id that the Hub cannot be asked about; a file is refused unless `file_ok` (the fine-tune reads a JAX
+    .npz; the tools read folders)."""
+    check_reference(name, f"{flag} {name}", expected, cache_dir=cache_dir, folder=not file_ok)
     check_finished(name, flag)
+
+
+def check_dataset(name: str | os.PathLike, flag: str = "--dataset", cache_dir: str | None = None) -> None:
+    """`check_reference` of a dataset argument: one line when it is a missing folder, or a Hub dataset id offline
+    mode has nothing of (or, online, that the Hub does not know or cannot be asked about)."""
+    check_reference(name, f"{flag} {name}", DATASET_EXPECTED, repo_type="dataset", cache_dir=cache_dir)
+
+
+def check_sources(model_args: Any, data_args: Any, training_args: Any) -> None:
+    """The fine-tune's model, teacher and Hub dataset, checked as the tools' are (`check_model`, `check_dataset`);
+    a model that `pretrain_if_missing` will build may be missing, and is only checked for an unfinished run."""
+    name, cache_dir = model_args.model_name_or_path, model_args.cache_dir
+    if model_args.pretrain_if_missing is None:
+        check_model(name, "model_name_or_path", cache_dir, FINETUNE_EXPECTED, file_ok=True)
+    else:
+        check_finished(name, "model_name_or_path")
+    teacher = getattr(training_args, "teacher_model_name_or_path", None)
+    if teacher is not None:
+        check_model(teacher, "teacher_model_name_or_path", cache_dir, TEACHER_EXPECTED)
+    if data_args.dataset_name:
+        check_dataset(data_args.dataset_name, "dataset_name", cache_dir)
 
 
 def check_finished(path: str | os.PathLike, flag: str = "--model") -> None:
@@ -112,8 +147,10 @@ def check_model_flags(argv: Sequence[str]) -> None:
 __all__ = [
     "MODEL_FLAGS",
     "UnfinishedModelFolder",
+    "check_dataset",
     "check_finished",
     "check_model",
+    "check_sources",
     "check_model_flags",
     "model_flags",
     "unfinished_folder_message",

@@ -27,7 +27,7 @@ OWNED_FLAGS = ("seed", "output_dir", "sweep", "process_per_run")
 def seed_sweep_argv(argv: list[str], seeds: list[int], output_dir: str) -> list[str]:
     """The fine-tune command line of the seed sweep: `argv` (the fine-tune's flags, `--recipe` among them), the
     sweep over `seeds` with one process per run, and `output_dir`."""
-    from ..arguments.recipes import PROCESS_PER_RUN_FLAG, SWEEP_FLAG, given_as_flag
+    from ..arguments.command_line import PROCESS_PER_RUN_FLAG, SWEEP_FLAG, given_as_flag
 
     owned = [name for name in OWNED_FLAGS if given_as_flag(argv, name)]
     if owned:

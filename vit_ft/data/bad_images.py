@@ -19,6 +19,7 @@ A streamed dataset uses the same path: its transform returns `BadImage.of(value,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,10 @@ from typing import Any
 
 import datasets
 import torch
+from datasets.fingerprint import generate_random_fingerprint
 
+from ..utils.logs import no_dataset_bars
+from ..utils.progress import Progress
 from .images import DEFAULT_MAX_PIXELS, describe_source, load_image
 
 __all__ = [
@@ -84,14 +88,18 @@ def find_bad_images(
     image_column: str = "image",
     num_proc: int | None = None,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    desc: str = "Checking images",
 ) -> list[tuple[int, str, str]]:
     """Rows whose image cannot be decoded: [(row index, path or identifier, reason), ...], in row order.
 
     The column is read as `datasets.Image(decode=False)` (paths/bytes) and each image decoded with
     `load_image` (JPEG at 1/8 scale, which still catches truncation), so a file that passes here decodes in
-    the transform. Catches missing files, non-images, truncated files and images over max_pixels.
+    the transform. Catches missing files, non-images, truncated files and images over max_pixels. Its progress
+    shows as `desc` (`utils.progress.Progress`; datasets' own bar with `num_proc` workers).
     """
     raw = _as_undecoded_images(dataset, image_column)
+    single = (num_proc or 1) == 1  # in this process: our progress; in workers, datasets' bar
+    progress = Progress(len(raw), desc, enabled=None if single else False)
 
     def check(values: list[Any], indices: list[int]) -> dict[str, list]:
         bad: dict[str, list] = {"index": [], "source": [], "reason": []}
@@ -103,25 +111,31 @@ def find_bad_images(
                 bad["reason"].append(reason)
         return bad
 
-    result = raw.map(
-        check,
-        input_columns=[image_column],
-        with_indices=True,
-        batched=True,
-        batch_size=256,
-        remove_columns=[image_column],
-        features=datasets.Features(
-            {
-                "index": datasets.Value("int64"),
-                "source": datasets.Value("string"),
-                "reason": datasets.Value("string"),
-            }
-        ),
-        num_proc=num_proc,
-        keep_in_memory=True,  # file contents can change between runs: never reuse a cached verdict
-        load_from_cache_file=False,
-        desc="Checking images",
-    )
+    def counted(values: list[Any], indices: list[int]) -> dict[str, list]:
+        progress.update(len(values))
+        return check(values, indices)
+
+    with progress, no_dataset_bars() if single else contextlib.nullcontext():
+        result = raw.map(
+            counted if single else check,
+            input_columns=[image_column],
+            with_indices=True,
+            batched=True,
+            batch_size=256,
+            remove_columns=[image_column],
+            features=datasets.Features(
+                {
+                    "index": datasets.Value("int64"),
+                    "source": datasets.Value("string"),
+                    "reason": datasets.Value("string"),
+                }
+            ),
+            num_proc=num_proc,
+            keep_in_memory=True,  # file contents can change between runs: never reuse a cached verdict
+            load_from_cache_file=False,
+            new_fingerprint=generate_random_fingerprint(),  # nothing to cache; the function is not hashed
+            desc=desc,
+        )
     return [
         (int(i), str(s), str(r))
         for i, s, r in zip(result["index"], result["source"], result["reason"], strict=True)
@@ -135,9 +149,10 @@ def drop_bad_images(
     num_proc: int | None = None,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     max_listed: int = 5,
+    desc: str = "Checking images",
 ) -> datasets.Dataset:
     """`dataset` without the rows `find_bad_images` reports; logs how many and the first `max_listed`."""
-    bad = find_bad_images(dataset, image_column, num_proc=num_proc, max_pixels=max_pixels)
+    bad = find_bad_images(dataset, image_column, num_proc=num_proc, max_pixels=max_pixels, desc=desc)
     if not bad:
         logger.info("All %d images in column %r decode.", len(dataset), image_column)
         return dataset
@@ -167,7 +182,8 @@ def prescan_small_splits(
     checked = dict(splits)
     for name, split in splits.items():
         if isinstance(split, datasets.Dataset) and len(split) <= max_images:
-            checked[name] = drop_bad_images(split, image_column, log)
+            log.info("Bad-image scan: the %s split's %d images, each decoded once.", name, len(split))
+            checked[name] = drop_bad_images(split, image_column, log, desc=f"Checking images ({name})")
         else:
             size = f"{len(split)} images" if isinstance(split, datasets.Dataset) else "a stream"
             log.info(

@@ -9,7 +9,8 @@ loads without this package; `kernelize` then swaps in, without copying a paramet
   so transformers' own models keep their "sdpa".
 It is what transformers' `kernelize` / `use_kernel_forward_from_hub` do for hub kernels. Each kernel decides at
 each call, by the switch (`switch.kernels_enabled`: `VIT_FT_KERNELS`, the CPU vendor, tracing), whether its
-oneDNN path runs, and otherwise runs the plain torch computation. LoRA's input dropout is `PackedBitsDropout`.
+oneDNN path runs, its bf16 path only where the CPU has native bf16 products (`utils.hardware.onednn_bf16_supported`),
+and otherwise runs the plain torch computation. LoRA's input dropout is `PackedBitsDropout`.
 """
 
 from __future__ import annotations

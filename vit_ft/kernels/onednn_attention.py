@@ -1,14 +1,13 @@
 """bf16 attention on CPU as batched oneDNN products, behind transformers' "sdpa" attention signature.
 
 `sdpa_attention_forward` takes the oneDNN path for bf16 CPU tensors without mask or dropout where the switch
-(`switch.kernels_enabled`) allows it and the CPU has native bf16 products; everything else goes to
-transformers' own SDPA function.
+(`switch.kernels_enabled`) allows it and the CPU has native bf16 products (`utils.hardware.onednn_bf16_supported`,
+asked at each call); everything else goes to transformers' own SDPA function.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import threading
 
@@ -16,16 +15,14 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import sdpa_attention_forward as _torch_sdpa_attention_forward
 
-from ..utils.hardware import onednn_bf16_supported
+from ..utils import hardware
 from .switch import kernels_enabled
 
 
-@functools.cache
 def _onednn_bf16_hardware() -> bool:
-    """oneDNN is built in, has the fp32_precision switch, and this CPU has native bf16 products."""
-    if not torch.backends.mkldnn.is_available() or not hasattr(torch.backends.mkldnn, "matmul"):
-        return False
-    return onednn_bf16_supported()
+    """This torch's oneDNN has the fp32_precision switch, and this CPU has native bf16 products (the one answer,
+    `utils.hardware.onednn_bf16_supported`)."""
+    return hasattr(torch.backends.mkldnn, "matmul") and hardware.onednn_bf16_supported()
 
 
 # threads that never run torch code: tqdm's progress-bar monitor (started by the first bar, e.g. of

@@ -1,5 +1,7 @@
 """oneDNN linear layers: `F.linear` (optionally with an exact GELU fused in) whose products run in oneDNN on CPUs
-where the switch (`switch.kernels_enabled`) allows it, and the plain torch call everywhere else.
+where the switch (`switch.kernels_enabled`) allows it, and the plain torch call everywhere else. The bf16 products
+run in oneDNN only where the CPU has native bf16 (`utils.hardware.onednn_bf16_supported`): elsewhere oneDNN has
+no bf16 kernel (its "could not create a primitive descriptor") and torch's autocast emulates them.
 
 Results match the plain path to float32 rounding (bf16 rounding under bf16 autocast); `tests/kernels` pins
 forward and backward to it.
@@ -11,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..utils import hardware
 from .switch import kernels_enabled
 
 try:  # oneDNN's linear, the kernel torch.compile emits for CPU linears; absent from builds without oneDNN
@@ -61,8 +64,8 @@ def linear(
 ) -> torch.Tensor:
     """`activation(F.linear(x, weight, bias))`: `(..., in)` -> `(..., out)`; activation None or "gelu" (exact).
 
-    oneDNN runs the product where it applies: fp32 forward and backward, and bf16 autocast for inference (the
-    bias and GELU then applied inside the product instead of in extra passes over the output).
+    oneDNN runs the product where it applies: fp32 forward and backward, and bf16 autocast for inference on a CPU
+    with native bf16 (the bias and GELU then applied inside the product instead of in extra passes over the output).
     """
     if _onednn_linear is not None and x.device.type == "cpu" and kernels_enabled():
         autocast = torch.is_autocast_enabled("cpu")
@@ -70,6 +73,7 @@ def linear(
             autocast
             and torch.get_autocast_dtype("cpu") == torch.bfloat16
             and not _needs_autograd(x, weight, bias)
+            and hardware.onednn_bf16_supported()
         ):
             bf16 = (t if t is None else t.to(torch.bfloat16) for t in (x, weight, bias))  # autocast's casts
             return _onednn_matmul(*bf16, act=activation or "none")

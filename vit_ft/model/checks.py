@@ -1,5 +1,6 @@
-"""What is checked of a model before it is built, in one place for the fine-tune and the tools: that a path
-naming it exists, its config as read locally, and an image size against its patch size and the token bound.
+"""What is checked of a model before it is built, in one place for the fine-tune and the tools: its config as
+read locally, and an image size against its patch size and the token bound (that a path naming it exists is
+`utils.hub_ids.check_reference`'s, through `commands.model_flags`).
 
 `check_image_size` is the one "size is a multiple of the patch, and not too many tokens" check: the fine-tune's
 `ModelArguments` ask it with the recipe's wording (`FINETUNE_WORDING`: `--image_size`, the bound raised with
@@ -14,26 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..utils.hub_ids import check_model_reference
 from ..utils.limits import MAX_IMAGE_TOKENS
 from .configuration_vit_ft import nearest_multiple, to_2tuple
 from .formats import read_checkpoint_config
 
 MAX_IMAGE_TOKENS_ENV_VAR = "VIT_FT_MAX_IMAGE_TOKENS"
 ASSUMED_PATCH = (16, 16)  # ViT's usual patch size, for checkpoints whose config is not readable locally
-
-
-def check_model_path(
-    name: str | os.PathLike,
-    what: str,
-    expected: str,
-    error: type[Exception] = FileNotFoundError,
-    cache_dir: str | None = None,
-) -> None:
-    """`utils.hub_ids.check_model_reference`: `error` naming the closest folder when `name` is a missing local
-    path, before transformers takes it for a Hub id; a Hub id that is no folder here and not cached is looked up
-    once, without retries (no network: a ConnectionError at once, not 80 s of retries)."""
-    check_model_reference(name, what, expected, error, cache_dir)
 
 
 def read_local_config(name_or_path: str | os.PathLike, cache_dir: str | None = None) -> dict[str, Any] | None:
@@ -146,7 +133,6 @@ __all__ = [
     "TOOL_WORDING",
     "ImageSizeWording",
     "check_image_size",
-    "check_model_path",
     "config_patch",
     "max_image_tokens",
     "read_local_config",

@@ -10,6 +10,7 @@ import datasets
 
 from ..data.images import load_image
 from ..utils.files import file_stem, staged_folder
+from ..utils.progress import Progress
 from ..utils.run_record import EXAMPLES_DIR
 
 logger = logging.getLogger("vit_ft")
@@ -46,8 +47,10 @@ def write_examples(
                 break
     folder = output_dir / EXAMPLES_DIR
     written: list[str] = []
-    with staged_folder(folder) as partial:
+    logger.info("Examples: %d validation images (up to %d a class) into %s.", len(chosen), per_class, folder)
+    with staged_folder(folder) as partial, Progress(len(chosen), "Examples") as progress:
         for row in chosen:
+            progress.update()
             try:
                 image = load_image(rows[row]["image"])
             except Exception as error:  # noqa: BLE001 - an example is optional: one that fails is left out

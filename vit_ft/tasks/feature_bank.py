@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.images import load_image
 from ..utils.files import staged_file
+from ..utils.progress import Progress
+from .expected_input import INPUT_SAMPLE, describe_input, expected_input_text
 
 logger = logging.getLogger("vit_ft")
 
@@ -47,7 +48,6 @@ BANK_MAX_IMAGES = 20_000  # 20k x 768 float32 x 2 spaces = 123 MB: a kNN over it
 FIT_MAX_IMAGES = 10_000  # validation images the threshold is fitted on: a 0.99 quantile needs no more
 OOD_NEIGHBOURS = 10  # k; measured on digits (1.3k training images): k = 5, 10, 20 flag alike
 OOD_QUANTILE = 0.99  # of validation's distances, per space: about 1-2 % of in-distribution images flagged
-INPUT_SAMPLE = 256  # training images read to describe the expected input (size, colours, background)
 SPACES = ("features", "input")  # the bank's two feature spaces: pooled (what the head sees), mean patch embedding
 
 
@@ -94,18 +94,20 @@ def normalized(features: np.ndarray | torch.Tensor) -> np.ndarray:
 
 @torch.inference_mode()
 def bank_features(
-    model: torch.nn.Module, transform: Any, images: Sequence[Any], batch_size: int = 128
-) -> tuple[dict[str, np.ndarray], list[int]]:
+    model: torch.nn.Module, transform: Any, images: Sequence[Any], batch_size: int = 128,
+    desc: str = "Feature bank",
+) -> tuple[dict[str, np.ndarray], list[int]]:  # fmt: skip
     """Both spaces' features {"features", "input"} -> `(decoded, hidden)` of `images` ({"bytes", "path"} values
     or paths) through the eval `transform` (`data.transforms.ImageClassificationTransform`), on the model's
-    device, and the indices of the images that decoded (one that does not is left out)."""
+    device, and the indices of the images that decoded (one that does not is left out). Its progress shows as
+    `desc` (`utils.progress.Progress`); the caller says first what the pass is for and how big it is."""
     parameter = next(model.parameters())  # the model's device and dtype (bf16 weights take bf16 pixels)
     was_training = model.training
     model.eval()
     chunks: dict[str, list[np.ndarray]] = {space: [] for space in SPACES}
     kept: list[int] = []
     try:
-        with feature_taps(model) as taps:
+        with feature_taps(model) as taps, Progress(len(images), desc) as progress:
             for start in range(0, len(images), batch_size):
                 pixels = []
                 for offset, image in enumerate(images[start : start + batch_size]):
@@ -122,6 +124,7 @@ def bank_features(
                         pre_logits(model, batch.to(parameter.device, parameter.dtype))
                     for space in SPACES:
                         chunks[space].append(taps[space].cpu().numpy())
+                progress.update(len(images[start : start + batch_size]))
     finally:
         model.train(was_training)
     return {space: np.concatenate(found) if found else np.zeros((0, 0), np.float32)
@@ -295,44 +298,6 @@ def read_feature_bank(folder: str | os.PathLike | None) -> tuple[FeatureBank | N
     return bank, ""
 
 
-# ---- what the model expects -------------------------------------------------------------------------------------
-
-
-def describe_input(images: Sequence[Any], limit: int = INPUT_SAMPLE) -> dict[str, Any]:
-    """What the training images look like, from up to `limit` of them (decoded to RGB, as the model sees them):
-    the median size `[width, height]`, whether they are grey (every pixel's channels equal), and their background (the border pixels' mean
-    brightness, 0-255: "dark" below 85, "light" above 170, else "mixed")."""
-    sizes, grey, borders = [], True, []
-    for image in list(images)[:limit]:
-        try:
-            img = load_image(image)
-        except Exception:  # noqa: BLE001 - an image that does not decode says nothing
-            continue
-        sizes.append(img.size)
-        pixels = np.asarray(img.convert("RGB"), dtype=np.float32)
-        grey = grey and bool(np.ptp(pixels, axis=-1).max() <= 8)  # JPEG noise aside, R = G = B
-        edge = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
-        borders.append(float(edge.mean()))
-    if not sizes:
-        return {}
-    brightness = float(np.mean(borders))
-    background = "dark" if brightness < 85 else "light" if brightness > 170 else "mixed"
-    return {"size": [int(np.median([s[0] for s in sizes])), int(np.median([s[1] for s in sizes]))],
-            "colours": "grey" if grey else "colour", "background": background,
-            "border_brightness": round(brightness, 1), "images_read": len(sizes)}  # fmt: skip
-
-
-def expected_input_text(expected: dict[str, Any], model_size: Sequence[int] | None = None) -> str:
-    """One sentence on the input a model expects: "grey images about 32x32 pixels on a dark background"."""
-    if not expected:
-        size = f"{model_size[1]}x{model_size[0]} pixels (the model's input size)" if model_size else "any size"
-        return f"images like its training images, resized to {size}"
-    width, height = expected["size"]
-    background = {"dark": "on a dark background", "light": "on a light background"}.get(expected["background"], "")
-    colours = "grey images" if expected["colours"] == "grey" else "colour images"
-    return " ".join(part for part in (colours, f"of about {width}x{height} pixels", background) if part)
-
-
 # ---- the fine-tune's bank -------------------------------------------------------------------------------------
 
 
@@ -378,8 +343,9 @@ def build_feature_bank(
     bank = FeatureBank(normalized(features["features"]), labels, rows.astype(np.int64),
                        normalized(features["input"]), {}, expected, sources)  # fmt: skip
     if validation_images is not None and len(validation_images) and len(bank):
-        held_out, _ = held_out if held_out is not None else bank_features(model, transform, validation_images)
-        bank = bank.fit_ood(held_out)
+        if held_out is None:
+            held_out = bank_features(model, transform, validation_images, desc="Feature bank, validation")
+        bank = bank.fit_ood(held_out[0])
         logger.info(
             "Feature bank: %d training images; unlike them: further than the %g quantile of %d validation images "
             "from the %d-th nearest (cosine distance %s).", len(bank), bank.ood["quantile"], bank.ood["images"],

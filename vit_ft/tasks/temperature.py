@@ -99,6 +99,9 @@ def fit_and_record_temperature(trainer: Any, eval_dataset: Any, split: str = "va
     Every process must call it: each predicts its shard and Trainer.predict gathers the logits over processes;
     process zero alone fits the temperature (one answer, not one copy per process) and broadcasts the record.
     """
+    if trainer.is_world_process_zero():
+        logger.info("Calibration: predicting the %d %s images, a temperature fitted on their logits.",
+                    len(eval_dataset), split)  # fmt: skip
     output = trainer.predict(eval_dataset, metric_key_prefix="calibration")
     if not trainer.is_world_process_zero():
         return broadcast_object(None)  # process zero's record

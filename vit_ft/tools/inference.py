@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from tqdm.auto import tqdm
 
 from ..data.transforms import ImageClassificationTransform
 from ..tasks import Task, task_for
-from ..utils.hardware import bf16_helps
+from ..utils.hardware import bf16_helps, compute_for
+from ..utils.progress import Progress
 
 logger = logging.getLogger("vit_ft")
 
@@ -33,12 +33,16 @@ BF16_CHOICES = ("auto", "true", "false")
 
 def use_bf16(setting: str | bool, device: torch.device) -> bool:
     """Whether to run under bf16 autocast: "auto" where `utils.hardware.bf16_helps` (measured faster),
-    "true" / "false" (or a bool) as said."""
+    "true" / "false" (or a bool) as said. Logs the choice and its kernels in one line (`hardware.compute_for`):
+    a warning where bf16 runs emulated, on a CPU without native bf16 products."""
     if isinstance(setting, bool):
-        return setting
-    if setting not in BF16_CHOICES:
+        bf16 = setting
+    elif setting in BF16_CHOICES:
+        bf16 = bf16_helps(device) if setting == "auto" else setting == "true"
+    else:
         raise ValueError(f"--bf16 {setting} must be one of {', '.join(BF16_CHOICES)}.")
-    return bf16_helps(device) if setting == "auto" else setting == "true"
+    compute_for(device, "bf16" if bf16 else "float32").log()
+    return bf16
 
 
 # ---- the batched inference loop ---------------------------------------------------------------------------
@@ -46,11 +50,6 @@ def use_bf16(setting: str | bool, device: torch.device) -> bool:
 
 def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
-
-
-def progress_bar(total: int, desc: str, enabled: bool | None = None) -> tqdm:
-    """A tqdm bar on stderr; `enabled=None` shows it only on a terminal."""
-    return tqdm(total=total, desc=desc, unit="img", disable=None if enabled is None else not enabled)
 
 
 def source_name(source: Any) -> str:
@@ -138,7 +137,7 @@ def iter_batches(
         return [pool.submit(_try, decode, s) for s in sources[start : start + batch_size]]
 
     try:
-        with progress_bar(len(sources), desc, progress) as bar:
+        with Progress(len(sources), desc, enabled=progress) as bar:  # a bar, or plain lines in a log
             pending = None
             for start in range(0, len(sources), batch_size):
                 chunk = list(sources[start : start + batch_size])
@@ -166,7 +165,6 @@ __all__ = [
     "check_finite_pixels",
     "describe_error",
     "iter_batches",
-    "progress_bar",
     "Runnable",
     "source_name",
     "use_bf16",

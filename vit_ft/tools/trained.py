@@ -27,7 +27,6 @@ from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
 from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
 from ..model.checks import check_image_size
-from ..model.checks import check_model_path as check_path
 from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
@@ -35,7 +34,7 @@ from ..model.naflex import naflex_budget
 from ..model.timm_format import read_safetensors_shapes
 from ..tasks import Task, task_for
 from ..utils.hardware import inference_device
-from ..utils.hub_ids import looks_like_path
+from ..utils.hub_ids import TRAINED_MODEL, check_reference, looks_like_path
 from ..utils.run_record import (
     ADAPTER_DIR,
     EXAMPLES_DIR,
@@ -110,22 +109,10 @@ class Origin:
             return None
 
 
-def check_model_path(model: str | os.PathLike) -> None:
-    """Raise FileNotFoundError naming `model` as a path when it is one (see `looks_like_path`) and is missing,
-    before transformers reports it as a malformed Hub id."""
-    path = Path(model).expanduser()
-    check_path(model, f"--model {model}", "a model folder, a LoRA adapter folder or a Hub id")
-    if path.exists() and not path.is_dir():
-        raise NotADirectoryError(
-            f"--model {model} is a file; pass the folder that holds config.json (a model folder), "
-            "a LoRA adapter folder or a Hub id."
-        )
-
-
 def locate(model: str | os.PathLike) -> Origin:
     """Where `model` is and what its folder records, read once. A missing local path is a FileNotFoundError
     naming it; a fine-tune whose run record says it did not finish is a ValueError naming the fix."""
-    check_model_path(model)
+    check_reference(model, f"--model {model}", TRAINED_MODEL, folder=True)
     path = Path(model).expanduser()
     if not path.exists():
         return Origin(str(model))
@@ -348,7 +335,6 @@ __all__ = [
     "Preprocessing",
     "Trained",
     "check_image_size",
-    "check_model_path",
     "load_model",
     "load_trained",
     "locate",

@@ -5,14 +5,17 @@ decode, and the console: one readable line per evaluation instead of Trainer's r
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_utils import has_length
 
 from ..data.bad_images import BadImageTally, SkipBadImages, check_bad_fraction, describe_rows
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform
+from ..utils.progress import Progress, duration, is_terminal
 
 logger = logging.getLogger("vit_ft")
 
@@ -229,22 +232,62 @@ class ReadableProgress(ProgressCallback):
 
 
 class ReadableLog(PrinterCallback):
-    """With `disable_tqdm`: one `log_line` per log instead of Trainer's printed dicts."""
+    """Plain lines, for a log that is not a terminal (or with `disable_tqdm`): one `log_line` per log instead of
+    Trainer's printed dicts, a training log with the steps' rate and the time left, and an evaluation's batches
+    as `utils.progress.Progress` lines (no bar: escape codes and carriage returns would litter the log)."""
+
+    def __init__(self) -> None:
+        self.started: tuple[float, int] | None = None  # (time, step) where this process's training began
+        self.evaluation: Progress | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = (time.perf_counter(), state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         line = log_line(logs or {}, state, args)
         if state.is_local_process_zero and line is not None:
-            print(line, flush=True)
+            print(line + self._pace(logs or {}, state), flush=True)
+
+    def _pace(self, logs: dict[str, Any], state: Any) -> str:
+        """", 2.31 steps/s, 4 min 10 s left" for a training log; "" for any other."""
+        if "loss" not in logs or self.started is None or not state.max_steps:
+            return ""
+        seconds, steps = time.perf_counter() - self.started[0], state.global_step - self.started[1]
+        if seconds <= 0 or steps <= 0:
+            return ""
+        left = (state.max_steps - state.global_step) * seconds / steps
+        return f", {steps / seconds:.3g} steps/s, {duration(left)} left"
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        if self.evaluation is None:
+            total = len(eval_dataloader) if eval_dataloader is not None and has_length(eval_dataloader) else None
+            self.evaluation = Progress(total, "Evaluation", unit="batch")
+        self.evaluation.update()
+
+    def _end_evaluation(self) -> None:
+        if self.evaluation is not None:
+            self.evaluation.close()
+            self.evaluation = None
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._end_evaluation()
+
+    def on_predict(self, args, state, control, **kwargs):
+        self._end_evaluation()
 
 
-def use_readable_console(trainer: Any) -> None:
-    """Swap Trainer's printing of raw log dicts (its progress bar's, or PrinterCallback's with disable_tqdm)
-    for `ReadableProgress` / `ReadableLog`; another printer (a notebook's) is left as it is."""
+def use_readable_console(trainer: Any, terminal: bool | None = None) -> None:
+    """Swap Trainer's printing of raw log dicts for `ReadableProgress` (its bar, on a terminal) or `ReadableLog`
+    (plain lines: with disable_tqdm, or where stderr is not a terminal (`terminal`; None: find out), as under
+    Slurm, nohup or `accelerate launch`'s pipe); another printer (a notebook's) is left as it is."""
     handler = trainer.callback_handler
     kinds = {type(callback) for callback in handler.callbacks}
+    terminal = is_terminal() if terminal is None else terminal
     if ProgressCallback in kinds:
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ReadableProgress)
+        trainer.add_callback(ReadableProgress if terminal else ReadableLog)
     if PrinterCallback in kinds:
         trainer.remove_callback(PrinterCallback)
         trainer.add_callback(ReadableLog)

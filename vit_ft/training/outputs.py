@@ -15,9 +15,10 @@ import numpy as np
 from transformers import Trainer, TrainingArguments
 
 from ..arguments.fields import DataArguments, ModelArguments
-from ..arguments.training_arguments import batch_record
+from ..arguments.training_arguments import batch_record, run_compute
 from ..reports.examples import write_examples
 from ..utils.files import usual_modes
+from ..utils.progress import waiting
 from ..utils.run_record import LABELS_FILE, write_run_record
 from .callbacks import BadImageCallback
 
@@ -54,8 +55,9 @@ def save_outputs(
     # every process: predict gathers across them; T is fitted on validation, never on test
     calibration = task.calibrate(trainer)
     # the bank's forward passes: on every process where the weights are sharded (each forward gathers them)
-    bank = _feature_bank(trainer, training_args.seed) if _shards_weights(trainer) else None
-    if not trainer.is_world_process_zero():
+    bank = _feature_bank(trainer, data_args, training_args.seed) if _shards_weights(trainer) else None
+    if not trainer.is_world_process_zero():  # said, so that a quiet process is not taken for a hung one
+        waiting(training_args.process_index, "write the output folder (examples, feature bank, run record, card)")
         return
     id2label = dict(enumerate(names))
     (output_dir / LABELS_FILE).write_text(
@@ -63,7 +65,7 @@ def save_outputs(
     )
     write_examples(trainer.eval_dataset, names, output_dir)
     if bank is None:  # unsharded weights: process zero alone runs the bank's forward passes
-        bank = _feature_bank(trainer, training_args.seed)
+        bank = _feature_bank(trainer, data_args, training_args.seed)
     feature_bank = _save_feature_bank(bank, output_dir)
     run_info = {
         "recipe": recipe,
@@ -76,8 +78,10 @@ def save_outputs(
         "data_seed": training_args.data_seed,
         "world_size": training_args.world_size,
         "batch": batch_record(training_args),  # world size, per device, accumulation, global batch
+        "compute": run_compute(training_args).record(),  # device, precision, kernels and why (utils.hardware)
         # the family defaults taken over the recipe's values, and why (arguments.family_defaults)
         "family_defaults": getattr(training_args, "family_defaults", None),
+        "plan": getattr(training_args, "run_plan", None),  # arguments.plan: what the run decided before training
         "written_by_process": training_args.process_index,
         "metrics": metrics,
         "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode
@@ -166,20 +170,26 @@ def _save_feature_bank(bank: Any, output_dir: Path) -> dict[str, Any]:
     return {"written": True, **bank.record()}
 
 
-def _feature_bank(trainer: Trainer, seed: int) -> Any:
+def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int) -> Any:
     """The feature bank (`tasks.feature_bank`) of the final model: its features of the training images (a
-    class-stratified sample of at most BANK_MAX_IMAGES) through the evaluation transform, with the
-    out-of-distribution thresholds fitted on validation; or why there is none (a streamed training split is never
-    read whole). Process zero alone, after the model is saved, unless the weights are sharded."""
+    class-stratified sample of `pass_arguments.bank_images`: at most `bank_max_images`, at most as many as
+    training saw) through the evaluation transform, with the out-of-distribution thresholds fitted on
+    validation; or why there is none (`bank_max_images: none`; a streamed training split is never read whole).
+    Process zero alone, after the model is saved, unless the weights are sharded."""
+    from ..arguments.pass_arguments import bank_images
     from ..data.streaming import TrainStream
-    from ..tasks.feature_bank import BANK_MAX_IMAGES, FIT_MAX_IMAGES, build_feature_bank, stratified_rows
+    from ..tasks.feature_bank import FIT_MAX_IMAGES, build_feature_bank, stratified_rows
 
     if isinstance(trainer.train_dataset, TrainStream) or trainer.train_dataset is None:
         return "a streamed training split is not read whole after training"
+    steps, batch = trainer.state.global_step, batch_record(trainer.args)["global_batch"]
+    count, why = bank_images(data_args.bank_max_images, len(trainer.train_dataset), steps * batch or None)
+    if not count:
+        return why
     transform = evaluation_transform(trainer.processing_class, getattr(trainer.model, "config", None))
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # class ids, or multi-hot rows
-    rows = stratified_rows(labels, BANK_MAX_IMAGES, seed)
+    rows = stratified_rows(labels, count, seed)
     validation, fit_rows = None, []
     if trainer.eval_dataset is not None:
         held_out = trainer.eval_dataset.with_format(None)
@@ -189,6 +199,10 @@ def _feature_bank(trainer: Trainer, seed: int) -> Any:
     frozen = getattr(trainer, "frozen_features", {})
     computed = frozen["train"].select(rows) if "train" in frozen else None
     fit = frozen["validation"].select(fit_rows) if "validation" in frozen else None
+    hidden = getattr(getattr(trainer.model, "config", None), "hidden_size", "hidden")
+    reused = ", read from the probe's pass" if computed is not None else ""
+    logger.info("Feature bank: %d of %d training images (%s), stratified, 2 x %s floats each%s; its threshold fitted "
+                "on %d validation images.", len(rows), len(train), why, hidden, reused, len(fit_rows))  # fmt: skip
     return build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation,
                               computed, fit)  # fmt: skip
 
@@ -219,6 +233,7 @@ def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir:
     when it loaded that, else the final step."""
     from ..reports.reporting import plot_training_curves
 
+    logger.info("Report: training_curves.png and the model card (README.md) in %s.", output_dir)
     best = trainer.state.best_model_checkpoint
     best_step = int(Path(best).name.rsplit("-", 1)[-1]) if best and training_args.load_best_model_at_end else None
     plot_training_curves(

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from tqdm.auto import tqdm
 from transformers import ViTImageProcessorPil
 
 from ..data.images import VIT_MEAN, VIT_STD
@@ -25,6 +24,7 @@ from ..kernels import kernelize
 from ..model.configuration_vit_ft import ViTFTConfig
 from ..model.export import export_to_transformers
 from ..model.modeling_vit_ft import ViTFTForImageClassification
+from ..utils.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def pretrain_digits(
     steps = epochs * math.ceil(len(pixels) / batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, learning_rate, total_steps=steps, pct_start=0.1)
     start = time.perf_counter()
-    bar = tqdm(total=steps, desc="pre-training", unit="step", disable=not progress, dynamic_ncols=True)
+    bar = Progress(steps, "Pre-training", unit="step", enabled=progress)  # a bar, or plain lines in a log
     for epoch in range(epochs):
         order = torch.randperm(len(pixels), generator=generator)
         correct = 0
@@ -114,7 +114,7 @@ def pretrain_digits(
             schedule.step()
             correct += (out.logits.argmax(-1) == labels[index]).sum().item()
             bar.update()
-        bar.set_postfix(epoch=f"{epoch + 1}/{epochs}", train_accuracy=f"{correct / len(pixels):.3f}")
+        bar.postfix(epoch=f"{epoch + 1}/{epochs}", train_accuracy=f"{correct / len(pixels):.3f}")
         if not progress and ((epoch + 1) % 10 == 0 or epoch + 1 == epochs):
             logger.info(
                 "pre-training epoch %d/%d: train accuracy %.4f", epoch + 1, epochs, correct / len(pixels)

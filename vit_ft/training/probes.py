@@ -47,7 +47,9 @@ def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
     labels = np.asarray(train["label"])  # (n,) class ids or (n, labels) multi-hot rows
     rows = stratified_rows(labels, BANK_MAX_IMAGES, seed) if method == "knn" else np.arange(len(labels))
     transform = evaluation_transform(trainer.processing_class, model.config)
-    features, kept = bank_features(model, transform, train.select(rows)["image"])
+    logger.info("%s probe: frozen features of %d training images, one forward pass each (the feature bank reuses "
+                "them).", method.capitalize(), len(rows))  # fmt: skip
+    features, kept = bank_features(model, transform, train.select(rows)["image"], desc="Probe features")
     # the backbone stays as it is: the feature bank at the end reads these instead of a second pass
     trainer.frozen_features = {"train": FrozenFeatures(rows, features, kept)}
     pooled, labels = features["features"], labels[rows][kept]
@@ -82,7 +84,8 @@ def _validated_c(trainer: Any, transform: Any, features: np.ndarray, labels: np.
         logger.info("Linear probe: no validation split to choose C on; C = %g.", PROBE_C)
         return PROBE_C
     validation = validation.with_format(None)
-    found, kept = bank_features(trainer.model, transform, validation["image"])
+    logger.info("Linear probe: frozen features of %d validation images, to choose C on.", len(validation))
+    found, kept = bank_features(trainer.model, transform, validation["image"], desc="Probe features (validation)")
     trainer.frozen_features["validation"] = FrozenFeatures(np.arange(len(validation)), found, kept)
     if not len(kept):
         return PROBE_C

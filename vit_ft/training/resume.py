@@ -55,7 +55,7 @@ FREE = frozenset(
         "trackio_static_space_id", "log_level", "log_level_replica", "disable_tqdm", "skip_memory_metrics",
         "include_num_input_tokens_seen", "push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo",
         "hub_always_push", "hub_revision", "do_train", "do_eval", "do_predict", "ddp_timeout",
-        "cache_dir", "pretrain_if_missing", "merge_lora", "test_dir", "test_split",
+        "cache_dir", "pretrain_if_missing", "merge_lora", "test_dir", "test_split", "bank_max_images",
         # a restatement: what it sets (the accumulation, per-device batch, world size) is compared itself
         "global_batch_size",
     }

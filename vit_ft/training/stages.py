@@ -19,7 +19,7 @@ from transformers.image_utils import PILImageResampling
 from ..arguments.checks import check_naflex
 from ..arguments.family_defaults import describe_family_defaults
 from ..arguments.fields import DataArguments, ModelArguments
-from ..arguments.training_arguments import data_seed, describe_batch
+from ..arguments.training_arguments import data_seed, describe_batch, run_compute
 from ..data.bad_images import decode_error, prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
@@ -409,6 +409,7 @@ def _finetune(
     for line in describe_family_defaults(getattr(training_args, "family_defaults", None)):
         logger.info(line)
     logger.info(describe_batch(training_args))
+    run_compute(training_args).log()  # device, precision, kernels: a warning where bf16 runs emulated
     set_seed(training_args.seed)
     resume = resolve_resume(training_args)
     if resume is not None:

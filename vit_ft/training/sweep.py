@@ -36,17 +36,8 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-from ..arguments.recipes import (
-    PROCESS_PER_RUN_FLAG,
-    SWEEP_FLAG,
-    FinetuneCommand,
-    RecipeError,
-    argument_fields,
-    build_parser,
-    given_as_flag,
-    parse_args,
-    suggest,
-)
+from ..arguments.command_line import PROCESS_PER_RUN_FLAG, SWEEP_FLAG, FinetuneCommand, given_as_flag
+from ..arguments.recipes import RecipeError, argument_fields, build_parser, parse_args, suggest
 from ..utils.distributed import broadcast_object
 from ..utils.lock import output_lock_in_process_zero
 from ..utils.output_dir import check_output_dir

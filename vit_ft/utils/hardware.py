@@ -1,18 +1,26 @@
-"""Hardware policy in one place: the accelerator torch finds, the CPU's vendor, where bf16 helps, the cores
-each training process gets (`dataloader_num_workers: auto`) and the shared memory its DataLoader workers use.
+"""Hardware policy in one place: the accelerator torch finds, the CPU's vendor and flags, whether it has native
+bf16 products, where the oneDNN kernels run and where bf16 helps, the cores each training process gets
+(`dataloader_num_workers: auto`) and the shared memory its DataLoader workers use.
 
-The CPU kernels (`vit_ft.kernels`), the inference tools' `--bf16 auto` and the fine-tune's precision checks all
-ask here, so that one measurement (docs/benchmarks.md) decides each of them once.
+The CPU kernels (`vit_ft.kernels`), the inference tools' `--bf16`, the fine-tune's precision and the benchmark
+all ask here, so that one measurement (docs/performance.md) decides each of them once. `compute_for` gathers the
+answers for a run into one value (`Compute`: device, precision, kernels and why), which a run logs as one line
+at its start and the fine-tune keeps in its run record.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import platform
 import shutil
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
+
+logger = logging.getLogger("vit_ft")
 
 SHARED_MEMORY = "/dev/shm"  # where torch's DataLoader workers put the batches they hand to the main process
 
@@ -118,10 +126,55 @@ def free_shared_memory(path: str = SHARED_MEMORY) -> int | None:
         return None
 
 
-def onednn_bf16_supported() -> bool:
-    """This CPU has native bf16 products that oneDNN uses (AVX512_BF16 or AMX)."""
+# /proc/cpuinfo flags that decide the CPU kernels and the bf16 path (docs/performance.md; .ci/run prints them)
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+KERNELS_ENV = "VIT_FT_KERNELS"  # the oneDNN kernels: auto (AMD CPUs), 1 (wherever oneDNN is), 0 (never)
+# 1: answer "no native bf16" on any CPU, to run an AVX2-only host's path (torch's bf16 autocast) on this one
+NO_NATIVE_BF16_ENV = "VIT_FT_NO_NATIVE_BF16"
+# bf16 autocast without native bf16 products (torch emulates them) against float32, ViT-S/16 and ViT-B/16 at
+# 224 px, batch 8, inference and training step, on a 2-core AMD EPYC limited to AVX2 (docs/performance.md)
+EMULATED_BF16_SLOWDOWN = "4-5x"
+_ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
+
+
+def cpu_flags() -> tuple[str, ...]:
+    """Those of `CPU_FLAGS` this CPU has, as /proc/cpuinfo lists them (empty where there is none)."""
+    present = set(cpuinfo("flags").split())
+    return tuple(flag for flag in CPU_FLAGS if flag in present)
+
+
+@functools.cache
+def _onednn_reports_bf16() -> bool:
+    """oneDNN is built in and reports native bf16 products on this CPU (asked once: it reads the CPU's ISA)."""
     supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    return bool(supported is not None and supported())
+    return bool(torch.backends.mkldnn.is_available() and supported is not None and supported())
+
+
+def onednn_bf16_supported() -> bool:
+    """The one answer to "does this CPU have native bf16 products?" (AVX512_BF16 or AMX, as oneDNN finds them):
+    the oneDNN bf16 kernels run only where it is yes, `--bf16 auto` reads it, and bf16 where it is no runs on
+    torch's emulation with a warning (`compute_for`). `VIT_FT_NO_NATIVE_BF16=1` makes it no on any CPU."""
+    if os.environ.get(NO_NATIVE_BF16_ENV, "").strip().lower() in _ON:
+        return False
+    return _onednn_reports_bf16()
+
+
+def onednn_kernels_allowed() -> tuple[bool, str]:
+    """Whether the `VIT_FT_KERNELS` switch lets the oneDNN kernels run, and why, in words: `auto` (the default)
+    on AMD x86 CPUs only, where MKL's fp32 GEMM runs AVX2 code at about half oneDNN's AVX-512 speed and torch's
+    flash attention leaves the bf16 units idle; on Intel and ARM they were not measured to help. Read at each
+    call, so the switch can be flipped in a running process."""
+    setting = os.environ.get(KERNELS_ENV, "auto").strip().lower()
+    if setting in _OFF:
+        return False, f"{KERNELS_ENV}={setting}"
+    if setting not in _ON and not is_amd_cpu():
+        return (
+            False,
+            f"{KERNELS_ENV}=auto runs them on AMD CPUs only, this one is {cpu_vendor() or 'unknown'}",
+        )
+    if not torch.backends.mkldnn.enabled:
+        return False, "oneDNN is switched off in torch (torch.backends.mkldnn.enabled)"
+    return True, f"{KERNELS_ENV}={setting}"
 
 
 def bf16_helps(device: torch.device) -> bool:
@@ -136,13 +189,81 @@ def bf16_helps(device: torch.device) -> bool:
     return False
 
 
+# the kernels of a bf16 run on a CPU without native bf16 products
+EMULATED_BF16 = "torch's bf16 autocast, emulated"
+
+
+@dataclass(frozen=True)
+class Compute:
+    """How a run computes, decided once (`compute_for`): the device, the precision ("float32", "bf16", "fp16"),
+    the kernels of its matrix products and attention, why, and the CPU flags that decided it."""
+
+    device: str
+    precision: str
+    kernels: str  # "oneDNN", "torch" or EMULATED_BF16
+    reason: str
+    flags: tuple[str, ...] = ()
+
+    @property
+    def emulated_bf16(self) -> bool:
+        """bf16 on a CPU without native bf16 products: correct, but EMULATED_BF16_SLOWDOWN slower than float32."""
+        return self.kernels == EMULATED_BF16
+
+    def line(self) -> str:
+        """The decision in one line (a warning's where bf16 is emulated: it names the cost and the fix)."""
+        flags = ""
+        if self.device == "cpu":
+            flags = f"; CPU flags: {' '.join(self.flags) or 'none of ' + ' '.join(CPU_FLAGS)}"
+        line = f"Compute: {self.precision} on {self.device}; kernels: {self.kernels} ({self.reason}{flags})."
+        if self.emulated_bf16:
+            line += (
+                f" Measured about {EMULATED_BF16_SLOWDOWN} slower than float32: --bf16 false runs float32."
+            )
+        return line
+
+    def log(self) -> None:
+        """`line()` on the vit_ft logger: info, or a warning where bf16 is emulated."""
+        (logger.warning if self.emulated_bf16 else logger.info)(self.line())
+
+    def record(self) -> dict[str, Any]:
+        """The decision as a run record keeps it (JSON values)."""
+        return {**asdict(self), "flags": list(self.flags), "emulated_bf16": self.emulated_bf16}
+
+
+def compute_for(device: str | torch.device, precision: str = "float32") -> Compute:
+    """The kernels a run on `device` in `precision` gets, and why: on CPU, bf16 without native bf16 products runs
+    on torch's autocast (emulated; the oneDNN bf16 kernels would fail there), else the oneDNN kernels where
+    `onednn_kernels_allowed`, else torch's own."""
+    device_type = torch.device(device).type
+    if device_type != "cpu":
+        return Compute(device_type, precision, "torch", "the oneDNN kernels are CPU-only")
+    flags = cpu_flags()
+    if precision == "bf16" and not onednn_bf16_supported():
+        reason = "this CPU has no native bf16 products: neither avx512_bf16 nor amx_bf16"
+        if _onednn_reports_bf16():
+            reason = f"{NO_NATIVE_BF16_ENV}=1: this CPU's native bf16 products are not used"
+        return Compute("cpu", precision, EMULATED_BF16, reason, flags)
+    allowed, why = onednn_kernels_allowed()
+    if precision == "bf16" and allowed:
+        why = f"native bf16 products, {why}"
+    return Compute("cpu", precision, "oneDNN" if allowed else "torch", why, flags)
+
+
 __all__ = [
+    "CPU_FLAGS",
+    "EMULATED_BF16",
+    "EMULATED_BF16_SLOWDOWN",
+    "KERNELS_ENV",
+    "NO_NATIVE_BF16_ENV",
     "SHARED_MEMORY",
+    "Compute",
     "accelerator_type",
     "auto_dataloader_workers",
     "bf16_helps",
+    "compute_for",
     "cores_per_process",
     "cpu_cores",
+    "cpu_flags",
     "cpu_model",
     "cpu_vendor",
     "cpuinfo",
@@ -152,4 +273,5 @@ __all__ = [
     "is_amd_cpu",
     "local_processes",
     "onednn_bf16_supported",
+    "onednn_kernels_allowed",
 ]

@@ -4,10 +4,11 @@
 which the Hub does not). Tools ask it whether a --model can only be a local path; push checks
 --hub_model_id with it; the model card links a base model only when it is one.
 
-`check_model_reference` is the one check of a model named on a command line (the tools' --model, the
-fine-tune's model_name_or_path, through `model.checks` and `commands.model_flags`): whether a name is a path
-(`looks_like_path`), which folder was meant (`closest_path`), and whether the Hub answers at all, asked once and
-without huggingface_hub's retries (`check_hub_reachable`), so that no network fails in a second."""
+`check_reference` is the one check of a model or dataset named by the user (the tools' --model and --dataset,
+the fine-tune's model_name_or_path and dataset_name, the demo's model; through `commands.model_flags`): whether a
+name is a path (`looks_like_path`), which folder was meant (`closest_path`), whether offline mode has it in the
+Hub cache (`in_hub_cache`), and whether the Hub answers at all, asked once and without huggingface_hub's retries
+(`check_hub_reachable`), so that a typo fails in a second, online or offline."""
 
 from __future__ import annotations
 
@@ -59,13 +60,45 @@ def closest_path(path: str | os.PathLike) -> str | None:
     return os.path.join(os.path.dirname(text), close[0]) if close else None
 
 
-def check_hub_reachable(repo_id: str, what: str | None = None, cache_dir: str | os.PathLike | None = None) -> None:
+def in_hub_cache(repo_id: str, repo_type: str = "model", cache_dir: str | os.PathLike | None = None) -> bool:
+    """Whether the Hub cache holds anything of `repo_id` (`cache_dir`, else the default): a snapshot in the Hub
+    cache, or for a dataset also the datasets cache's prepared copy (`namespace___name`), which is all that
+    offline mode can load."""
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    roots = [Path(cache_dir)] if cache_dir else [Path(constants.HF_HUB_CACHE)]
+    names = [f"{repo_folder_name(repo_id=repo_id, repo_type=repo_type)}/snapshots"]
+    if repo_type == "dataset":
+        roots.append(Path(os.environ.get("HF_DATASETS_CACHE") or Path(constants.HF_HOME) / "datasets"))
+        names.append(repo_id.replace("/", "___"))
+    return any((root / name).is_dir() and any((root / name).iterdir()) for root in roots for name in names)
+
+
+def _is_builder(name: str, repo_type: str) -> bool:
+    """A dataset name that `datasets` builds locally (imagefolder, parquet, webdataset, ...), not a Hub repo."""
+    if repo_type != "dataset" or "/" in name:
+        return False
+    try:
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+    except ImportError:  # pragma: no cover - a datasets release that moved it: ask the Hub as for any name
+        return False
+    return name in _PACKAGED_DATASETS_MODULES
+
+
+def check_hub_reachable(
+    repo_id: str,
+    what: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    repo_type: str = "model",
+) -> None:
     """Fail at once, with one line, where `repo_id` is not in the local Hub cache and the Hub cannot be reached:
     huggingface_hub retries a lookup that finds no cached file five times with backoff (about 25 s per file,
     80 s for a model's files), so one HEAD request without retries asks first. Nothing is asked in offline
-    mode (HF_HUB_OFFLINE=1 fails at once by itself) or for a model in the cache (`cache_dir`, else the
-    default). `what` names the model in the message (e.g. "--model me/vit")."""
-    from huggingface_hub import constants, hf_hub_url, try_to_load_from_cache
+    mode or for a repository in the cache (`in_hub_cache`). `what` names it in the message (e.g. "--model me/vit").
+    A repository the Hub does not know (or a private one without a login) is a FileNotFoundError naming it."""
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
     from huggingface_hub.file_download import get_hf_file_metadata
 
     try:
@@ -73,37 +106,68 @@ def check_hub_reachable(repo_id: str, what: str | None = None, cache_dir: str | 
     except ImportError:  # pragma: no cover - older huggingface_hub releases use httpx
         from httpx import TransportError
 
-    if constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir), str):
+    if constants.HF_HUB_OFFLINE or in_hub_cache(repo_id, repo_type, cache_dir):
         return
+    # a missing file is an answer too: the repo is there
+    probe = "config.json" if repo_type == "model" else "README.md"
     try:
-        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=constants.HF_HUB_ETAG_TIMEOUT)
+        get_hf_file_metadata(
+            hf_hub_url(repo_id, probe, repo_type=repo_type), timeout=constants.HF_HUB_ETAG_TIMEOUT
+        )
     except TransportError as error:
         raise ConnectionError(
             f"{what or repo_id}: no such folder here, and the Hub ({constants.ENDPOINT}) cannot be reached to look "
             f"it up ({' '.join(str(error).split()) or type(error).__name__}). This needs the network: connect, or "
-            "pass a local model folder."
+            f"pass a local {'model' if repo_type == 'model' else 'data'} folder."
         ) from None
-    except Exception:  # not found, gated, ...: transformers' own loading says which, without retrying
+    except GatedRepoError:  # it exists: transformers / datasets say how to get access
+        return
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(
+            f"{what or repo_id}: no such folder here, and no {repo_type} of that name on the Hub "
+            f"({constants.ENDPOINT}); check the path or the id (for a private one, log in first: hf auth login)."
+        ) from None
+    except Exception:  # a file missing in a repo that exists, ...: the loader's own message says what
         return
 
 
-def check_model_reference(
+def check_reference(
     name: str | os.PathLike,
     what: str,
     expected: str,
-    error: type[Exception] = FileNotFoundError,
+    repo_type: str = "model",
     cache_dir: str | os.PathLike | None = None,
+    folder: bool = False,
 ) -> None:
-    """The check of a model named by the user, before anything is loaded: `error` ("<what>: no such folder; did
-    you mean <the closest folder>?", else "...; pass <expected>.") when `name` is a local path (see
-    `looks_like_path`) that does not exist; a Hub id that is no folder here is looked up once, without retries
-    (`check_hub_reachable`)."""
-    if Path(name).expanduser().exists():
+    """The one check of a model or dataset named by the user, before anything is loaded (the fine-tune's
+    model_name_or_path and dataset_name, every tool's --model and --dataset, the demo's model), whatever
+    HF_HUB_OFFLINE says. FileNotFoundError, one line: "<what>: no such folder; did you mean <the closest
+    folder>?" (else "...; pass <expected>.") when `name` is a local path (`looks_like_path`) that does not
+    exist, or in offline mode a Hub id with nothing in the Hub cache (`in_hub_cache`), which offline mode
+    cannot load. Online, a Hub id that is no folder here is looked up once, without retries
+    (`check_hub_reachable`). `repo_type` is "model" or "dataset"; a dataset builder name (imagefolder, ...) passes.
+    `folder`: a file is a NotADirectoryError (the tools read model folders; the fine-tune also reads a JAX .npz)."""
+    from huggingface_hub import constants
+
+    text = os.fspath(name)
+    if folder and Path(text).expanduser().is_file():
+        raise NotADirectoryError(f"{what} is a file; pass the folder that holds config.json ({expected}).")
+    if Path(text).expanduser().exists() or _is_builder(text, repo_type):
         return
-    if looks_like_path(name):
-        close = closest_path(name)
-        raise error(f"{what}: no such folder; " + (f"did you mean {close}?" if close else f"pass {expected}."))
-    check_hub_reachable(os.fspath(name), what, cache_dir)
+    if looks_like_path(text):
+        close = closest_path(text)
+        raise FileNotFoundError(
+            f"{what}: no such folder; " + (f"did you mean {close}?" if close else f"pass {expected}.")
+        )
+    if constants.HF_HUB_OFFLINE and not in_hub_cache(text, repo_type, cache_dir):
+        raise FileNotFoundError(
+            f"{what}: no such folder, and offline mode (HF_HUB_OFFLINE=1) finds no {repo_type} of that name in the "
+            f"Hub cache; pass {expected} that is on this machine, or download it first with the network on."
+        )
+    check_hub_reachable(text, what, cache_dir, repo_type)
+
+
+TRAINED_MODEL = "a model folder, a LoRA adapter folder or a Hub id"  # what the tools' --model takes
 
 
 def check_hub_id(repo_id: str, flag: str = "--hub_model_id") -> None:
@@ -116,10 +180,12 @@ def check_hub_id(repo_id: str, flag: str = "--hub_model_id") -> None:
 
 
 __all__ = [
+    "TRAINED_MODEL",
     "check_hub_id",
     "check_hub_reachable",
-    "check_model_reference",
+    "check_reference",
     "closest_path",
+    "in_hub_cache",
     "is_hub_id",
     "is_hub_model",
     "looks_like_path",

@@ -24,6 +24,7 @@ from PIL import Image
 
 from ...metrics.calibration import fit_temperature, negative_log_likelihood, softmax_with_temperature
 from ...tasks.feature_bank import FeatureBank, normalized
+from ...utils.progress import Progress
 from ..fewshot.probe import L2_GRID, fit_least_squares
 
 FOLDS = 5  # k of the k-fold probes: each sees 80 % of the images
@@ -82,14 +83,15 @@ def out_of_fold_probabilities(
     labels = np.asarray(labels, np.int64)
     fold = stratified_folds(labels, folds, seed)
     scores = {l2: np.zeros((len(labels), num_classes)) for l2 in l2_grid}
-    for k in range(folds):
-        held = fold == k
-        if not held.any():
-            continue
-        fit = fit_least_squares(features[~held], labels[~held], num_classes)
-        design = fit.design(features[held])
-        for l2 in l2_grid:
-            scores[l2][held] = design @ fit.weights(l2)
+    with Progress(folds, "Out-of-fold probes", unit="fold") as progress:
+        for k in range(folds):
+            held = fold == k
+            if held.any():
+                fit = fit_least_squares(features[~held], labels[~held], num_classes)
+                design = fit.design(features[held])
+                for l2 in l2_grid:
+                    scores[l2][held] = design @ fit.weights(l2)
+            progress.update()
     fits = {}
     for l2, values in scores.items():
         values = values / max(float(values.std()), 1e-12)  # strong l2 shrinks the scores: keep T in its range

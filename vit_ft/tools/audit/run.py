@@ -24,7 +24,7 @@ from ...data.exclusions import image_key
 from ...data.images import load_image
 from ...reports.audit import OUTPUT_FILES, AuditImage, write_audit_report
 from ...tasks.feature_bank import FeatureBank, bank_features, normalized
-from ...utils.hub_ids import looks_like_path
+from ...utils.hub_ids import check_reference
 from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import load_trained
@@ -99,9 +99,9 @@ def load_audit_data(source: AuditSource) -> tuple[dict[str, Any], list[str], str
         splits, names = load_image_datasets(train_dir=root / "train", validation_dir=folders["validation"],
                                             test_dir=folders["test"], validation_split_percentage=0)  # fmt: skip
         description = f"image folders {os.fspath(source.dataset)}"
-    elif not root.exists() and looks_like_path(source.dataset):
-        raise FileNotFoundError(2, "no such folder", os.fspath(source.dataset))
     else:
+        expected = "a folder with train/ (and validation/, test/) image folders, a save_to_disk folder or a Hub dataset id"
+        check_reference(source.dataset, f"--dataset {source.dataset}", expected, repo_type="dataset")
         splits, names = load_image_datasets(
             dataset_name=os.fspath(source.dataset), dataset_config=source.dataset_config,
             train_split=source.train_split, validation_split=source.validation_split, test_split=source.test_split,
@@ -163,18 +163,21 @@ def run_audit(
     trained = load_trained(model, options.image_size, options.device, max_tokens=options.max_tokens,
                            require_head=False, bf16=options.bf16)  # fmt: skip
     started = time.perf_counter()
-    features, kept = bank_features(trained.model, trained.transform, train["image"], options.batch_size)
+    held = {split: splits[split] for split in HELD_OUT if split in splits}
+    logger.info("Audit: frozen features of %d training images%s, then %d out-of-fold probes on them.", len(train),
+                "".join(f" and {len(d)} {s} images" for s, d in held.items()), options.folds)  # fmt: skip
+    features, kept = bank_features(trained.model, trained.transform, train["image"], options.batch_size, "Features")
     if not kept:
         raise ValueError(f"--dataset {source.dataset}: none of the {len(train)} training images decodes.")
     images = [train["image"][i] for i in kept]
     labels = labels[kept]
     bank = FeatureBank(normalized(features["features"]), labels, np.asarray(kept, np.int64),
                        normalized(features["input"]))  # fmt: skip
-    held = {split: splits[split] for split in HELD_OUT if split in splits}
     held_values: dict[str, dict[str, np.ndarray]] = {}
     held_images: dict[str, list[Any]] = {}
     for split, dataset in held.items():
-        values, held_kept = bank_features(trained.model, trained.transform, dataset["image"], options.batch_size)
+        values, held_kept = bank_features(trained.model, trained.transform, dataset["image"], options.batch_size,
+                                          f"Features ({split})")  # fmt: skip
         held_images[split] = [dataset["image"][i] for i in held_kept]
         held_values[split] = {"features": values["features"], "pixels": _pixels(held_images[split])}
     feature_seconds = time.perf_counter() - started

@@ -94,7 +94,8 @@ def run_evaluation(
     where = (recipe, data_dir, split, seed, max_samples)
     data = resolve_eval_data(trained.origin, id2label, *where, trained.task.problem_type, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
-    logger.info("Evaluating %s on %s: %d images.", trained.source, data.description, len(data))
+    logger.info("Evaluating %s on %s: %d images%s.", trained.source, data.description, len(data),
+                f", each as several views: {runner.description}" if tta else "")  # fmt: skip
 
     scorer = OODScorer.of(trained) if tta is None else OODScorer(trained, None, NO_OOD_SCORE)
     started = time.perf_counter()
@@ -145,6 +146,8 @@ def write_evaluation(
         return [data.dataset[row]["image"] for row in rows]
 
     split = short_description(data.description)
+    logger.info("Report: metrics, tables and figures of %d images (up to %d mistakes drawn) in %s.",
+                len(outputs.logits), max_mistakes, output_dir)  # fmt: skip
     with EVALUATION_FILES.staged(output_dir, overwrite) as staging:
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         written = task.write_evaluation(staging, outputs, metrics, images, trained, split, max_mistakes)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...utils.hub_ids import looks_like_path
+from ...utils.hub_ids import check_reference
 
 
 @dataclass(frozen=True)
@@ -93,12 +93,9 @@ def load_fewshot_data(source: FewShotSource | str | os.PathLike) -> FewShotData:
     saved = (root / "dataset_dict.json").is_file() or (root / "state.json").is_file()
     if root.is_dir() and not saved:
         splits, names, description = _image_folders(root, source.dataset)
-    elif not root.exists() and looks_like_path(source.dataset):
-        raise FileNotFoundError(
-            f"--dataset {source.dataset}: no such folder; pass a folder with train/ and test/ image folders, a "
-            "save_to_disk folder, or a Hub dataset id."
-        )
     else:
+        expected = "a folder with train/ and test/ image folders, a save_to_disk folder, or a Hub dataset id"
+        check_reference(source.dataset, f"--dataset {source.dataset}", expected, repo_type="dataset")
         splits, names, description = _named_splits(source)
     undecoded = {
         split: splits[split].cast_column("image", datasets.Image(decode=False)) for split in ("train", "test")

@@ -1,0 +1,51 @@
+"""The suite is hermetic: no test reads the checkout's outputs/ or data/, the user's Hugging Face cache, or the Hub
+variables of the user's shell (issue 44 item 4, issue 53 item 4)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import REPO, tiny_hf_config
+from .fake_hub import HUB_VARIABLES
+
+# what a cluster's shell exports, every value wrong for the suite
+HOSTILE = {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "0", "HF_EVALUATE_OFFLINE": "1",
+           "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": "/nonexistent/hf-home", "HF_TOKEN": "hf_not_a_token"}  # fmt: skip
+
+
+def test_every_test_runs_in_an_empty_folder_of_its_own(tmp_path):
+    assert Path.cwd() == tmp_path and not any(tmp_path.iterdir())
+
+
+def test_the_suite_sets_its_own_hub_variables_whatever_the_shell_exports(tmp_path):
+    assert set(HOSTILE) == set(HUB_VARIABLES)
+    probe = f"import os, tests.conftest\nprint({{k: os.environ.get(k) for k in {HUB_VARIABLES!r}}})"
+    env = {**os.environ, **HOSTILE, "PYTHONPATH": str(REPO)}
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = eval(ran.stdout.strip().splitlines()[-1])  # noqa: S307 - our own probe's dict
+    assert seen["HF_HUB_OFFLINE"] == "1" and seen["HF_DATASETS_OFFLINE"] == "1"
+    assert seen["TRANSFORMERS_OFFLINE"] is seen["HF_EVALUATE_OFFLINE"] is seen["HF_TOKEN"] is seen["HF_ENDPOINT"] is None
+    assert seen["HF_HOME"] != HOSTILE["HF_HOME"] and not seen["HF_HOME"].startswith(str(Path.home()))
+
+
+def test_a_checkout_holding_another_runs_outputs_changes_no_result(tmp_path):
+    """The README's first command leaves outputs/digits-pretrained and data/digits in the checkout; the two tests
+    that read the working folder failed there. Here the folder pytest starts in holds that, and an outputs/ of
+    another family (a SigLIP config where the digits backbone belongs)."""
+    from transformers import SiglipVisionConfig, ViTModel
+
+    ViTModel(tiny_hf_config()).save_pretrained(tmp_path / "outputs" / "digits-pretrained")
+    (tmp_path / "outputs" / "digits").mkdir()
+    SiglipVisionConfig().save_pretrained(tmp_path / "outputs" / "mine")
+    (tmp_path / "data" / "digits" / "train").mkdir(parents=True)
+    tests = ["tests/arguments/test_recipes.py::test_a_model_flag_drops_the_recipes_pretraining_unless_it_is_given_too",
+             "tests/arguments/test_pooling.py::test_a_recipe_of_cls_pooling_with_a_siglip_checkpoint_is_refused_in_parse_args"]  # fmt: skip
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(REPO),
+                          *(str(REPO / test) for test in tests)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert ran.returncode == 0 and "4 passed" in ran.stdout, ran.stdout[-3000:]

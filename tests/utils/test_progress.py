@@ -1,0 +1,89 @@
+"""`utils.progress`: plain lines where stderr is not a terminal (every few percent, count, rate, time left, no
+escape codes or carriage returns), a tqdm bar on a terminal, nothing when off; a waiting process says why."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from vit_ft.utils import progress as progress_module
+from vit_ft.utils.progress import LINE_EVERY, Progress, duration, waiting
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_log_gets_plain_lines_every_few_percent_and_a_closing_one():
+    stream = io.StringIO()
+    with Progress(1000, "Feature bank", stream=stream) as progress:
+        for _ in range(100):
+            progress.update(10)
+    text = stream.getvalue()
+    assert "\x1b" not in text and "\r" not in text
+    lines = text.splitlines()
+    assert len(lines) == round(1 / LINE_EVERY)  # 5 %, 10 %, ... 95 %, then the closing line
+    assert (
+        lines[0].startswith("Feature bank: 50/1000 img (5 %), ")
+        and "img/s" in lines[0]
+        and "left" in lines[0]
+    )
+    assert lines[-1].startswith("Feature bank: 1000/1000 img in ") and "img/s)" in lines[-1]
+
+
+def test_a_slow_pass_writes_a_line_at_least_once_a_minute(monkeypatch):
+    stream, clock = io.StringIO(), [0.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
+    progress = Progress(10_000, "Audit", stream=stream)
+    clock[0] = 61.0
+    progress.update(1)  # 0.01 %: below the next step, but a minute has passed
+    assert stream.getvalue() == "Audit: 1/10000 img (0 %), 0.0164 img/s, 169 h 25 min left\n"
+
+
+def test_an_unknown_total_and_a_postfix_read_in_the_lines(monkeypatch):
+    stream, clock = io.StringIO(), [0.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
+    with Progress(None, "Pre-training", unit="step", stream=stream) as progress:
+        clock[0] = 70.0
+        progress.postfix(epoch="3/30")
+        progress.update(7)
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "Pre-training: 7 step, 0.1 step/s; epoch 3/30",
+        "Pre-training: 7 step in 1 min 10 s (0.1 step/s); epoch 3/30",
+    ]
+
+
+def test_a_terminal_gets_a_bar_and_off_means_nothing():
+    terminal = Terminal()
+    with Progress(4, "Examples", stream=terminal) as progress:
+        assert progress.bar is not None
+        progress.update(4)
+    assert "Examples" in terminal.getvalue() and "\r" in terminal.getvalue()  # tqdm's own redraws
+    quiet = io.StringIO()
+    with Progress(4, "Examples", enabled=False, stream=quiet) as progress:
+        progress.update(4)
+    assert quiet.getvalue() == ""
+
+
+def test_a_pass_that_fails_writes_no_closing_line():
+    stream = io.StringIO()
+    with pytest.raises(RuntimeError), Progress(10, "Calibration", stream=stream) as progress:
+        progress.update(1)
+        raise RuntimeError("boom")
+    assert "in " not in stream.getvalue()
+
+
+@pytest.mark.parametrize(
+    "seconds, words", [(4.25, "4.2 s"), (42, "42 s"), (200, "3 min 20 s"), (3900, "1 h 05 min")]
+)
+def test_durations_read_in_words(seconds, words):
+    assert duration(seconds) == words
+
+
+def test_a_waiting_process_says_for_what():
+    stream = io.StringIO()
+    waiting(1, "write the output folder", stream)
+    assert stream.getvalue() == "Process 1: waiting for process 0 to write the output folder.\n"
