@@ -87,7 +87,7 @@ def test_the_wheel_holds_the_recipes_and_the_entry_point(wheel):
     assert "vit-ft = vit_ft.commands:main" in entry_points.decode()
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a wheel built and installed in a venv of its own: CI's own step
 def test_the_installed_wheel_lists_fine_tunes_and_predicts(venv, tmp_path):
     root, env = venv
     where = run(
@@ -114,7 +114,7 @@ def test_the_installed_wheel_lists_fine_tunes_and_predicts(venv, tmp_path):
     assert all(row["label"] in {str(i) for i in range(10)} and not row["error"] for row in rows)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_accelerate_launch_runs_the_installed_module(venv, tmp_path):
     root, env = venv
     launch = [str(root / "bin" / "python"), "-m", "accelerate.commands.launch", "--num_processes", "1",

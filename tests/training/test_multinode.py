@@ -66,7 +66,7 @@ def wait_for(launches: list[subprocess.Popen], timeout: float) -> list[int]:
                 launch.wait()
 
 
-@pytest.mark.slow
+@pytest.mark.long  # four launches, ~55 s: CI's own step
 def test_two_machines_are_preempted_and_resume_to_the_one_machine_run(tmp_path):
     recipe = write_tiny_recipe(tmp_path, **SETTINGS)
     launch_two_processes(recipe, tmp_path, "--output_dir", str(tmp_path / "one_machine"))

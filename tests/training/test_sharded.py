@@ -93,7 +93,7 @@ def sharded_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-@pytest.mark.slow  # the module's two launches of two processes: about 70 s together
+@pytest.mark.long  # the module's two launches of two processes, about 70 s together: CI's own step
 def test_both_launches_trained_sharded(sharded_run):
     tmp, _ = sharded_run
     for folder in (tmp / "report", tmp / "report-resumed"):
@@ -107,7 +107,7 @@ def test_both_launches_trained_sharded(sharded_run):
         assert sum(r["local_elements"] for r in reports(folder)) >= reports(folder)[0]["elements"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_sharded_checkpoints_are_complete_and_guarded(sharded_run, tmp_path):
     from vit_ft.training.checkpoints import CHECKPOINT_RECORD, checkpoint_problem
 
@@ -130,7 +130,7 @@ def test_sharded_checkpoints_are_complete_and_guarded(sharded_run, tmp_path):
     assert "no model state" in checkpoint_problem(copy)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_resume_ends_as_the_uninterrupted_run(sharded_run):
     tmp, _ = sharded_run
     out, resumed = tmp / "out", tmp / "resumed"
@@ -170,13 +170,13 @@ def assert_ema_recomputed(out: Path, weights_at: Callable[[Path], dict[str, torc
     assert moved  # the average is not the weights: the test can tell them apart
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_ema_is_the_float32_average_of_the_sharded_weights(sharded_run):
     tmp, _ = sharded_run
     assert_ema_recomputed(tmp / "out", sharded_weights)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_final_model_is_consolidated_and_loads_in_a_clean_process(sharded_run):
     """The EMA copied into the sharded parameters at the end, then gathered into one model.safetensors."""
     tmp, _ = sharded_run

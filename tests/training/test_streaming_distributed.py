@@ -94,7 +94,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return folders
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two launches of two processes with two workers each, ~100 s: CI's own step
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_processes_two_workers_stream_and_resume_exactly(runs, kind):
     out, killed = runs[kind] / "out", runs[kind] / "killed"
