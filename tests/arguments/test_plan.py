@@ -82,3 +82,16 @@ def test_the_plan_sizes_the_bank_as_the_run_will(flags, size, tmp_path):
     recipe = write_tiny_recipe(tmp_path)
     bank = {one.name: one for one in build_plan(["--recipe", str(recipe), *flags]).passes}["feature bank"]
     assert bank.size.startswith(size) and bank.key == "bank_max_images", bank
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native bf16", "no native bf16"])
+def test_the_plan_holds_the_compute_decision(native, tmp_path, monkeypatch):
+    """Issue 53: device, precision and kernels are one field of the plan, forced both ways here."""
+    from vit_ft.utils import hardware
+
+    monkeypatch.setattr(hardware, "onednn_bf16_supported", lambda: native)
+    plan = build_plan(["--recipe", str(write_tiny_recipe(tmp_path)), "--bf16", "true", "--use_cpu", "true"])
+    record = plan.record()["compute"]
+    assert record == plan.compute.record() and plan.compute.precision == "bf16"
+    assert plan.compute.emulated_bf16 is (not native)
+    assert ("emulated" in plan.describe()) is (not native)

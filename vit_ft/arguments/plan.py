@@ -13,6 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..utils.hardware import Compute, compute_for
+from .training_arguments import precision_of
+
 if TYPE_CHECKING:
     from .fields import DataArguments, ModelArguments
     from .training_arguments import TrainingArguments
@@ -99,6 +102,11 @@ class RunPlan:
         return f"{folder}: holds {state}" + (f"; resume from {resume}" if resume else "")
 
     @property
+    def compute(self) -> Compute:
+        """Device, precision and kernels, and why (the CPU's native bf16 or its emulation)."""
+        return run_compute(self.training_args)
+
+    @property
     def passes(self) -> tuple[Pass, ...]:
         return run_passes(self)
 
@@ -113,6 +121,7 @@ class RunPlan:
             "method": self.method,
             "batch": self.batch,
             "outputs": self.outputs,
+            "compute": self.compute.record(),
             "passes": [dataclasses.asdict(one) for one in self.passes],
         }
 
@@ -128,6 +137,7 @@ class RunPlan:
             f"  batch:   global {batch['global_batch']} = {batch['per_device_train_batch_size']} per device x "
             f"{batch['world_size']} process(es) x {batch['gradient_accumulation_steps']} accumulation",
             f"  outputs: {self.outputs}",
+            f"  compute: {self.compute.line().removeprefix('Compute: ')}",
             "  passes besides training:",
             *(f"    - {one.describe()}" for one in self.passes),
             "  values (name = value  [source]):",
@@ -138,6 +148,13 @@ class RunPlan:
             for name in sorted(self.values)
         ]
         return "\n".join(lines)
+
+
+def run_compute(training_args: Any, device_type: str | None = None) -> Compute:
+    """The fine-tune's device, precision and kernels, and why (`utils.hardware.compute_for`): logged as one line
+    at the start of the run (a warning where bf16 runs emulated) and kept in its run record as `compute`."""
+    device, fp16, bf16 = precision_of(training_args, device_type)
+    return compute_for(device, "bf16" if bf16 else "fp16" if fp16 else "float32")
 
 
 def value_sources(
@@ -199,4 +216,4 @@ def run_passes(plan: RunPlan) -> tuple[Pass, ...]:
     return tuple(passes)
 
 
-__all__ = ["SOURCES", "Pass", "RunPlan", "run_passes", "value_sources"]
+__all__ = ["SOURCES", "Pass", "RunPlan", "run_compute", "run_passes", "value_sources"]

@@ -26,13 +26,7 @@ from transformers import TrainingArguments
 
 from ..tasks.losses import BALANCED
 from ..tasks.threshold import TUNE, TUNE_PER_CLASS
-from ..utils.hardware import (
-    Compute,
-    accelerator_type,
-    auto_dataloader_workers,
-    compute_for,
-    cores_per_process,
-)
+from ..utils.hardware import accelerator_type, auto_dataloader_workers, cores_per_process
 from .checks import RANGES, VALUE_RANGES, RecipeError, check_ranges
 
 # TrainingArguments defaults that the recipes rely on (a recipe or a flag still overrides each of them).
@@ -243,7 +237,7 @@ def _pairs(text: str) -> list[tuple[str, str]]:
     return [(label.strip(), weight.strip()) for label, _, weight in pairs]
 
 
-def _precision(training_args: Any, device_type: str | None = None) -> tuple[str, bool, bool]:
+def precision_of(training_args: Any, device_type: str | None = None) -> tuple[str, bool, bool]:
     """The run's device type, and whether fp16 and bf16 are set (for training or evaluation)."""
     use_cpu = bool(getattr(training_args, "use_cpu", False))
     device = "cpu" if use_cpu else (device_type or accelerator_type())
@@ -252,22 +246,15 @@ def _precision(training_args: Any, device_type: str | None = None) -> tuple[str,
     return device, fp16, bf16
 
 
-def run_compute(training_args: Any, device_type: str | None = None) -> Compute:
-    """The fine-tune's device, precision and kernels, and why (`utils.hardware.compute_for`): logged as one line
-    at the start of the run (a warning where bf16 runs emulated) and kept in its run record as `compute`."""
-    device, fp16, bf16 = _precision(training_args, device_type)
-    return compute_for(device, "bf16" if bf16 else "fp16" if fp16 else "float32")
-
-
 def check_precision(training_args: Any, device_type: str | None = None) -> None:
     """Fail early on a mixed precision the hardware cannot run: fp16 without a GPU, bf16 on CPU without use_cpu.
-    bf16 on a CPU without native bf16 products runs (emulated, with a warning: `run_compute`).
+    bf16 on a CPU without native bf16 products runs (emulated, with a warning: `plan.run_compute`).
 
     `training_args` is a TrainingArguments or anything with its fp16/bf16/use_cpu attributes; `device_type`
     ("cuda", "cpu", ...) defaults to the accelerator torch finds.
     """
     use_cpu = bool(getattr(training_args, "use_cpu", False))
-    device, fp16, bf16 = _precision(training_args, device_type)
+    device, fp16, bf16 = precision_of(training_args, device_type)
     if fp16 and device == "cpu":
         where = "use_cpu is set" if use_cpu else "no GPU was found"
         raise RecipeError(
@@ -510,7 +497,7 @@ __all__ = [
     "parse_class_weights",
     "parse_decision_threshold",
     "parse_num_workers",
+    "precision_of",
     "resolve_data_loading",
     "resolve_global_batch",
-    "run_compute",
 ]

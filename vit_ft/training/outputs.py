@@ -15,7 +15,8 @@ import numpy as np
 from transformers import Trainer, TrainingArguments
 
 from ..arguments.fields import DataArguments, ModelArguments
-from ..arguments.training_arguments import batch_record, run_compute
+from ..arguments.plan import run_compute
+from ..arguments.training_arguments import batch_record
 from ..reports.examples import write_examples
 from ..utils.files import usual_modes
 from ..utils.progress import waiting

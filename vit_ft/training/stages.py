@@ -19,7 +19,8 @@ from transformers.image_utils import PILImageResampling
 from ..arguments.checks import check_naflex
 from ..arguments.family_defaults import describe_family_defaults
 from ..arguments.fields import DataArguments, ModelArguments
-from ..arguments.training_arguments import data_seed, describe_batch, run_compute
+from ..arguments.plan import run_compute
+from ..arguments.training_arguments import data_seed, describe_batch
 from ..data.bad_images import decode_error, prescan_small_splits
 from ..data.builtin import write_builtin_dataset
 from ..data.datasets import load_image_datasets, problem_type_of
