@@ -69,9 +69,28 @@ def save_outputs(
         bank = _feature_bank(trainer, data_args, training_args.seed)
     feature_bank = _save_feature_bank(bank, output_dir)
     run_info = {
+        **_settings_record(model_args, data_args, training_args, recipe),
+        "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
+        "metrics": metrics,
+        "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode
+        **task.record_fields(calibration, fitted),  # the calibration (and a multi-label run's threshold)
+        "feature_bank": feature_bank,  # the out-of-distribution threshold fitted on validation, or why none
+    }
+    write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
+    _plot_curves(trainer, training_args, output_dir, task)
+    write_model_card(output_dir, run_info)
+    # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
+    write_run_record(output_dir, {**run_info, "finished": True})
+    logger.info(run_summary(training_args.output_dir, metrics, task.best_metric, _sizes(splits)))
+
+
+def _settings_record(
+    model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, recipe: str | None
+) -> dict[str, Any]:
+    """The run record's settings: what the arguments and the launch decided, before any result."""
+    return {
         "recipe": recipe,
         "base_model": model_args.model_name_or_path,
-        "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
         "lora": model_args.use_lora,
         "method": model_args.method,  # full, lora, or a probe on the frozen backbone (linear, knn)
         "data": {k: v for k, v in vars(data_args).items()},
@@ -84,17 +103,7 @@ def save_outputs(
         "family_defaults": getattr(training_args, "family_defaults", None),
         "plan": getattr(training_args, "run_plan", None),  # arguments.plan: what the run decided before training
         "written_by_process": training_args.process_index,
-        "metrics": metrics,
-        "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode
-        **task.record_fields(calibration, fitted),  # the calibration (and a multi-label run's threshold)
-        "feature_bank": feature_bank,  # the out-of-distribution threshold fitted on validation, or why none
     }
-    write_run_record(output_dir, {**run_info, "finished": False})  # the card links to it
-    _plot_curves(trainer, training_args, output_dir, task)
-    write_model_card(output_dir, run_info)
-    # last: the record is the completion marker (run_record.is_finished), after the model, processor and labels
-    write_run_record(output_dir, {**run_info, "finished": True})
-    logger.info(run_summary(training_args.output_dir, metrics, task.best_metric, _sizes(splits)))
 
 
 def _sizes(splits: Any) -> dict[str, int]:

@@ -90,12 +90,11 @@ def run_evaluation(
     EVALUATION_FILES.check(output_dir, overwrite)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     runner = with_tta(trained, tta)  # a flip for a model trained without flips is refused here
-    id2label = trained.id2label
-    where = (recipe, data_dir, split, seed, max_samples)
+    id2label, where = trained.id2label, (recipe, data_dir, split, seed, max_samples)
     data = resolve_eval_data(trained.origin, id2label, *where, trained.task.problem_type, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
-    logger.info("Evaluating %s on %s: %d images%s.", trained.source, data.description, len(data),
-                f", each as several views: {runner.description}" if tta else "")  # fmt: skip
+    views = f", each as several views: {runner.description}" if tta else ""
+    logger.info("Evaluating %s on %s: %d images%s.", trained.source, data.description, len(data), views)
 
     scorer = OODScorer.of(trained) if tta is None else OODScorer(trained, None, NO_OOD_SCORE)
     started = time.perf_counter()
