@@ -87,3 +87,12 @@ def test_a_waiting_process_says_for_what():
     stream = io.StringIO()
     waiting(1, "write the output folder", stream)
     assert stream.getvalue() == "Process 1: waiting for process 0 to write the output folder.\n"
+
+
+def test_a_fast_pass_states_its_rate_without_an_exponent(monkeypatch):
+    stream, clock = io.StringIO(), [0.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
+    with Progress(1293, "Feature bank", stream=stream) as progress:
+        clock[0] = 0.5
+        progress.update(1293)
+    assert stream.getvalue().splitlines()[-1] == "Feature bank: 1293/1293 img in 0.5 s (2586 img/s)"

@@ -110,7 +110,10 @@ class Progress:
             self._line(f"{counted} {self.unit} in {duration(seconds)} ({self._rate(seconds)})")
 
     def _rate(self, seconds: float) -> str:
-        return f"{self.count / seconds:.3g} {self.unit}/s" if seconds > 0 else f"- {self.unit}/s"
+        if seconds <= 0:
+            return f"- {self.unit}/s"
+        rate = self.count / seconds  # three figures, never an exponent: "0.412", "31.2", "1780"
+        return f"{rate:.3g} {self.unit}/s" if rate < 1000 else f"{rate:.0f} {self.unit}/s"
 
     def _status(self, now: float) -> str:
         seconds = now - self.start
