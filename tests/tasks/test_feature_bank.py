@@ -94,6 +94,16 @@ def test_stratified_sample_keeps_every_class_in_proportion(counts, limit):
         np.testing.assert_allclose(kept / kept.sum(), np.asarray(counts) / sum(counts), atol=0.15)
 
 
+def test_a_sample_smaller_than_the_classes_keeps_its_size():
+    """A smoke run's bank on many classes (16 images of a 120-breed set): one row of each of 16 classes, not one of
+    each of 120 (the dogs first try banked 120 images for 2 min 44 s where its rule said 16)."""
+    labels = np.repeat(np.arange(120), 9)
+    rows = stratified_rows(labels, 16, seed=0)
+    assert len(rows) == 16 and len(set(labels[rows].tolist())) == 16 and list(rows) == sorted(rows)
+    assert list(rows) == list(stratified_rows(labels, 16, seed=0))  # seeded
+    assert len(stratified_rows(labels, 120, seed=0)) == 120  # one per class at the limit: the usual rule
+
+
 def test_bank_round_trips_through_its_file(tmp_path):
     bank = bank_of().fit_ood(both(cluster_samples(50, seed=3)[0]))
     multi = FeatureBank(bank.features, (np.arange(200 * 3).reshape(200, 3) % 2).astype(np.uint8), bank.rows,

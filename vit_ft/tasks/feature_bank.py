@@ -134,12 +134,17 @@ def bank_features(
 def stratified_rows(labels: np.ndarray, limit: int, seed: int = 0) -> np.ndarray:
     """About `limit` row indices (rounding and the one-row minimum may add one per class), sorted, each class (a
     multi-label row: its first label) in proportion to its share and at least one row of each; all rows when
-    there are no more than `limit`."""
+    there are no more than `limit`. Fewer than one per class (a smoke run's bank of 16 on 120 classes): one row
+    of each of `limit` classes drawn at random, never more than `limit`."""
     labels = np.asarray(labels)
     if len(labels) <= limit:
         return np.arange(len(labels))
     keys = labels.argmax(axis=1) if labels.ndim == 2 else labels
     rng = np.random.default_rng(seed)
+    classes = np.unique(keys)
+    if limit < len(classes):
+        drawn = rng.choice(classes, size=limit, replace=False)
+        return np.sort([rng.choice(np.flatnonzero(keys == key)) for key in drawn])
     chosen = []
     for key in np.unique(keys):
         rows = np.flatnonzero(keys == key)
