@@ -177,18 +177,19 @@ def value_sources(
 
 
 def _bank_pass(plan: RunPlan) -> Pass:
-    """The feature bank's size as `pass_arguments.bank_images` will decide it, bounded by what the arguments
-    tell: `bank_max_images`, `max_train_samples` and, for a run of `max_steps`, the images training sees."""
-    from .pass_arguments import NO_BANK
+    """The feature bank's size by the rule the run applies (`pass_arguments.bank_images`), over what the arguments
+    tell: `bank_max_images`, `max_train_samples` (else the limit stands for the split) and, for a run of
+    `max_steps`, the images training sees (a probe takes no steps)."""
+    from .pass_arguments import NO_BANK, bank_images
 
     limit, key = plan.data_args.bank_max_images, "bank_max_images"
     if not limit:
         return Pass("feature bank", "skipped", NO_BANK, key)
-    bounds = [limit, plan.data_args.max_train_samples or limit]
-    if plan.training_args.max_steps > 0 and plan.method not in ("linear", "knn"):
-        bounds.append(plan.training_args.max_steps * plan.batch["global_batch"])
+    steps = plan.training_args.max_steps
+    trained = steps * plan.batch["global_batch"] if steps > 0 and plan.method not in ("linear", "knn") else None
+    count, _ = bank_images(limit, plan.data_args.max_train_samples or limit, trained)
     return Pass("feature bank", "training images, class-stratified, 2 feature vectors each",
-                f"up to {min(bounds)} images", key)  # fmt: skip
+                f"up to {count} images", key)  # fmt: skip
 
 
 def run_passes(plan: RunPlan) -> tuple[Pass, ...]:
