@@ -20,8 +20,9 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from vit_ft.data.augmentation import AugmentationSpec
 from vit_ft.data.batch_augmentation import BatchAugmentation
-from vit_ft.data.images import random_resized_crop_box, to_normalized_tensor
+from vit_ft.data.images import to_normalized_tensor
 from vit_ft.data.mixup import MixupCutmix
+from vit_ft.data.random_crops import random_resized_crop_box
 from vit_ft.data.transforms import INDEX_COLUMN, build_transforms
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
 from vit_ft.utils.timing import interleave

@@ -21,17 +21,18 @@ import torch
 
 from vit_ft.model.configuration_vit_ft import ViTFTConfig
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
-from vit_ft.tools.export.onnx import INT8_FILE, ONNX_FILE, export_model, quantize_int8
+from vit_ft.tools.export.onnx import export_model, quantize_int8
+from vit_ft.tools.export.onnx_runtime import INT8_FILE, ONNX_FILE
 from vit_ft.tools.export.report import (
     INT8_OF,
     LATENCY_BATCH,
     THROUGHPUT_BATCH,
     RuntimeRow,
-    build_runners,
     host_info,
     recommend_int8,
     time_runners,
 )
+from vit_ft.tools.export.runtimes import build_runners
 
 
 def bench_deployment(

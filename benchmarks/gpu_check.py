@@ -112,7 +112,8 @@ def loader_rates(work: Path, size: int, worker_counts: list[int], batches: int) 
     DataLoader of batch 32 with each number of workers, past the workers' start and their prefetched batches."""
     import torch
 
-    from vit_ft.data.transforms import build_transforms, collate_fn
+    from vit_ft.data.collate import collate_fn
+    from vit_ft.data.transforms import build_transforms
 
     files = sorted(str(p) for p in (work / "data" / "train").glob("*/*.jpg"))
     transform = build_transforms(size, (0.5,) * 3, (0.5,) * 3, train=True, device_augmentation=True, seed=0)

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
-from vit_ft.tools.export.onnx import OnnxClassifier, export_model, quantize_int8
-from vit_ft.tools.export.report import openvino_runners
+from vit_ft.tools.export.onnx import export_model, quantize_int8
+from vit_ft.tools.export.onnx_runtime import OnnxClassifier
+from vit_ft.tools.export.runtimes import openvino_runners
 from vit_ft.utils.timing import interleave
 
 from .common import BenchmarkSettings, Row, throughput_row

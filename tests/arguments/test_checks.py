@@ -11,7 +11,7 @@ import pytest
 from vit_ft.arguments.checks import RecipeError, check_push, check_schedule, check_world_size
 from vit_ft.arguments.fields import ModelArguments
 from vit_ft.arguments.plan import run_compute
-from vit_ft.arguments.training_arguments import check_precision
+from vit_ft.arguments.precision import check_precision
 from vit_ft.model.checks import MAX_IMAGE_TOKENS_ENV_VAR
 from vit_ft.utils import hardware
 

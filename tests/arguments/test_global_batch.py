@@ -1,5 +1,5 @@
 """`global_batch_size`, the recipe's contract: the accumulation derived from the world size where the arguments
-are built (`training_arguments.resolve_global_batch`), refused in one line when it does not divide or when an
+are built (`global_batch.resolve_global_batch`), refused in one line when it does not divide or when an
 explicit accumulation disagrees, checked once against the batch Trainer takes (`checks.check_global_batch`), and
 stated in one log line (`describe_batch`) and the run record (`batch_record`)."""
 
@@ -9,14 +9,14 @@ import pytest
 from transformers import TrainingArguments
 
 from vit_ft.arguments.checks import RecipeError, check_global_batch
-from vit_ft.arguments.recipes import load_recipe, parse_args, resolve_recipe
-from vit_ft.arguments.training_arguments import (
-    FineTuneTrainingArguments,
+from vit_ft.arguments.global_batch import (
     batch_record,
     describe_batch,
     launch_world_size,
     resolve_global_batch,
 )
+from vit_ft.arguments.recipes import load_recipe, parse_args, resolve_recipe
+from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 
 # (world size, per-device batch, global batch, the accumulation that makes it)
 DIVIDES = [(1, 8, 64, 8), (2, 8, 64, 4), (4, 8, 64, 2), (4, 16, 64, 1), (2, 16, 64, 2), (8, 32, 512, 2),

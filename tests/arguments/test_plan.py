@@ -4,6 +4,8 @@ split, the output folder's state and the passes; `--print_plan` shows it and wri
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,68 @@ def test_the_plan_holds_the_compute_decision(native, tmp_path, monkeypatch):
     assert record == plan.compute.record() and plan.compute.precision == "bf16"
     assert plan.compute.emulated_bf16 is (not native)
     assert ("emulated" in plan.describe()) is (not native)
+
+
+def _no_network(*args, **kwargs):
+    raise AssertionError("--print_plan asked the Hub")
+
+
+def test_print_plan_refuses_a_mistyped_local_model_folder_in_one_line(tmp_path, capfd, monkeypatch):
+    """The review finding: the plan ran no path check, so it showed a model folder that does not exist."""
+    monkeypatch.setattr("vit_ft.utils.hub_ids.check_hub_reachable", _no_network)
+    (tmp_path / "outputs" / "digits-pretrained").mkdir(parents=True)
+    result = run_script("scripts/finetune.py", ["--recipe", "digits", "--model_name_or_path",
+                        "outputs/digits-pretraned", "--print_plan"], capfd, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1 and "Run plan" not in result.stdout, result.stdout[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "error: model_name_or_path outputs/digits-pretraned: no such folder; did you mean outputs/digits-pretrained?"
+    ]
+
+
+@pytest.mark.parametrize("flag", ["--teacher_model_name_or_path", "--model_name_or_path"])
+def test_print_plan_refuses_a_missing_local_model_or_teacher(flag, tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr("vit_ft.utils.hub_ids.check_hub_reachable", _no_network)
+    recipe = write_tiny_recipe(tmp_path)
+    result = run_script("scripts/finetune.py", ["--recipe", str(recipe), flag, str(tmp_path / "backbne"),
+                        "--print_plan"], capfd, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1, result.stdout[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {flag.lstrip('-')} {tmp_path / 'backbne'}: no such folder; did you mean")
+
+
+@pytest.mark.parametrize("offline", ["1", "0"], ids=["HF_HUB_OFFLINE=1", "online"])
+def test_print_plan_states_an_uncached_hub_id_unchecked_without_asking_the_hub(offline, tmp_path, capfd, monkeypatch):
+    """A Hub id the cache does not hold is neither looked up nor refused: the plan prints and says so (offline
+    mode: that the run will refuse it)."""
+    monkeypatch.setattr("vit_ft.utils.hub_ids.check_hub_reachable", _no_network)
+    result = run_script("scripts/finetune.py", ["--recipe", "dogs", *_cpu_flags("dogs"), "--print_plan"], capfd,
+                        cwd=tmp_path, env={"HF_HUB_OFFLINE": offline})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    recipe = load_recipe(resolve_recipe("dogs"))
+    unchecked = [line for line in result.stdout.splitlines() if line.startswith("  not checked: ")]
+    assert [line.split(":")[1].strip() for line in unchecked] == [
+        f"model_name_or_path {recipe['model_name_or_path']}",
+        f"dataset_name {recipe['dataset_name']}",
+    ]
+    assert all(("the run will refuse it" in line) is (offline == "1") for line in unchecked), unchecked
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plan_whose_sources_are_here_states_nothing_unchecked(tmp_path):
+    plan = build_plan(["--recipe", str(write_tiny_recipe(tmp_path))])
+    assert "not checked" not in plan.describe()
+    assert "  not checked: x: why" in plan.describe(["x: why"]).splitlines()
+
+
+def test_print_plan_imports_neither_the_training_layer_nor_the_tasks(tmp_path):
+    """What keeps `--print_plan` near the cost of importing transformers' TrainingArguments: the training layer,
+    the tasks package and datasets stay unimported."""
+    code = (
+        "import sys\nfrom vit_ft.commands.finetune import main\n"
+        "try:\n    main(['--recipe', 'digits', '--print_plan'])\nexcept SystemExit as stop:\n    assert not stop.code\n"
+        "loaded = [name for name in ('vit_ft.training', 'vit_ft.tasks', 'datasets') if name in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("Run plan (recipe digits)")

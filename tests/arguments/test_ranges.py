@@ -1,4 +1,4 @@
-"""Tests for vit_ft.arguments.checks' table of ranges (RANGES): generated from the argument dataclasses' numeric
+"""Tests for vit_ft.arguments.ranges, the table of ranges (RANGES): generated from the argument dataclasses' numeric
 fields, so that a new int / float field without a range fails here, and each range refuses NaN, infinity and the
 value just outside it with one line naming the field, whether the value comes from Python, a flag or a recipe."""
 
@@ -12,8 +12,9 @@ import typing
 import pytest
 import torch
 
-from vit_ft.arguments.checks import EXEMPT, RANGES, VALUE_RANGES, RecipeError
+from vit_ft.arguments.checks import RecipeError
 from vit_ft.arguments.fields import DataArguments, ModelArguments
+from vit_ft.arguments.ranges import EXEMPT, RANGES, VALUE_RANGES
 from vit_ft.arguments.recipes import ARGUMENT_DATACLASSES, parse_args
 from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 
@@ -86,7 +87,7 @@ def test_the_generator_sees_the_numeric_fields_of_every_dataclass():
 
 def test_every_numeric_field_has_a_range_or_a_stated_exemption():
     missing = sorted(set(FIELDS) - set(RANGES) - set(EXEMPT))
-    assert not missing, f"numeric fields without a range in vit_ft.arguments.checks.RANGES: {missing}"
+    assert not missing, f"numeric fields without a range in vit_ft.arguments.ranges.RANGES: {missing}"
     assert not set(RANGES) & set(EXEMPT)
     assert all(reason.strip() for reason in EXEMPT.values())
     stale = sorted((set(RANGES) | set(EXEMPT)) - set(FIELDS))

@@ -18,8 +18,9 @@ from vit_ft.data.bad_images import (
     find_bad_images,
     prescan_small_splits,
 )
+from vit_ft.data.collate import collate_fn
 from vit_ft.data.images import load_image
-from vit_ft.data.transforms import INDEX_COLUMN, build_transforms, collate_fn
+from vit_ft.data.transforms import INDEX_COLUMN, build_transforms
 
 from ..sample_images import encoded, photo
 

@@ -14,12 +14,11 @@ from vit_ft.data.images import (
     center_crop_box,
     cover_size,
     load_image,
-    random_resized_crop,
-    random_resized_crop_box,
     resize_and_center_crop,
     to_normalized_tensor,
     to_rgb,
 )
+from vit_ft.data.random_crops import random_resized_crop, random_resized_crop_box
 
 
 def smooth_photo(width: int, height: int) -> Image.Image:

@@ -15,8 +15,9 @@ from transformers.models.siglip2.image_processing_pil_siglip2 import (
 )
 
 from vit_ft import ViTFTConfig, ViTFTForImageClassification
+from vit_ft.data.collate import collate_fn
 from vit_ft.data.naflex import collate_patches, from_patches, image_size_for_max_num_patches, to_patches
-from vit_ft.data.transforms import build_transforms, collate_fn
+from vit_ft.data.transforms import build_transforms
 
 HALF = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vit_ft.data.streaming import image_key, load_streamed_datasets, resume_skip
+from vit_ft.data.datasets import load_image_datasets
+from vit_ft.data.streaming import image_key, resume_skip
 from vit_ft.utils.cli import error_line
 
 from ..fake_hub import parquet_bytes, tar_shard
@@ -42,7 +43,7 @@ KEYS = {image_key({"bytes": png(n)}): n for n in range(sum(SIZES))}
 
 def load(folder, **kwargs):
     values = {"image_column": "png", "label_column": "cls", "label_names": NAMES, "validation_split_percentage": 0}
-    return load_streamed_datasets(str(folder), **{**values, **kwargs})
+    return load_image_datasets(dataset_name=str(folder), streaming=True, **{**values, **kwargs})
 
 
 def read(stream, rank, world_size, workers, batches=None, batch_size=1):
@@ -96,8 +97,8 @@ def test_multi_label_stream_from_parquet_folder(tmp_path):
     folder.mkdir()
     rows = [{"image": {"bytes": png(n), "path": f"{n}.png"}, "tags": [NAMES[n % 3], NAMES[(n + 1) % 3]]} for n in range(6)]
     (folder / "train-00000.parquet").write_bytes(parquet_bytes(rows))
-    splits, names = load_streamed_datasets(str(folder), label_column="tags", label_names=NAMES,
-                                           validation_split_percentage=0)  # fmt: skip
+    splits, names = load_image_datasets(dataset_name=str(folder), streaming=True, label_column="tags",
+                                        label_names=NAMES, validation_split_percentage=0)  # fmt: skip
     splits["train"].passes = 1
     labels = [row["label"] for row in splits["train"]]
     assert len(labels) == 6
@@ -131,9 +132,9 @@ def test_bad_input_is_one_error_line(shards, change, message):
 def test_a_shard_that_is_not_a_tar_met_while_reading_is_one_line_naming_it(shards, monkeypatch, workers):
     """A Hub dataset's shards are not checked before training (only a local folder's are): the stream's reading
     names the bad one, and a DataLoader worker's error reaches the user as the same one line."""
-    from vit_ft.data import streaming
+    from vit_ft.data import stream_sources
 
-    monkeypatch.setattr(streaming, "_check_local_shards", lambda folder: None)
+    monkeypatch.setattr(stream_sources, "_check_local_shards", lambda folder: None)
     not_a_tar(shards)
     splits, _ = load(shards)
     splits["train"].passes = 1
@@ -146,9 +147,9 @@ def test_a_shard_that_is_not_a_tar_met_while_reading_is_one_line_naming_it(shard
 
 def test_a_first_shard_that_is_not_a_tar_is_one_line_naming_it(shards, monkeypatch):
     """The first shard of a webdataset is read for its features when the stream is opened."""
-    from vit_ft.data import streaming
+    from vit_ft.data import stream_sources
 
-    monkeypatch.setattr(streaming, "_check_local_shards", lambda folder: None)
+    monkeypatch.setattr(stream_sources, "_check_local_shards", lambda folder: None)
     (shards / "train-00000.tar").write_bytes(b"this is not a tar archive")
     with pytest.raises(ValueError) as caught:
         load(shards)

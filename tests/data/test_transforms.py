@@ -10,8 +10,10 @@ import pytest
 import torch
 from PIL import Image, ImageFile
 
-from vit_ft.data.images import random_resized_crop, to_normalized_tensor
-from vit_ft.data.transforms import INDEX_COLUMN, augmentation_seed, build_transforms, collate_fn
+from vit_ft.data.collate import collate_fn
+from vit_ft.data.images import to_normalized_tensor
+from vit_ft.data.random_crops import random_resized_crop
+from vit_ft.data.transforms import INDEX_COLUMN, augmentation_seed, build_transforms
 
 from ..sample_images import encoded, photo
 

@@ -73,7 +73,7 @@ def test_the_forward_compiles_in_one_graph(cls, pixels):
         torch.testing.assert_close(compiled(pixels)[0], model(pixels)[0])
 
 
-@pytest.mark.slow
+@pytest.mark.long  # inductor compiles flex attention on the CPU (about a minute): CI's own step
 def test_flex_attention_matches_sdpa(pixels):
     """_supports_flex_attn: transformers' flex attention (compiled by inductor on CPU: about a minute)."""
     assert ViTFTPreTrainedModel._supports_flex_attn

@@ -261,9 +261,9 @@ def test_save_pretrained_round_trip(hf_classifier_dir, tmp_path, cls, pixels):
 
 def test_fine_tuning_a_saved_folder_keeps_its_resolution_when_image_size_is_unset(hf_classifier_dir, tmp_path):
     """`--model_name_or_path <a saved vit_ft folder>` without --image_size, as from a transformers checkpoint
-    (training.stages.build_model): the saved size, the new labels, the encoder's weights; it raised before."""
+    (training.model.build_model): the saved size, the new labels, the encoder's weights; it raised before."""
     from vit_ft.arguments.fields import ModelArguments
-    from vit_ft.training.stages import build_model
+    from vit_ft.training.model import build_model
 
     reference = ViTFTForImageClassification.from_pretrained(hf_classifier_dir, image_size=24)
     reference.save_pretrained(tmp_path)

@@ -290,9 +290,9 @@ def test_architecture_names_give_size_and_patch(architecture, size, patch):
 
 
 def test_fine_tune_takes_mean_and_std_from_pretrained_cfg(timm_dir):
-    """The fine-tune's model and processor (training.stages.build_model), as `--model_name_or_path <timm repo>` runs it."""
+    """The fine-tune's model and processor (training.model.build_model), as `--model_name_or_path <timm repo>` runs it."""
     from vit_ft.arguments.fields import ModelArguments
-    from vit_ft.training.stages import build_model
+    from vit_ft.training.model import build_model
 
     model, processor = build_model(ModelArguments(model_name_or_path=str(timm_dir), image_size=24), ["a", "b"])
     assert list(processor.image_mean) == MEAN and list(processor.image_std) == STD

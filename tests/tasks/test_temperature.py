@@ -6,7 +6,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from vit_ft import ViTFTForImageClassification
-from vit_ft.data.transforms import collate_fn
+from vit_ft.data.collate import collate_fn
 from vit_ft.metrics.calibration import fit_temperature, negative_log_likelihood
 from vit_ft.tasks.temperature import MIN_CALIBRATION_IMAGES, calibration_record, fit_and_record_temperature
 from vit_ft.utils.run_record import recorded_temperature

@@ -10,9 +10,10 @@ import re
 import pytest
 
 from vit_ft.commands.export import export, main
-from vit_ft.tools.export import report as deployment
-from vit_ft.tools.export.onnx import ONNX_FILE
-from vit_ft.tools.export.report import RuntimeRow, openvino_missing, recommend_int8
+from vit_ft.tools.export import runtimes
+from vit_ft.tools.export.onnx_runtime import ONNX_FILE
+from vit_ft.tools.export.report import RuntimeRow, recommend_int8
+from vit_ft.tools.export.runtimes import openvino_missing
 from vit_ft.utils.output_dir import OUTPUT_RECORD
 
 RUNTIMES = ["PyTorch eager", "PyTorch compiled", "onnxruntime fp32", "onnxruntime int8", "OpenVINO fp32",
@@ -49,7 +50,7 @@ def reported(tiny_finetuned_dir, tmp_path_factory):
     """The tiny digits fine-tune exported with --report once (torch.compile tracing only: inductor takes minutes)."""
     out = tmp_path_factory.mktemp("deploy") / "digits-onnx"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(deployment, "COMPILE_BACKEND", "eager")
+        patch.setattr(runtimes, "COMPILE_BACKEND", "eager")
         summary = export(["--model", str(tiny_finetuned_dir), "--output_dir", str(out), "--report",
                           "--report_warmup", "1", "--report_repeats", "3"])  # fmt: skip
     return out, summary
@@ -87,7 +88,7 @@ def test_report_has_a_row_per_runtime_and_agrees_with_pytorch(reported):
 @pytest.mark.slow  # the export with its report: about a minute on 2 busy cores
 def test_int8_graphs_keep_layernorm_and_softmax_in_fp32(reported):
     out, _ = reported
-    ops = deployment.onnx_int8_ops(out / "model.int8.onnx")
+    ops = runtimes.onnx_int8_ops(out / "model.int8.onnx")
     assert ops.get("MatMulInteger", 0) > 0 and ops["LayerNormalization"] > 0 and ops["Softmax"] > 0, ops
     assert not any(name.startswith("QLinear") for name in ops), ops  # softmax or LayerNorm in int8
     notes = {r["runtime"]: r["note"] for r in json.loads((out / "deployment.json").read_text())["rows"]}

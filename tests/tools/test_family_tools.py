@@ -102,7 +102,8 @@ def test_onnx_export_of_the_newer_members_matches_pytorch_in_onnxruntime(name, t
     RMSNorm and pooling head export with a dynamic height and width, and onnxruntime gives PyTorch's logits at
     sizes the trace never saw."""
     pytest.importorskip("onnxruntime")
-    from vit_ft.tools.export.onnx import OnnxClassifier, export_model
+    from vit_ft.tools.export.onnx import export_model
+    from vit_ft.tools.export.onnx_runtime import OnnxClassifier
 
     model = saved_family(name, tmp_path / "model")
     dynamic, difference, _ = export_model(model, tmp_path / "model.onnx")

@@ -153,7 +153,8 @@ def test_demo_on_a_folded_model_equals_the_source(staged, tiny_finetuned_dir):
 
 @needs_onnx
 def test_onnx_export_folds_the_temperature(tiny_finetuned_dir, tmp_path):
-    from vit_ft.tools.export.onnx import ONNX_FILE, OnnxClassifier, export_onnx, graph_task
+    from vit_ft.tools.export.onnx import export_onnx
+    from vit_ft.tools.export.onnx_runtime import ONNX_FILE, OnnxClassifier, graph_task
 
     source = load_trained(tiny_finetuned_dir, device="cpu")
     export_onnx(source, tmp_path / "onnx")

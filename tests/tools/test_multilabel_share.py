@@ -208,6 +208,7 @@ def test_onnx_side_files_keep_the_head_and_evaluate_is_refused(tmp_path, monkeyp
     export and its logits against PyTorch are test_onnx_export's (seconds each)."""
     pytest.importorskip("onnxruntime")
     from vit_ft.tools.export import onnx as onnx_export
+    from vit_ft.tools.export.onnx_runtime import compare_accuracy
 
     def stub_graph(model, path):
         path.write_bytes(b"graph")
@@ -219,7 +220,7 @@ def test_onnx_side_files_keep_the_head_and_evaluate_is_refused(tmp_path, monkeyp
     with pytest.raises(
         ValueError, match="--evaluate compares top-1 accuracy, which a multi-label model .*mAP"
     ):
-        onnx_export.compare_accuracy(folder, tmp_path / "nothing")
+        compare_accuracy(folder, tmp_path / "nothing")
     result = onnx_export.export_onnx(folder, tmp_path / "onnx")
     saved = json.loads((tmp_path / "onnx" / "config.json").read_text())
     assert saved["problem_type"] == MULTI_LABEL and saved[THRESHOLD_ATTRIBUTE] == thresholds

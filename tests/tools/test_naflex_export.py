@@ -57,7 +57,7 @@ def exported(source, tmp_path_factory):
 
 @pytest.mark.slow
 def test_naflex_graph_gives_pytorchs_logits_on_several_aspect_ratios(source, exported):
-    from vit_ft.tools.export.onnx import INT8_FILE, ONNX_FILE, OnnxClassifier
+    from vit_ft.tools.export.onnx_runtime import INT8_FILE, ONNX_FILE, OnnxClassifier
 
     out, result = exported
     assert {ONNX_FILE, INT8_FILE, "config.json", "preprocessor_config.json"} <= {p.name for p in out.iterdir()}
@@ -90,7 +90,8 @@ def test_naflex_graph_gives_pytorchs_logits_on_several_aspect_ratios(source, exp
 @pytest.mark.slow
 def test_naflex_graph_with_the_attention_pooling_head(tmp_path):
     """SigLIP 2's map head (attention pooling over the valid patches only) in the graph."""
-    from vit_ft.tools.export.onnx import OnnxClassifier, export_model
+    from vit_ft.tools.export.onnx import export_model
+    from vit_ft.tools.export.onnx_runtime import OnnxClassifier
 
     randomize(references()["vision"], seed=4).save_pretrained(tmp_path / "vision")
     model = randomize(ViTFTForImageClassification.from_pretrained(tmp_path / "vision", **LABELS), seed=5)
@@ -105,7 +106,7 @@ def test_naflex_graph_with_the_attention_pooling_head(tmp_path):
 
 @pytest.mark.slow
 def test_a_naflex_graph_given_pixels_is_one_line(exported):
-    from vit_ft.tools.export.onnx import OnnxClassifier
+    from vit_ft.tools.export.onnx_runtime import OnnxClassifier
 
     graph = OnnxClassifier.from_folder(exported[0])
     with pytest.raises(ValueError, match=r"takes NaFlex batches .* it was given pixel_values") as error:

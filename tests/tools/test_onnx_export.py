@@ -15,7 +15,7 @@ import torch
 
 from vit_ft.commands.export import export, main
 from vit_ft.tools.export import onnx as onnx_export
-from vit_ft.tools.export.onnx import INT8_FILE, ONNX_FILE, OnnxClassifier
+from vit_ft.tools.export.onnx_runtime import INT8_FILE, ONNX_FILE, OnnxClassifier
 from vit_ft.tools.trained import load_trained
 from vit_ft.utils.output_dir import OUTPUT_RECORD
 

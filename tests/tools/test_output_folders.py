@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from vit_ft.tools.evaluate.run import EVALUATION_FILES
-from vit_ft.tools.export.onnx import EXPORT_FILES, INT8_FILE, ONNX_FILE
+from vit_ft.tools.export.onnx import EXPORT_FILES
+from vit_ft.tools.export.onnx_runtime import INT8_FILE, ONNX_FILE
 from vit_ft.tools.inspect.run import INSPECTION_FILES
 from vit_ft.utils.output_dir import OUTPUT_RECORD, OutputFiles, record_outputs, written_by
 

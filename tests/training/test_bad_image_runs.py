@@ -10,7 +10,7 @@ import pytest
 from vit_ft.arguments.recipes import parse_args
 from vit_ft.data.bad_images import find_bad_images
 from vit_ft.training.callbacks import BadImageCallback
-from vit_ft.training.stages import load_data
+from vit_ft.training.data import load_data
 
 from ..cli_runner import run_script
 from ..conftest import write_tiny_recipe
@@ -73,7 +73,7 @@ def test_the_scan_runs_outside_the_barrier_that_waits_on_the_main_process(tmp_pa
     a scan there costs every process the scan of all of them."""
     from contextlib import contextmanager
 
-    from vit_ft.training import stages
+    from vit_ft.training import data
 
     _, data_args, training_args = parse_args(["--recipe", str(write_tiny_recipe(tmp_path))])
     inside, scanned = [], []
@@ -91,6 +91,6 @@ def test_the_scan_runs_outside_the_barrier_that_waits_on_the_main_process(tmp_pa
         return splits
 
     monkeypatch.setattr(type(training_args), "main_process_first", main_process_first)
-    monkeypatch.setattr(stages, "prescan_small_splits", scan)
+    monkeypatch.setattr(data, "prescan_small_splits", scan)
     load_data(data_args, training_args)
     assert scanned == [False]

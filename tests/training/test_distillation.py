@@ -24,11 +24,9 @@ from vit_ft.training.distillation import (
     load_teacher,
 )
 from vit_ft.training.lora import apply_lora
-from vit_ft.utils.run_record import is_finished
 
 from ..cli_runner import run_script
 from ..conftest import randomize, tiny_ft_config, write_tiny_recipe
-from .test_distributed import launch_two_processes
 from .test_finetune_errors import assert_one_line_error
 from .test_resume import assert_same_run, final_run, finetune
 
@@ -229,19 +227,6 @@ def test_resume_with_a_teacher_is_exact_and_a_changed_teacher_is_refused(tmp_pat
     assert_one_line_error(refused, "distillation_alpha")
     finetune(first, recipe, "--output_dir", str(out), "--resume", capfd=capfd)
     assert_same_run(final_run(out), uninterrupted)
-
-
-@pytest.mark.slow
-def test_two_processes_each_with_its_own_teacher(tmp_path, tiny_finetuned_dir):
-    """Two CPU processes (gloo): each runs the teacher on its own share of the batch; the student alone is
-    wrapped by DDP and saved."""
-    recipe = write_tiny_recipe(tmp_path, teacher_model_name_or_path=str(tiny_finetuned_dir), num_train_epochs=1)
-    log = launch_two_processes(recipe, tmp_path)
-    assert "Distilling from" in log
-    out = tmp_path / "out"
-    assert is_finished(out)
-    with safe_open(out / "model.safetensors", "pt") as weights:
-        assert set(weights.keys()) == set(ViTFTForImageClassification.from_pretrained(out).state_dict())
 
 
 # id -> (flags, where {tmp} is the test's folder and {teacher} the tiny fine-tuned folder; words in the error)

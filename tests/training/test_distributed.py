@@ -1,25 +1,13 @@
-"""Several processes: a tiny recipe launched with two CPU processes (gloo) through accelerate, and resumed from a
-checkpoint in the middle of an epoch to the same result bit for bit."""
+"""Several processes: how tests launch a recipe on two CPU processes (gloo) through accelerate, and a locked output
+folder stopping both at once. The run itself, its global batch, teachers and exact resume are read from one
+shared launch: tests/training/test_two_processes.py."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from ..conftest import REPO, write_tiny_recipe
-
-# 96 images, batch 16 per process, 2 processes: 3 steps per epoch; checkpoints 2, 4, 6, 8 (2 and 4 mid-epoch).
-# Random crops and dropout, both drawn in each process; the final model is the last one.
-SETTINGS = {
-    "num_train_epochs": 3,
-    "save_strategy": "steps",
-    "save_steps": 2,
-    "save_total_limit": None,
-    "load_best_model_at_end": False,
-    "hidden_dropout_prob": 0.1,
-    "crop_scale_min": 0.5,
-}
 
 
 def final_metrics(path: Path) -> dict[str, float]:
@@ -38,33 +26,6 @@ def launch_two_processes(recipe: Path, cwd: Path, *args: str) -> str:
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     return log
-
-
-def test_two_cpu_processes_and_an_exact_resume(tmp_path):
-    recipe = write_tiny_recipe(tmp_path, **SETTINGS)
-    log = launch_two_processes(recipe, tmp_path)
-    out = tmp_path / "out"
-    run = json.loads((out / "vit_ft_run.json").read_text())
-    assert run["world_size"] == 2
-    # only process 0 wrote the output, once
-    assert run["written_by_process"] == 0 and log.count("INFO vit_ft: Finished: ") == 1
-    state = json.loads((out / "trainer_state.json").read_text())
-    assert state["global_step"] == 3 * 3
-    losses = [e["loss"] for e in state["log_history"] if "loss" in e]
-    assert all(loss == loss and loss < 10 for loss in losses)  # finite and sane
-    assert 0.0 <= run["metrics"]["test_accuracy"] <= 1.0
-
-    # resumed from checkpoint-4 alone (one step into the second epoch), with both processes' RNG files
-    resumed = tmp_path / "resumed"
-    resumed.mkdir()
-    shutil.copytree(out / "checkpoint-4", resumed / "checkpoint-4")
-    assert (resumed / "checkpoint-4" / "rng_state_1.pth").is_file()
-    launch_two_processes(recipe, tmp_path, "--output_dir", str(resumed), "--resume")
-    for name in ("eval_results.json", "test_results.json"):
-        assert final_metrics(resumed / name) == final_metrics(out / name)
-    history = json.loads((resumed / "trainer_state.json").read_text())["log_history"]
-    assert [e["loss"] for e in history if "loss" in e] == losses
-    assert (resumed / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
 
 
 def test_two_processes_into_a_locked_folder_stop_at_once(tmp_path):

@@ -14,7 +14,8 @@ from vit_ft import ViTFTForImageClassification
 from vit_ft.arguments.fields import DataArguments
 from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 from vit_ft.tasks import SingleLabel
-from vit_ft.training.stages import attach_transforms, load_data
+from vit_ft.training.data import load_data
+from vit_ft.training.inputs import attach_transforms
 from vit_ft.training.trainer import build_trainer
 
 from ..conftest import tiny_ft_config

@@ -54,7 +54,8 @@ def test_ladder_end_to_end_with_an_injected_clock(tmp_path):
         ["--recipe", str(recipe), "--method", "auto", "--budget_minutes", "1", "--ladder_min_gain", "0"]
     )
     # readings: start 10; kNN 20-30; linear's check 40 (< 60 s: on), 50-60; LoRA's check 70 >= 60: stop
-    metrics = run_ladder(model_args, data_args, training_args, clock=FakeClock(), run_finetune=run_finetune)
+    rung = lambda rung_model, rung_training: run_finetune(rung_model, data_args, rung_training)  # noqa: E731
+    metrics = run_ladder(model_args, training_args, rung, clock=FakeClock())
     out = tmp_path / "out"
     record = json.loads((out / "ladder.json").read_text())
     ran = [rung["method"] for rung in record["rungs"] if rung["ran"]]

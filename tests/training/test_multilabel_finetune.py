@@ -126,6 +126,7 @@ def test_two_process_multilabel_run_tunes_the_threshold_on_validation(two_proces
     assert examples and any(name.count("_") >= 2 for name in examples)
 
 
+@pytest.mark.long  # a second two-process launch; the exact two-process resume is in the suite: test_two_processes.py
 def test_two_process_multilabel_run_resumes_exactly(two_process_run):
     tmp, recipe, _ = two_process_run
     out, resumed = tmp / "out", tmp / "resumed"
@@ -224,12 +225,12 @@ MISTAKES = [
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """Any attempt to build the fine-tune's model fails the test: the mistakes must be caught before it."""
-    from vit_ft.training import stages
+    from vit_ft.training import model
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the mistake was reported")
 
-    monkeypatch.setattr(stages.ViTFTForImageClassification, "from_pretrained", refuse)
+    monkeypatch.setattr(model.ViTFTForImageClassification, "from_pretrained", refuse)
 
 
 @pytest.mark.parametrize(("flags", "message"), MISTAKES)

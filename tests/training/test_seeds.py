@@ -15,7 +15,7 @@ import pytest
 from vit_ft.commands import finetune, seeds
 from vit_ft.training import sweep
 from vit_ft.training.seeds import parse_seeds, to_markdown
-from vit_ft.training.sweep import sweep_runs
+from vit_ft.training.sweep_values import sweep_runs
 from vit_ft.utils.output_dir import written_by
 from vit_ft.utils.run_record import RUN_RECORD_FILE, read_run_record, recorded_seed
 

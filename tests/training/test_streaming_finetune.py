@@ -229,9 +229,9 @@ def test_a_stream_with_too_many_bad_images_fails_with_one_line(tmp_path, capfd):
 def test_a_shard_that_is_not_a_tar_is_one_error_line_naming_it(tmp_path, capfd, monkeypatch):
     """A Hub dataset's shards are read only as training reaches them: the local check before training is off
     here, so that the stream's own reading meets the bad shard (in a DataLoader worker)."""
-    from vit_ft.data import streaming
+    from vit_ft.data import stream_sources
 
-    monkeypatch.setattr(streaming, "_check_local_shards", lambda folder: None)
+    monkeypatch.setattr(stream_sources, "_check_local_shards", lambda folder: None)
     recipe = small_stream(tmp_path, bad=0)
     (tmp_path / "shards" / "train-00001.tar").write_bytes(b"not a tar archive " * 40)
     result = run_script(FINETUNE, ["--recipe", recipe], capfd, cwd=tmp_path)

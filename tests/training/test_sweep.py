@@ -19,7 +19,7 @@ from vit_ft.commands import finetune
 from vit_ft.commands.finetune import parse_command
 from vit_ft.tools.trained import load_trained
 from vit_ft.training import sweep
-from vit_ft.training.sweep import parse_sweep, sweep_runs
+from vit_ft.training.sweep_values import parse_sweep, sweep_runs
 from vit_ft.utils.run_record import RUN_RECORD_FILE, is_finished, read_run_record
 
 from ..conftest import REPO, write_tiny_recipe
@@ -253,6 +253,7 @@ def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, fi
     assert "finished before; kept" not in caplog.text and snapshot(out) == finished
 
 
+@pytest.mark.long  # a two-process launch of two runs: CI's own step
 def test_sweep_under_two_processes(tmp_path):
     """Every process takes part in every run; process 0 alone chooses, copies and writes, once."""
     recipe = write_tiny_recipe(tmp_path, **SETTINGS)

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from vit_ft.training.sweep import sweep_runs
 from vit_ft.training.sweep_results import choose, summarize
+from vit_ft.training.sweep_values import sweep_runs
 from vit_ft.utils.run_record import write_run_record
 
 from ..conftest import write_tiny_recipe

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from vit_ft.arguments.checks import RecipeError
+from vit_ft.arguments.data_loading import resolve_data_loading
 from vit_ft.arguments.recipes import parse_args
-from vit_ft.arguments.training_arguments import resolve_data_loading
 from vit_ft.data.transforms import INDEX_COLUMN, build_transforms
 from vit_ft.training import workers
 from vit_ft.training.workers import check_data_loading, example_bytes, shared_memory_need

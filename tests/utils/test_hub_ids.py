@@ -76,3 +76,28 @@ def test_a_local_folder_is_not_a_hub_model(tmp_path, monkeypatch):
 def test_check_hub_id_names_the_flag():
     with pytest.raises(ValueError, match=r"^--repo 'a/b/c' is not a repo id"):
         check_hub_id("a/b/c", flag="--repo")
+
+
+def test_without_network_a_missing_folder_still_fails_and_an_uncached_hub_id_is_named(tmp_path, monkeypatch):
+    """`--print_plan`'s check: the local answers stand, the Hub is never asked (offline or not)."""
+    from huggingface_hub import constants
+
+    from vit_ft.utils import hub_ids
+
+    def asked(*args, **kwargs):
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr(hub_ids, "check_hub_reachable", asked)
+    (tmp_path / "model").mkdir()
+    for offline in (False, True):
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+        with hub_ids.without_network() as unchecked:
+            hub_ids.check_reference(tmp_path / "model", "--model here", "a folder")
+            with pytest.raises(FileNotFoundError, match="no such folder; did you mean"):
+                hub_ids.check_reference(tmp_path / "modle", "--model typo", "a folder")
+            hub_ids.check_reference("me/not-cached", "--model me/not-cached", "a folder", cache_dir=tmp_path)
+        assert len(unchecked) == 1 and unchecked[0].startswith("--model me/not-cached: a Hub id, not in the Hub cache")
+        assert ("offline mode" in unchecked[0]) is offline
+    with pytest.raises(AssertionError, match="the Hub was asked"):  # outside it, the Hub is asked as before
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        hub_ids.check_reference("me/not-cached", "--model me/not-cached", "a folder", cache_dir=tmp_path)

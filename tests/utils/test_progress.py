@@ -1,5 +1,6 @@
-"""`utils.progress`: plain lines where stderr is not a terminal (every few percent, count, rate, time left, no
-escape codes or carriage returns), a tqdm bar on a terminal, nothing when off; a waiting process says why."""
+"""`utils.progress`: plain lines where stderr is not a terminal (a bounded number: each 10 % but not sooner than
+10 s apart, once a minute, the closing line; count, rate, time left, no escape codes or carriage returns), a tqdm
+bar on a terminal, nothing when off; a waiting process says why."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import io
 import pytest
 
 from vit_ft.utils import progress as progress_module
-from vit_ft.utils.progress import LINE_EVERY, Progress, duration, waiting
+from vit_ft.utils.progress import LINE_EVERY, LINE_INTERVAL, Progress, duration, waiting
 
 
 class Terminal(io.StringIO):
@@ -16,21 +17,40 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_a_log_gets_plain_lines_every_few_percent_and_a_closing_one():
-    stream = io.StringIO()
-    with Progress(1000, "Feature bank", stream=stream) as progress:
-        for _ in range(100):
-            progress.update(10)
+def _timed_pass(monkeypatch, total: int, seconds_each: float, batch: int = 1, desc: str = "Feature bank") -> list:
+    """The lines a pass over `total` images in batches of `batch`, each batch `seconds_each`, writes to a log."""
+    stream, clock = io.StringIO(), [0.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
+    with Progress(total, desc, stream=stream) as progress:
+        for start in range(0, total, batch):
+            clock[0] += seconds_each
+            progress.update(min(batch, total - start))
     text = stream.getvalue()
     assert "\x1b" not in text and "\r" not in text
-    lines = text.splitlines()
-    assert len(lines) == round(1 / LINE_EVERY)  # 5 %, 10 %, ... 95 %, then the closing line
-    assert (
-        lines[0].startswith("Feature bank: 50/1000 img (5 %), ")
-        and "img/s" in lines[0]
-        and "left" in lines[0]
-    )
-    assert lines[-1].startswith("Feature bank: 1000/1000 img in ") and "img/s)" in lines[-1]
+    return text.splitlines()
+
+
+def test_a_short_pass_writes_its_closing_line_alone_with_name_count_and_rate(monkeypatch):
+    # 20 images one at a time in 2 s: each is 5 % of the pass, and none of them is worth a line of its own
+    lines = _timed_pass(monkeypatch, 20, 0.1)
+    assert lines == ["Feature bank: 20/20 img in 2.0 s (10 img/s)"]
+
+
+def test_a_pass_of_a_minute_writes_a_line_each_10_percent_but_not_sooner_than_the_gap(monkeypatch):
+    # 20 images at 3 s each: 10 % is 6 s, below the gap, so a line each 4 images (12 s), then the closing one
+    lines = _timed_pass(monkeypatch, 20, 3.0)
+    assert lines[0] == "Feature bank: 4/20 img (20 %), 0.333 img/s, 48 s left"
+    assert [line.split(" img")[0] for line in lines] == ["Feature bank: " + f"{n}/20" for n in (4, 8, 12, 16, 20)]
+    assert lines[-1] == "Feature bank: 20/20 img in 1 min 00 s (0.333 img/s)"
+
+
+@pytest.mark.parametrize("total, seconds_each, batch", [(1000, 1.0, 10), (100_000, 0.01, 1), (50, 30.0, 1)])
+def test_any_pass_writes_at_most_one_line_each_10_percent_and_one_a_minute(monkeypatch, total, seconds_each, batch):
+    lines = _timed_pass(monkeypatch, total, seconds_each, batch)
+    minutes = total / batch * seconds_each / LINE_INTERVAL
+    assert len(lines) <= round(1 / LINE_EVERY) + int(minutes) + 1
+    assert lines[-1].startswith(f"Feature bank: {total}/{total} img in ") and "img/s)" in lines[-1]
+    assert all("img/s, " in line and " left" in line for line in lines[:-1])
 
 
 def test_a_slow_pass_writes_a_line_at_least_once_a_minute(monkeypatch):

@@ -9,10 +9,11 @@ keys and flags like the others. The per-image fields map one to one onto `vit_ft
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
-from .checks import check_ranges
+from .help import option
+from .ranges import check_ranges
 
 AUTO_AUGMENT_CHOICES = ("randaugment", "trivialaugment")
 ERASING_MODE_CHOICES = ("const", "rand", "pixel")
@@ -22,69 +23,49 @@ ERASING_MODE_CHOICES = ("const", "rand", "pixel")
 class AugmentationArguments:
     """Augmentation beyond random-resized crop and flip (timm's names in brackets); the defaults add nothing."""
 
-    auto_augment: str | None = field(
-        default=None,
-        metadata={
-            "help": "Automatic augmentation after the crop and flip: 'randaugment' (timm's rand-m{M}-n{N}: "
-            "rand_augment_num_ops ops per image at rand_augment_magnitude) or 'trivialaugment' (one op at a "
-            "random magnitude per image). None: off."
-        },
+    auto_augment: str | None = option(
+        None,
+        "Automatic augmentation after the crop and flip: 'randaugment' (timm's rand-m{M}-n{N}: "
+        "rand_augment_num_ops ops per image at rand_augment_magnitude) or 'trivialaugment' (one op at a "
+        "random magnitude per image). None: off.",
     )
-    rand_augment_num_ops: int = field(
-        default=2, metadata={"help": "RandAugment's N: ops applied per image (timm's n; DeiT uses 2)."}
+    rand_augment_num_ops: int = option(2, "RandAugment's N: ops applied per image (timm's n; DeiT uses 2).")
+    rand_augment_magnitude: int = option(
+        9, "RandAugment's M on timm's 0..10 scale (M/10 of each op's strongest setting; DeiT uses 9)."
     )
-    rand_augment_magnitude: int = field(
-        default=9,
-        metadata={
-            "help": "RandAugment's M on timm's 0..10 scale (M/10 of each op's strongest setting; DeiT uses 9)."
-        },
+    color_jitter: float = option(
+        0.0,
+        "Colour jitter strength c in [0, 1]: brightness, contrast and saturation factors drawn "
+        "in [1 - c, 1 + c] (timm's --color-jitter, e.g. 0.4). Ignored under auto_augment, as in timm. 0: off.",
     )
-    color_jitter: float = field(
-        default=0.0,
-        metadata={
-            "help": "Colour jitter strength c in [0, 1]: brightness, contrast and saturation factors drawn "
-            "in [1 - c, 1 + c] (timm's --color-jitter, e.g. 0.4). Ignored under auto_augment, as in timm. 0: off."
-        },
+    random_erasing_prob: float = option(
+        0.0,
+        "Probability of erasing one random box of each training image, after normalisation "
+        "(timm's --reprob; DeiT uses 0.25). 0: off.",
     )
-    random_erasing_prob: float = field(
-        default=0.0,
-        metadata={
-            "help": "Probability of erasing one random box of each training image, after normalisation "
-            "(timm's --reprob; DeiT uses 0.25). 0: off."
-        },
+    random_erasing_mode: str = option(
+        "const",
+        "What fills an erased box: 'const' (the mean colour), 'rand' (one random colour per channel) "
+        "or 'pixel' (random noise per pixel) (timm's --remode; DeiT uses 'pixel').",
     )
-    random_erasing_mode: str = field(
-        default="const",
-        metadata={
-            "help": "What fills an erased box: 'const' (the mean colour), 'rand' (one random colour per channel) "
-            "or 'pixel' (random noise per pixel) (timm's --remode; DeiT uses 'pixel')."
-        },
+    mixup_alpha: float = option(
+        0.0,
+        "Mixup: each training batch is blended with its reverse by a Beta(alpha, alpha) weight, the "
+        "labels too, as soft targets (timm's --mixup; DeiT uses 0.8). Label smoothing then goes into the "
+        "mixed targets. 0: off.",
     )
-    mixup_alpha: float = field(
-        default=0.0,
-        metadata={
-            "help": "Mixup: each training batch is blended with its reverse by a Beta(alpha, alpha) weight, the "
-            "labels too, as soft targets (timm's --mixup; DeiT uses 0.8). Label smoothing then goes into the "
-            "mixed targets. 0: off."
-        },
+    cutmix_alpha: float = option(
+        0.0,
+        "CutMix: a box of the reversed batch is pasted in, area ratio from Beta(alpha, alpha), the "
+        "labels mixed by area (timm's --cutmix; DeiT uses 1.0). 0: off.",
     )
-    cutmix_alpha: float = field(
-        default=0.0,
-        metadata={
-            "help": "CutMix: a box of the reversed batch is pasted in, area ratio from Beta(alpha, alpha), the "
-            "labels mixed by area (timm's --cutmix; DeiT uses 1.0). 0: off."
-        },
+    mixup_prob: float = option(
+        1.0, "Probability that a training batch is mixed at all (timm's --mixup-prob)."
     )
-    mixup_prob: float = field(
-        default=1.0,
-        metadata={"help": "Probability that a training batch is mixed at all (timm's --mixup-prob)."},
-    )
-    mixup_switch_prob: float = field(
-        default=0.5,
-        metadata={
-            "help": "With both mixup_alpha and cutmix_alpha on: probability of CutMix instead of mixup for a "
-            "batch (timm's --mixup-switch-prob)."
-        },
+    mixup_switch_prob: float = option(
+        0.5,
+        "With both mixup_alpha and cutmix_alpha on: probability of CutMix instead of mixup for a "
+        "batch (timm's --mixup-switch-prob).",
     )
 
     def __post_init__(self) -> None:
@@ -114,14 +95,8 @@ class AugmentationArguments:
             return None  # nothing to build, and no kornia import for a plain run
         from ..data.augmentation import AugmentationSpec
 
-        spec = AugmentationSpec(
-            auto_augment=self.auto_augment,
-            rand_augment_num_ops=self.rand_augment_num_ops,
-            rand_augment_magnitude=self.rand_augment_magnitude,
-            color_jitter=self.color_jitter,
-            random_erasing_prob=self.random_erasing_prob,
-            random_erasing_mode=self.random_erasing_mode,
-        )
+        # the spec's fields are ours, one to one (the module docstring), so the spec takes each by its name
+        spec = AugmentationSpec(**{item.name: getattr(self, item.name) for item in fields(AugmentationSpec)})
         return spec if spec.active else None
 
 

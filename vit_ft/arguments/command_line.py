@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from .fields import DataArguments, ModelArguments
 from .recipes import parse_args
-from .training_arguments import TrainingArguments
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
+
+    from .fields import DataArguments, ModelArguments
 
 SWEEP_FLAG = "--sweep"
 PROCESS_PER_RUN_FLAG = "--process_per_run"

@@ -3,14 +3,14 @@
 Recipes (`recipes/*.yaml`) are flat mappings whose keys are exactly the field names below or those of
 `TrainingArguments` (`FineTuneTrainingArguments`); `vit_ft.arguments.recipes.parse_args` merges a recipe with
 command-line flags and builds the three (HfArgumentParser.parse_dict). Each `__post_init__` first checks its
-numbers against their ranges (`vit_ft.arguments.checks.RANGES`, the one table of them), then what else its own
+numbers against their ranges (`vit_ft.arguments.ranges.RANGES`, the one table of them), then what else its own
 fields can tell, `ModelArguments` the image size against its checkpoint too (the model layer's one check,
 `vit_ft.model.checks.check_image_size`); the checks across dataclasses and against the launch are in
 `vit_ft.arguments.checks`. Every mistake is a ValueError (`checks.RecipeError` from the range table).
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..data.builtin import BUILTIN_DATASETS
 from ..metrics.multilabel import PROBLEM_TYPES
@@ -23,9 +23,10 @@ from ..model.checks import (
 )
 from ..model.configuration_vit_ft import POOLING_CHOICES
 from .augmentation_arguments import AugmentationArguments
-from .checks import check_ranges
 from .family_defaults import FAMILY_DEFAULTS, check_recipe_family
+from .help import option
 from .pass_arguments import PassArguments
+from .ranges import check_ranges
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 # how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
@@ -56,122 +57,85 @@ def parse_lora_target_modules(value: str) -> str | list[str]:
 class ModelArguments:
     """What to fine-tune: the checkpoint, its fine-tuning resolution and head, and the optional LoRA setup."""
 
-    model_name_or_path: str = field(
-        default="google/vit-base-patch16-224-in21k",
-        metadata={"help": "Hub id or local folder of the pre-trained ViT checkpoint."},
+    model_name_or_path: str = option(
+        "google/vit-base-patch16-224-in21k", "Hub id or local folder of the pre-trained ViT checkpoint."
     )
-    image_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "Fine-tuning resolution in pixels (a multiple of the patch size); position embeddings are "
-            "resampled to it. None keeps the checkpoint's resolution."
-        },
+    image_size: int | None = option(
+        None,
+        "Fine-tuning resolution in pixels (a multiple of the patch size); position embeddings are "
+        "resampled to it. None keeps the checkpoint's resolution.",
     )
-    pooling: str | None = field(
-        default=None,
-        metadata={
-            "help": f"How the head pools the tokens: one of {', '.join(POOLING_CHOICES)}; unset keeps the "
-            "checkpoint's own (cls for ViT, DeiT and CLIP, cls+mean for DINOv2, map for SigLIP)."
-        },
+    pooling: str | None = option(
+        None,
+        f"How the head pools the tokens: one of {', '.join(POOLING_CHOICES)}; unset keeps the "
+        "checkpoint's own (cls for ViT, DeiT and CLIP, cls+mean for DINOv2, map for SigLIP).",
     )
-    max_num_patches: int | None = field(
-        default=None,
-        metadata={
-            "help": "NaFlex (SigLIP 2): each image keeps its aspect ratio, resized to at most this many patches, "
-            "padded and masked, in training, evaluation and prediction. Unset keeps the checkpoint's own (its "
-            "num_patches for SigLIP 2, square image_size crops for the others)."
-        },
+    max_num_patches: int | None = option(
+        None,
+        "NaFlex (SigLIP 2): each image keeps its aspect ratio, resized to at most this many patches, "
+        "padded and masked, in training, evaluation and prediction. Unset keeps the checkpoint's own (its "
+        "num_patches for SigLIP 2, square image_size crops for the others).",
     )
-    hidden_dropout_prob: float = field(
-        default=0.0,
-        metadata={
-            "help": "Dropout on embeddings and MLP/attention outputs (the ViT paper fine-tunes with 0)."
-        },
+    hidden_dropout_prob: float = option(
+        0.0, "Dropout on embeddings and MLP/attention outputs (the ViT paper fine-tunes with 0)."
     )
-    attention_probs_dropout_prob: float = field(
-        default=0.0,
-        metadata={"help": "Dropout on the attention weights."},
+    attention_probs_dropout_prob: float = option(0.0, "Dropout on the attention weights.")
+    fc_norm: bool | None = option(
+        None,
+        "Normalise the pooled token instead of every token (MAE's fine-tuning layout, with pooling "
+        "mean): the checkpoint's final LayerNorm is replaced by a new one after the pooling. None keeps the "
+        "checkpoint's own layout.",
     )
-    fc_norm: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Normalise the pooled token instead of every token (MAE's fine-tuning layout, with pooling "
-            "mean): the checkpoint's final LayerNorm is replaced by a new one after the pooling. None keeps the "
-            "checkpoint's own layout."
-        },
+    drop_path_rate: float | None = option(
+        None,
+        "Stochastic depth: each block's residual branches are dropped per sample with a probability "
+        "rising linearly from 0 at the first block to this at the last (DeiT/BEiT fine-tune with 0.1); "
+        "inactive in evaluation. None keeps the checkpoint's own value (0 for a plain ViT), 0 turns it off.",
     )
-    drop_path_rate: float | None = field(
-        default=None,
-        metadata={
-            "help": "Stochastic depth: each block's residual branches are dropped per sample with a probability "
-            "rising linearly from 0 at the first block to this at the last (DeiT/BEiT fine-tune with 0.1); "
-            "inactive in evaluation. None keeps the checkpoint's own value (0 for a plain ViT), 0 turns it off."
-        },
+    recipe_family: str | None = option(
+        None,
+        "The ViT family whose fine-tuning protocol the recipe's optimisation values follow (one of "
+        f"{', '.join(FAMILY_DEFAULTS)}). When --model_name_or_path names a checkpoint of another family, that "
+        "family's defaults (docs/model.md) replace them, except keys given as flags. None: the family of the "
+        "recipe's own model_name_or_path.",
     )
-    recipe_family: str | None = field(
-        default=None,
-        metadata={
-            "help": "The ViT family whose fine-tuning protocol the recipe's optimisation values follow (one of "
-            f"{', '.join(FAMILY_DEFAULTS)}). When --model_name_or_path names a checkpoint of another family, that "
-            "family's defaults (docs/model.md) replace them, except keys given as flags. None: the family of the "
-            "recipe's own model_name_or_path."
-        },
+    method: str | None = option(
+        None,
+        "How the model learns: 'full' (all weights), 'lora' (= use_lora: true), 'linear' (a logistic "
+        "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
+        "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
+        "then full, each taken while the one before gained more than ladder_min_gain). Unset: 'lora' when "
+        "use_lora is true, else 'full'.",
     )
-    method: str | None = field(
-        default=None,
-        metadata={
-            "help": "How the model learns: 'full' (all weights), 'lora' (= use_lora: true), 'linear' (a logistic "
-            "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
-            "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
-            "then full, each taken while the one before gained more than ladder_min_gain). Unset: 'lora' when "
-            "use_lora is true, else 'full'."
-        },
+    ladder_min_gain: float = option(
+        1.0,
+        "method auto: the validation gain (accuracy or mAP points, 1.0 = one percentage point) a rung "
+        "must make over the rungs below it for the ladder to try the next, costlier one.",
     )
-    ladder_min_gain: float = field(
-        default=1.0,
-        metadata={
-            "help": "method auto: the validation gain (accuracy or mAP points, 1.0 = one percentage point) a rung "
-            "must make over the rungs below it for the ladder to try the next, costlier one."
-        },
+    budget_minutes: float | None = option(
+        None, "method auto: no further rung starts once this many minutes are spent (unset: no limit)."
     )
-    budget_minutes: float | None = field(
-        default=None,
-        metadata={"help": "method auto: no further rung starts once this many minutes are spent (unset: no limit)."},
+    use_lora: bool | None = option(
+        None, "Train LoRA adapters (plus the classification head) instead of all weights."
     )
-    use_lora: bool | None = field(
-        default=None,
-        metadata={"help": "Train LoRA adapters (plus the classification head) instead of all weights."},
+    lora_r: int = option(16, "LoRA rank.")
+    lora_alpha: int = option(16, "LoRA scaling numerator (scale = lora_alpha / lora_r).")
+    lora_dropout: float = option(0.1, "Dropout on the LoRA branch input.")
+    lora_target_modules: str = option(
+        "attention",
+        "Where LoRA goes: 'attention' (attention projections), 'attention+mlp', or a comma-separated "
+        "list of module names (e.g. 'query,value').",
     )
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(
-        default=16, metadata={"help": "LoRA scaling numerator (scale = lora_alpha / lora_r)."}
+    merge_lora: bool = option(
+        True, "Merge the LoRA weights into the base model before saving, so the output loads without peft."
     )
-    lora_dropout: float = field(default=0.1, metadata={"help": "Dropout on the LoRA branch input."})
-    lora_target_modules: str = field(
-        default="attention",
-        metadata={
-            "help": "Where LoRA goes: 'attention' (attention projections), 'attention+mlp', or a comma-separated "
-            "list of module names (e.g. 'query,value')."
-        },
+    pretrain_if_missing: str | None = option(
+        None,
+        "Name of a built-in pre-training ('digits' or 'digits-small'): build the checkpoint at model_name_or_path "
+        "when that local path does not exist. A recipe's builds the recipe's own checkpoint: a "
+        "--model_name_or_path flag names one that must exist, unless this flag is given too.",
     )
-    merge_lora: bool = field(
-        default=True,
-        metadata={
-            "help": "Merge the LoRA weights into the base model before saving, so the output loads without peft."
-        },
-    )
-    pretrain_if_missing: str | None = field(
-        default=None,
-        metadata={
-            "help": "Name of a built-in pre-training ('digits' or 'digits-small'): build the checkpoint at model_name_or_path "
-            "when that local path does not exist. A recipe's builds the recipe's own checkpoint: a "
-            "--model_name_or_path flag names one that must exist, unless this flag is given too."
-        },
-    )
-    cache_dir: str | None = field(
-        default=None,
-        metadata={"help": "Where to cache checkpoints and datasets downloaded from the Hub."},
-    )
+    cache_dir: str | None = option(None, "Where to cache checkpoints and datasets downloaded from the Hub.")
 
     def __post_init__(self):
         check_ranges(self)  # image size, dropouts, LoRA rank and alpha
@@ -228,132 +192,88 @@ class DataArguments(AugmentationArguments, PassArguments):
     """Where the images come from (a Hub dataset or local class folders) and how they are augmented (the
     augmentation fields come from `AugmentationArguments`)."""
 
-    dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "Hub dataset id (e.g. uoft-cs/cifar10). Exactly one of dataset_name / train_dir is set."
-        },
+    dataset_name: str | None = option(
+        None, "Hub dataset id (e.g. uoft-cs/cifar10). Exactly one of dataset_name / train_dir is set."
     )
-    dataset_config: str | None = field(
-        default=None, metadata={"help": "Hub dataset configuration name, if any."}
+    dataset_config: str | None = option(None, "Hub dataset configuration name, if any.")
+    train_dir: str | None = option(
+        None, "Local training image folder with one sub-folder per class (instead of dataset_name)."
     )
-    train_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "Local training image folder with one sub-folder per class (instead of dataset_name)."
-        },
+    validation_dir: str | None = option(
+        None, "Local validation image folder (same class sub-folders as train_dir)."
     )
-    validation_dir: str | None = field(
-        default=None,
-        metadata={"help": "Local validation image folder (same class sub-folders as train_dir)."},
+    test_dir: str | None = option(None, "Local test image folder (same class sub-folders as train_dir).")
+    train_split: str = option("train", "Name of the Hub dataset's training split.")
+    validation_split: str | None = option(
+        "validation",
+        "Name of the Hub dataset's validation split; when the dataset has none, "
+        "validation_split_percentage of train is held out.",
     )
-    test_dir: str | None = field(
-        default=None,
-        metadata={"help": "Local test image folder (same class sub-folders as train_dir)."},
+    test_split: str | None = option(
+        None, "Name of the Hub dataset's test split, evaluated once after training (None: skip)."
     )
-    train_split: str = field(default="train", metadata={"help": "Name of the Hub dataset's training split."})
-    validation_split: str | None = field(
-        default="validation",
-        metadata={
-            "help": "Name of the Hub dataset's validation split; when the dataset has none, "
-            "validation_split_percentage of train is held out."
-        },
+    image_column: str = option("image", "Column holding the images.")
+    label_column: str = option(
+        "label",
+        "Column holding the labels: one class (id or name) per image, or several (a list of class "
+        "names or ids, Sequence(ClassLabel), or a multi-hot 0/1 list) for multi-label classification.",
     )
-    test_split: str | None = field(
-        default=None,
-        metadata={
-            "help": "Name of the Hub dataset's test split, evaluated once after training (None: skip)."
-        },
+    problem_type: str | None = option(
+        None,
+        "single_label_classification or multi_label_classification (several labels or none per "
+        "image; BCE loss, mAP). Unset: chosen from the data (a list-valued label column or labels.csv).",
     )
-    image_column: str = field(default="image", metadata={"help": "Column holding the images."})
-    label_column: str = field(
-        default="label",
-        metadata={
-            "help": "Column holding the labels: one class (id or name) per image, or several (a list of class "
-            "names or ids, Sequence(ClassLabel), or a multi-hot 0/1 list) for multi-label classification."
-        },
+    class_names: list[str] | None = option(
+        None,
+        "Multi-label: the label names of a multi-hot label column, in its order (YAML list or "
+        "comma-separated); other columns name their labels themselves.",
     )
-    problem_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "single_label_classification or multi_label_classification (several labels or none per "
-            "image; BCE loss, mAP). Unset: chosen from the data (a list-valued label column or labels.csv)."
-        },
+    label_separator: str = option(
+        ";", "Multi-label image folders: the labels' separator in labels.csv's labels cell."
     )
-    class_names: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Multi-label: the label names of a multi-hot label column, in its order (YAML list or "
-            "comma-separated); other columns name their labels themselves."
-        },
+    validation_split_percentage: float = option(
+        0.1,
+        "Fraction of train held out for validation (seeded, stratified) when there is no validation "
+        "split or folder (0.1 holds out a tenth).",
     )
-    label_separator: str = field(
-        default=";",
-        metadata={"help": "Multi-label image folders: the labels' separator in labels.csv's labels cell."},
+    max_train_samples: int | None = option(
+        None, "Truncate the training set to this many examples (quick runs and debugging)."
     )
-    validation_split_percentage: float = field(
-        default=0.1,
-        metadata={
-            "help": "Fraction of train held out for validation (seeded, stratified) when there is no validation "
-            "split or folder (0.1 holds out a tenth)."
-        },
+    max_eval_samples: int | None = option(
+        None, "Truncate the validation and test sets to this many examples."
     )
-    max_train_samples: int | None = field(
-        default=None,
-        metadata={"help": "Truncate the training set to this many examples (quick runs and debugging)."},
+    exclude: str | None = option(
+        None,
+        "A vit-ft audit findings.csv (the training images it names are dropped) or relabel.csv (each "
+        "row dropped, relabelled or kept, as its action column says), applied before training.",
     )
-    max_eval_samples: int | None = field(
-        default=None,
-        metadata={"help": "Truncate the validation and test sets to this many examples."},
+    crop_scale_min: float = option(
+        0.08, "Lower bound of the random-resized-crop area scale (Inception-style crops use 0.08)."
     )
-    exclude: str | None = field(
-        default=None,
-        metadata={
-            "help": "A vit-ft audit findings.csv (the training images it names are dropped) or relabel.csv (each "
-            "row dropped, relabelled or kept, as its action column says), applied before training."
-        },
+    horizontal_flip: bool = option(
+        True, "Random horizontal flips in training (turn off for data that is not mirror symmetric)."
     )
-    crop_scale_min: float = field(
-        default=0.08,
-        metadata={
-            "help": "Lower bound of the random-resized-crop area scale (Inception-style crops use 0.08)."
-        },
+    builtin_dataset: str | None = option(
+        None,
+        "Name of a built-in dataset (only 'digits': scikit-learn's handwritten digits) written as image "
+        "folders to train_dir/test_dir when they are missing.",
     )
-    horizontal_flip: bool = field(
-        default=True,
-        metadata={
-            "help": "Random horizontal flips in training (turn off for data that is not mirror symmetric)."
-        },
+    streaming: bool = option(
+        False,
+        "Stream dataset_name (a Hub dataset, or a folder of webdataset .tar shards) instead of "
+        "downloading it whole: shuffled by shard and buffer, split across processes and workers, trained "
+        "for max_steps (derived from the size the metadata states when unset); evaluation splits are read once.",
     )
-    builtin_dataset: str | None = field(
-        default=None,
-        metadata={
-            "help": "Name of a built-in dataset (only 'digits': scikit-learn's handwritten digits) written as image "
-            "folders to train_dir/test_dir when they are missing."
-        },
+    check_images: bool = option(
+        True,
+        "Scan each split of up to 20,000 images for undecodable files before training and drop "
+        "them, reporting them all at once (larger or streamed splits: a training image that does not "
+        "decode is always skipped where it is decoded, counted and named in vit_ft_run.json).",
     )
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "Stream dataset_name (a Hub dataset, or a folder of webdataset .tar shards) instead of "
-            "downloading it whole: shuffled by shard and buffer, split across processes and workers, trained "
-            "for max_steps (derived from the size the metadata states when unset); evaluation splits are read once."
-        },
-    )
-    check_images: bool = field(
-        default=True,
-        metadata={
-            "help": "Scan each split of up to 20,000 images for undecodable files before training and drop "
-            "them, reporting them all at once (larger or streamed splits: a training image that does not "
-            "decode is always skipped where it is decoded, counted and named in vit_ft_run.json)."
-        },
-    )
-    max_bad_image_fraction: float = field(
-        default=0.01,
-        metadata={
-            "help": "Fail the run (one line) once more than this fraction of the training images are skipped "
-            "because they do not decode, e.g. 0.01; 0 fails on the first one, 1 never fails."
-        },
+    max_bad_image_fraction: float = option(
+        0.01,
+        "Fail the run (one line) once more than this fraction of the training images are skipped "
+        "because they do not decode, e.g. 0.01; 0 fails on the first one, 1 never fails.",
     )
 
     def __post_init__(self):

@@ -3,16 +3,19 @@ first sentence of their help, read from the dataclasses' source without importin
 answers in well under a second (the dataclasses import torch and transformers; the full help, Trainer's hundred
 flags included, is `--help-all`).
 
-The source is the one place: each field's name and `metadata={"help": ...}` as the dataclass declares it (a test
-checks the names against the classes themselves).
+The source is the one place: each field's name and help as the dataclass declares it, `name: type = option(default,
+"help")` (`option`: a dataclass field with its help, as HfArgumentParser reads it; a test checks the names against
+the classes themselves).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import shutil
 import textwrap
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 # (heading, source file, class): the groups of the short help, in order
@@ -45,19 +48,33 @@ COMMON_TRAINER_FLAGS = (
 )
 
 
+def option(default: Any, text: str, **kwargs: Any) -> Any:
+    """A field of an argument dataclass: its default and its help `text` (the flag's help in `--help-all`, the
+    first sentence of it in the short help); `kwargs` go to `dataclasses.field` as they are."""
+    return dataclasses.field(default=default, metadata={"help": text}, **kwargs)
+
+
+def _string(node: ast.expr) -> str:
+    """A string literal as written (an f-string's placeholders as '...'), or ""."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(part.value if isinstance(part, ast.Constant) else "..." for part in node.values)
+    return ""
+
+
 def _help_text(call: ast.Call) -> str:
-    """The `metadata={"help": ...}` of a `field(...)` call, as written (an f-string's placeholders as '...'),
-    or ""."""
+    """The help of an `option(default, "help")` call, or the `metadata={"help": ...}` of a `field(...)` call, as
+    written, or ""."""
+    if isinstance(call.func, ast.Name) and call.func.id == "option":
+        if len(call.args) > 1:
+            return _string(call.args[1])
+        return next((_string(keyword.value) for keyword in call.keywords if keyword.arg == "text"), "")
     for keyword in call.keywords:
         if keyword.arg == "metadata" and isinstance(keyword.value, ast.Dict):
             for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == "help":
-                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                        return value.value
-                    if isinstance(value, ast.JoinedStr):
-                        return "".join(
-                            part.value if isinstance(part, ast.Constant) else "..." for part in value.values
-                        )
+                    return _string(value)
     return ""
 
 
@@ -114,4 +131,4 @@ def short_help(prog: str, usage: str, description: str, switches: list[tuple[str
     return "\n".join(lines)
 
 
-__all__ = ["COMMON_TRAINER_FLAGS", "SECTIONS", "declared_fields", "short_help"]
+__all__ = ["COMMON_TRAINER_FLAGS", "SECTIONS", "declared_fields", "option", "short_help"]

@@ -9,9 +9,10 @@ not pay for a full run's bank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..tasks.feature_bank import BANK_MAX_IMAGES
+from ..utils.option_values import BANK_MAX_IMAGES
+from .help import option
 
 # what a run without a bank gives up, said where it skips it and in its record
 NO_BANK = (
@@ -24,13 +25,11 @@ NO_BANK = (
 class PassArguments:
     """How big the passes after training are."""
 
-    bank_max_images: int | None = field(
-        default=BANK_MAX_IMAGES,
-        metadata={
-            "help": "Training images in the feature bank (feature_bank.safetensors, the out-of-distribution "
-            "score's), a class-stratified sample, e.g. 20000; none or 0 skips the bank and the score. A run that "
-            "trains on fewer images (max_steps x global batch) banks as many as it trained on."
-        },
+    bank_max_images: int | None = option(
+        BANK_MAX_IMAGES,
+        "Training images in the feature bank (feature_bank.safetensors, the out-of-distribution "
+        "score's), a class-stratified sample, e.g. 20000; none or 0 skips the bank and the score. A run that "
+        "trains on fewer images (max_steps x global batch) banks as many as it trained on.",
     )
 
 

@@ -10,15 +10,19 @@ data or model is loaded; the run record keeps `RunPlan.record()`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..utils.hardware import Compute, compute_for
-from .training_arguments import precision_of
+from .global_batch import batch_record
+from .merge import TRAINING_DEFAULTS
+from .precision import precision_of
 
 if TYPE_CHECKING:
+    from transformers import TrainingArguments
+
     from .fields import DataArguments, ModelArguments
-    from .training_arguments import TrainingArguments
 
 # where a value came from, in the order the merge applies them (a later layer wins)
 SOURCES = ("vit-ft default", "recipe", "family defaults", "flag", "derived")
@@ -85,8 +89,6 @@ class RunPlan:
 
     @property
     def batch(self) -> dict[str, Any]:
-        from .training_arguments import batch_record
-
         return batch_record(self.training_args)
 
     @property
@@ -125,8 +127,9 @@ class RunPlan:
             "passes": [dataclasses.asdict(one) for one in self.passes],
         }
 
-    def describe(self) -> str:
-        """What `--print_plan` prints: the plan, then every merged value with where it came from."""
+    def describe(self, unchecked: Sequence[str] = ()) -> str:
+        """What `--print_plan` prints: the plan, then every merged value with where it came from. `unchecked`:
+        the models and datasets it could not check without the network, each with why (`utils.hub_ids`)."""
         batch = self.batch
         lines = [
             f"Run plan{f' (recipe {self.recipe})' if self.recipe else ''}",
@@ -137,6 +140,7 @@ class RunPlan:
             f"  batch:   global {batch['global_batch']} = {batch['per_device_train_batch_size']} per device x "
             f"{batch['world_size']} process(es) x {batch['gradient_accumulation_steps']} accumulation",
             f"  outputs: {self.outputs}",
+            *(f"  not checked: {one}" for one in unchecked),
             f"  compute: {self.compute.line().removeprefix('Compute: ')}",
             "  passes besides training:",
             *(f"    - {one.describe()}" for one in self.passes),
@@ -161,8 +165,6 @@ def value_sources(
     recipe: dict[str, Any], family: dict[str, Any], flags: dict[str, Any], merged: dict[str, Any]
 ) -> dict[str, str]:
     """Where each merged value came from: the last layer that gave it that value, else derived by the merge."""
-    from .training_arguments import TRAINING_DEFAULTS
-
     sources = {}
     for name, value in merged.items():
         layers = (

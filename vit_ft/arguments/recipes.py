@@ -13,7 +13,7 @@ family than the one the recipe was written for: that family's optimisation keys 
 
 The parser is transformers' HfArgumentParser over the dataclasses (`build_parser`); `coerce` converts a YAML value
 with the argparse action of its flag. `parse_args` builds the dataclasses (HfArgumentParser.parse_dict: each checks
-its own fields) and runs the checks across them once (`argument_checks.validate`), before any model or data is
+its own fields) and runs the checks across them once (`checks.validate`), before any model or data is
 loaded. The fine-tune command's own switches are read by `vit_ft.commands.finetune`.
 """
 
@@ -32,16 +32,12 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 from vit_ft.arguments.checks import RecipeError, suggest, validate
+from vit_ft.arguments.data_loading import NUM_WORKERS_HELP, parse_num_workers
 from vit_ft.arguments.family_defaults import choose_family_defaults
 from vit_ft.arguments.fields import DataArguments, ModelArguments
+from vit_ft.arguments.merge import TRAINING_DEFAULTS, merge_values
 from vit_ft.arguments.plan import RunPlan, value_sources
-from vit_ft.arguments.training_arguments import (
-    NUM_WORKERS_HELP,
-    TRAINING_DEFAULTS,
-    FineTuneTrainingArguments,
-    merge_values,
-    parse_num_workers,
-)
+from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 
 RECIPES_ENV_VAR = "VIT_FT_RECIPES_DIR"
 # The repository's top-level recipes/, which the build installs as the data package vit_ft.recipes (pyproject.toml)

@@ -25,8 +25,7 @@ from typing import Any
 
 from ..tools.arguments import add_data_arguments, add_inference_arguments
 from ..utils.cli import run_tool, tool_parser
-from ..utils.logs import setup_logging
-from .model_flags import check_model
+from .model_flags import run_model_tool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,12 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def evaluate(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the flags and run `vit_ft.tools.evaluate.run.run_evaluation`; returns metrics.json's contents."""
-    args = parse_args(argv)
-    check_model(args.model)  # a missing or unfinished folder: one line, before loading anything
-    setup_logging()
-    from ..tools.evaluate.run import run_evaluation
-
-    return run_evaluation(**vars(args))  # the flags are its parameters
+    return run_model_tool(parse_args(argv), "vit_ft.tools.evaluate.run:run_evaluation")  # the flags are its parameters
 
 
 def main(argv: list[str] | None = None) -> None:

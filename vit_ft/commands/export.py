@@ -73,13 +73,8 @@ def export(argv: list[str] | None = None) -> str:
     args = parse_args(argv)
     check_model(args.model)  # a missing or unfinished folder: one line, before loading anything
     setup_logging(timestamps=False)
-    from ..tools.export.onnx import (
-        check_evaluation,
-        check_export_dir,
-        compare_accuracy,
-        export_onnx,
-        require_onnxruntime,
-    )
+    from ..tools.export.onnx import check_export_dir, export_onnx, require_onnxruntime
+    from ..tools.export.onnx_runtime import check_evaluation, compare_accuracy
     from ..tools.trained import load_trained
 
     require_onnxruntime()  # before the model loads: the one line names the install command

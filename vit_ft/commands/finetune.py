@@ -268,19 +268,32 @@ def push_finished_run(training_args: TrainingArguments) -> None:
     print(f"Pushed {folder} to the Hub: {url}")
 
 
+def print_plan(command: FinetuneCommand) -> None:
+    """`--print_plan`: the run plan, built and checked as the run builds it, and its model, teacher and dataset
+    checked as the run checks them (`check_sources`) but without the network: a missing local folder is one line;
+    a Hub id the cache does not hold is printed as not checked. Nothing is loaded, downloaded or written."""
+    from ..arguments.recipes import build_plan
+    from ..utils.hub_ids import without_network
+
+    plan = build_plan(list(command.flags))
+    with without_network() as unchecked:
+        check_sources(plan.model_args, plan.data_args, plan.training_args)
+    print(plan.describe(unchecked))
+
+
 def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     """Parse, train (one run, or a --sweep of runs) and push; `on_interrupt` receives what writes the Ctrl-C line."""
     command = parse_command(argv)
-    from ..arguments.recipes import build_plan, parse_args
+    if command.print_plan:  # the plan alone: no data, no model, nothing written (and no training layer imported)
+        print_plan(command)
+        return {}
+    from ..arguments.recipes import parse_args
     from ..training.checkpoints import finished_run_message, interrupted_message
     from ..training.preemption import PREEMPTED_EXIT, Preempted
     from ..training.stages import run_finetune
     from ..training.sweep import run_sweep, sweep_interrupted_message
     from ..utils.distributed import end_process_group
 
-    if command.print_plan:  # the plan alone: no data, no model, nothing written
-        print(build_plan(list(command.flags)).describe())
-        return {}
     model_args, data_args, training_args = parse_args(list(command.flags))  # validated before any work
     check_sources(model_args, data_args, training_args)  # a missing or unfinished model, a dataset that is nowhere: one line
     setup_training_logging(training_args)
@@ -337,6 +350,7 @@ __all__ = [
     "finetune",
     "main",
     "parse_command",
+    "print_plan",
     "print_recipes",
     "recipe_info",
 ]

@@ -13,6 +13,8 @@ that a mistyped folder fails in well under a second), and every command's own fu
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 from ..utils.hub_ids import TRAINED_MODEL, check_reference
 from ..utils.lock import LOCK_FILE, lock_holder
+from ..utils.logs import setup_logging
 from ..utils.run_record import RUN_RECORD_FILE, read_run_record
 
 MODEL_FLAGS = ("--model",)
@@ -144,6 +147,16 @@ def check_model_flags(argv: Sequence[str]) -> None:
         check_model(value, flag)
 
 
+def run_model_tool(args: argparse.Namespace, tool: str) -> Any:
+    """A tool command's run once its flags are parsed: `--model` checked (one line, before anything loads),
+    logging set up, then `tool` ("module:function", as an entry point names it; imported only now, so that
+    `--help` and a mistyped folder need no torch) called with the flags as its parameters."""
+    check_model(args.model)
+    setup_logging()
+    module, _, function = tool.partition(":")
+    return getattr(importlib.import_module(module), function)(**vars(args))
+
+
 __all__ = [
     "MODEL_FLAGS",
     "UnfinishedModelFolder",
@@ -153,5 +166,6 @@ __all__ = [
     "check_sources",
     "check_model_flags",
     "model_flags",
+    "run_model_tool",
     "unfinished_folder_message",
 ]

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .transforms import INDEX_COLUMN, ImageClassificationTransform, augmentation_seed, collate_fn
+from .collate import collate_fn
+from .transforms import INDEX_COLUMN, ImageClassificationTransform, augmentation_seed
 
 if TYPE_CHECKING:  # kornia (behind the augmentation) loads only when a spec asks for it
     from .augmentation import ImageAugmentation

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import datasets
 
-__all__ = ["check_one_source", "named_splits"]
+__all__ = ["check_columns", "check_one_source", "named_splits"]
 
 _VALIDATION_NAMES = ("validation", "valid", "val", "dev", "eval")
 
@@ -40,6 +40,20 @@ def _pick_split(splits: datasets.DatasetDict, split: str, argument: str, source:
             f"Pass one of them as {argument}."
         )
     return splits[split]
+
+
+
+def check_columns(available: list[str], image_column: str, label_column: str, where: str) -> None:
+    """A KeyError listing the `available` columns for an image or label column `where` lacks, and a ValueError
+    when both name the same column."""
+    for argument, column in (("image_column", image_column), ("label_column", label_column)):
+        if column not in available:
+            raise KeyError(
+                f"{argument}={column!r} is not a column of {where}; available columns: {available}. "
+                f"Pass the right name as {argument}."
+            )
+    if image_column == label_column:
+        raise ValueError(f"image_column and label_column are both {image_column!r}; they must differ.")
 
 
 def check_one_source(

@@ -29,7 +29,7 @@ from typing import Any
 
 import datasets
 
-from .dataset_sources import check_one_source, named_splits
+from .dataset_sources import check_columns, check_one_source, named_splits
 from .label_files import labelled_folder_splits
 from .multilabel import (
     MULTI_LABEL,
@@ -44,23 +44,23 @@ from .multilabel import (
     to_multi_hot,
 )
 
-__all__ = ["is_multi_label_dataset", "load_image_datasets", "problem_type_of"]
+__all__ = ["RECIPE_FIELDS", "is_multi_label_dataset", "load_image_datasets", "problem_type_of"]
 
 logger = logging.getLogger(__name__)
+
+# The recipe's keys (`DataArguments`) that `load_image_datasets` takes under the same name.
+RECIPE_FIELDS = (
+    "dataset_name", "dataset_config", "train_dir", "validation_dir", "test_dir", "train_split", "validation_split",
+    "test_split", "image_column", "label_column", "validation_split_percentage", "max_train_samples",
+    "max_eval_samples", "problem_type", "label_separator", "streaming",
+)  # fmt: skip
 
 
 def _standard_columns(
     dataset: datasets.Dataset, image_column: str, label_column: str, where: str
 ) -> datasets.Dataset:
     """Keep only the image and label columns, named "image" and "label"; paths become datasets.Image."""
-    for argument, column in (("image_column", image_column), ("label_column", label_column)):
-        if column not in dataset.column_names:
-            raise KeyError(
-                f"{argument}={column!r} is not a column of {where}; available columns: "
-                f"{dataset.column_names}. Pass the right name as {argument}."
-            )
-    if image_column == label_column:
-        raise ValueError(f"image_column and label_column are both {image_column!r}; they must differ.")
+    check_columns(dataset.column_names, image_column, label_column, where)
     dataset = dataset.select_columns([image_column, label_column])
     dataset = dataset.rename_columns(
         {old: new for old, new in ((image_column, "image"), (label_column, "label")) if old != new}
@@ -158,7 +158,8 @@ def load_image_datasets(
     problem_type: str | None = None,
     label_names: Sequence[str] | None = None,
     label_separator: str = ";",
-) -> tuple[datasets.DatasetDict, list[str]]:
+    streaming: bool = False,
+) -> tuple[datasets.DatasetDict | dict[str, Any], list[str]]:
     """Load an image-classification dataset as splits "train", "validation" (and "test") with columns
     "image" (datasets.Image) and "label" (ClassLabel), plus the class names (id2label = dict(enumerate(names))).
 
@@ -176,29 +177,35 @@ def load_image_datasets(
 
     Multi-label (from the data, or `problem_type`): a Sequence(ClassLabel), name-list or multi-hot column (names:
     `label_names`), or labels.csv / labels.jsonl folders (`vit_ft.data.label_files`, labels split by
-    `label_separator`) give multi-hot float32 "label" vectors; the hold-out is iterative stratification.
-    """
+    `label_separator`) give multi-hot float32 "label" vectors; the hold-out is iterative stratification. With
+    `streaming`, dataset_name is read as streams and "train" is a `TrainStream` (`stream_splits`)."""
+    if streaming:
+        from .stream_splits import load_streamed_datasets, stream_source
+
+        train = stream_source(dataset_name, dataset_config, train_split, cache_dir, max_train_samples)
+        return load_streamed_datasets(train, validation_split, test_split, (image_column, label_column),
+                                      validation_split_percentage, seed, max_eval_samples, problem_type, label_names)
     check_one_source(dataset_name, train_dir, validation_dir, test_dir)
     check_problem_type(problem_type)
     if dataset_name is not None:
         splits = (train_split, validation_split, test_split)
         raw = named_splits(dataset_name, dataset_config, splits, validation_split_percentage, cache_dir)
     else:
-        raw, folder_names = labelled_folder_splits(
-            (train_dir, validation_dir, test_dir), cache_dir, label_names, label_separator
-        )
+        folders = (train_dir, validation_dir, test_dir)
+        raw, folder_names = labelled_folder_splits(folders, cache_dir, label_names, label_separator)
         label_names = folder_names or label_names
     labelled, names = _labelled_splits(raw, image_column, label_column, problem_type, label_names)
     _add_validation_split(labelled, validation_split_percentage, seed)
-
     result = _subsampled(labelled, max_train_samples, max_eval_samples, seed)
-    logger.info(
-        "Loaded %s with %d classes.", ", ".join(f"{k}: {len(v)}" for k, v in result.items()), len(names)
-    )
-    if is_multi_label_dataset(result["train"]):
-        report = data_report({split: multi_hot_matrix(ds) for split, ds in result.items()}, names)
-        logger.info("Multi-label data, positive images per label:\n%s", report)
+    _log_loaded(result, names)
     return result, names
+
+
+def _log_loaded(splits: datasets.DatasetDict, names: list[str]) -> None:
+    logger.info("Loaded %s with %d classes.", ", ".join(f"{k}: {len(v)}" for k, v in splits.items()), len(names))
+    if is_multi_label_dataset(splits["train"]):
+        report = data_report({split: multi_hot_matrix(ds) for split, ds in splits.items()}, names)
+        logger.info("Multi-label data, positive images per label:\n%s", report)
 
 
 def _subsampled(

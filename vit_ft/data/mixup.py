@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .transforms import INDEX_COLUMN, collate_fn
+from .collate import collate_fn
+from .transforms import INDEX_COLUMN
 
 __all__ = ["MixupCutmix", "check_mixup", "cutmix_box", "mixup_target"]
 

@@ -10,6 +10,9 @@ import math
 from typing import Any
 
 import torch
+from PIL import Image
+
+from .random_crops import random_resized_crop_box
 
 
 def image_size_for_max_num_patches(
@@ -29,6 +32,22 @@ def image_size_for_max_num_patches(
         else:
             high = scale
     return scaled(low, height), scaled(low, width)
+
+
+def resize_to_budget(
+    img: Image.Image, patch_size: int, max_num_patches: int, resample: int,
+    crop: tuple[tuple[float, float], tuple[float, float]] | None = None, generator: torch.Generator | None = None,
+) -> Image.Image:  # fmt: skip
+    """`img` resized to its size under the patch budget (`image_size_for_max_num_patches`): whole, or with `crop`
+    ((scale, ratio): training) a random box of that scale at an aspect ratio about the image's own (`ratio` times
+    it), drawn from `generator` (`random_crops.random_resized_crop_box`)."""
+    box = (0.0, 0.0, float(img.width), float(img.height))
+    if crop is not None:
+        (scale, ratio), aspect = crop, img.width / img.height
+        box = random_resized_crop_box(img.width, img.height, scale, (ratio[0] * aspect, ratio[1] * aspect), generator)
+    crop_h, crop_w = max(1, round(box[3] - box[1])), max(1, round(box[2] - box[0]))
+    height, width = image_size_for_max_num_patches(crop_h, crop_w, patch_size, max_num_patches)
+    return img.resize((width, height), resample=resample, box=box)
 
 
 def to_patches(pixels: torch.Tensor, patch_size: int) -> torch.Tensor:
@@ -72,4 +91,11 @@ def is_naflex_batch(batch: Any) -> bool:
     return isinstance(batch, dict) and "spatial_shapes" in batch
 
 
-__all__ = ["collate_patches", "from_patches", "image_size_for_max_num_patches", "is_naflex_batch", "to_patches"]
+__all__ = [
+    "collate_patches",
+    "from_patches",
+    "image_size_for_max_num_patches",
+    "is_naflex_batch",
+    "resize_to_budget",
+    "to_patches",
+]

@@ -1,13 +1,10 @@
-"""Streamed datasets (`streaming: true`): Hub datasets (parquet, webdataset, imagefolder) and local folders of
-webdataset `.tar` shards read with `datasets.load_dataset(..., streaming=True)`, never converted to Arrow whole.
-
-The training split becomes a `TrainStream`, a torch IterableDataset that `datasets` splits across processes
-(`split_dataset_by_node`: whole shards when they divide evenly, else every world_size-th example) and DataLoader
-workers (whole shards). Each worker reads its share in passes, each pass shuffled by (seed, pass): shard order
-and a `SHUFFLE_BUFFER`-example buffer, so that in one pass every example of the split is read by exactly one
-(process, worker), also when the shards are of unequal length. The passes never end for the Trainer (it trains
-for `max_steps`): no process runs dry before another at an epoch's end, and no collective waits on a rank that
-has left its loop. A pass's end is per worker: with shards of unequal length, workers begin their next pass at
+"""The training split of a streamed dataset (`streaming: true`) as a `TrainStream`: a torch IterableDataset split
+across processes (whole shards when they divide evenly, else every world_size-th example) and DataLoader workers
+(whole shards). Each worker reads its share in passes, each pass shuffled by (seed, pass): shard order and a
+`SHUFFLE_BUFFER`-example buffer, so that in one pass every example of the split is read by exactly one (process,
+worker), also when the shards are of unequal length. The passes never end for the Trainer (it trains for
+`max_steps`): no process runs dry before another at an epoch's end, and no collective waits on a rank that has
+left its loop. A pass's end is per worker: with shards of unequal length, workers begin their next pass at
 different times.
 
 Everything a worker yields is a function of (seed, process index, number of processes, number of workers, its
@@ -16,38 +13,33 @@ processes, W workers), and a resumed run (`resume_from_batch`) has each worker s
 batches were trained, before decoding them: it reads the same samples in the same order as an uninterrupted one
 (the skipped part of the pass is read again from the source, not decoded).
 
-Validation and test splits are read once, up to `max_eval_samples`, into map-style datasets (the datasets
-cache), so evaluation is unchanged; without a validation split, a `validation_split_percentage` of the size the
-dataset's metadata states (`DatasetInfo.splits`) is held out as a count: the first examples of the seeded
-shuffled stream, which training then never sees (matched by their image bytes).
+Where a stream reads from is `stream_sources`, its labels `stream_labels`, the splits of a streamed dataset
+(evaluation splits read once, the hold-out) `stream_splits`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import logging
 import math
-import tarfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import datasets
 import torch
 
 from .bad_images import BadImage
-from .multilabel import MULTI_LABEL, SINGLE_LABEL, _is_value, _list_item, multi_hot_feature
+from .stream_labels import LabelCoding
+from .stream_sources import StreamSource, named_shard_errors, standard_stream
 from .transforms import INDEX_COLUMN
 
 __all__ = [
     "SHUFFLE_BUFFER",
-    "StreamSource",
     "TrainStream",
     "bad_image_row",
-    "load_streamed_datasets",
+    "image_key",
     "resume_skip",
     "stream_dataloader",
 ]
@@ -56,220 +48,6 @@ logger = logging.getLogger(__name__)
 
 # Examples held in the shuffle buffer of each worker: ~1 GB of JPEG bytes at ImageNet's ~110 kB an image.
 SHUFFLE_BUFFER = 10_000
-
-
-@dataclass(frozen=True)
-class StreamSource:
-    """One split of a dataset, as `datasets.load_dataset(name, config, split=split, streaming=True)` reads it;
-    `name` is a Hub id or a local folder of webdataset `.tar` shards (or of image folders)."""
-
-    name: str
-    config: str | None
-    split: str
-    cache_dir: str | None = None
-
-    def open(self) -> datasets.IterableDataset:
-        return _open_splits(self.name, self.config, self.cache_dir)[self.split]
-
-    def describe(self) -> str:
-        config = f" (config {self.config!r})" if self.config else ""
-        return f"split {self.split!r} of dataset {self.name!r}{config}"
-
-
-def _check_local_shards(folder: Path) -> None:
-    """Every `.tar` of a local webdataset folder must be a tar archive: a bad one is one line naming it."""
-    for shard in sorted(folder.rglob("*.tar")):
-        if not tarfile.is_tarfile(shard):
-            raise ValueError(
-                f"{shard} is not a tar archive (a webdataset shard must be one); replace or remove it, or "
-                "rebuild the shards (e.g. with `tar cf`)."
-            )
-
-
-def _open_splits(name: str, config: str | None, cache_dir: str | None) -> datasets.IterableDatasetDict:
-    """All splits of a dataset as streams (only its metadata and file list are read here)."""
-    local = Path(name).expanduser()
-    if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
-        raise ValueError(
-            f"dataset_name={name!r} is a folder written by save_to_disk, which is read whole; drop streaming "
-            "(--streaming false), or stream the Hub dataset or a folder of webdataset .tar shards."
-        )
-    if local.is_dir():
-        _check_local_shards(local)
-    try:
-        loaded = datasets.load_dataset(name, config, cache_dir=cache_dir, streaming=True)
-    except datasets.exceptions.DatasetNotFoundError as error:
-        raise FileNotFoundError(
-            f"dataset_name={name!r} is neither a local folder nor a dataset on the Hub "
-            f"({str(error).rstrip('.')}). Check the id or the path; for a gated dataset, accept its terms on "
-            "the Hub and log in first (hf auth login)."
-        ) from error
-    except tarfile.TarError as error:  # the first shard, read for the features of a Hub webdataset
-        raise _not_a_tar(error, f"dataset {name!r}") from None
-    if isinstance(loaded, datasets.IterableDataset):
-        loaded = datasets.IterableDatasetDict({"train": loaded})
-    return loaded
-
-
-def _shard_of(error: BaseException) -> str | None:
-    """The shard being read when `error` was raised: the `tar_path` datasets' webdataset reader was at (its
-    error, tarfile's, does not name the file)."""
-    traceback = error.__traceback__
-    shard = None
-    while traceback is not None:
-        shard = traceback.tb_frame.f_locals.get("tar_path", shard)
-        traceback = traceback.tb_next
-    return None if shard is None else str(shard)
-
-
-def _named_shard_errors(rows: Iterator[Any], where: str) -> Iterator[Any]:
-    """`rows`, with a shard that is not a tar archive (found only when it is read: a Hub dataset's shards are
-    not checked before) as a one-line ValueError naming it; a DataLoader worker re-raises it as a ValueError."""
-    try:
-        yield from rows
-    except tarfile.TarError as error:
-        raise _not_a_tar(error, where) from None
-
-
-def _not_a_tar(error: tarfile.TarError, where: str) -> ValueError:
-    shard = _shard_of(error) or f"a shard of {where}"
-    return ValueError(
-        f"{shard} is not a tar archive ({type(error).__name__}: {error}), read as a webdataset shard of "
-        f"{where}; replace or remove that shard (or rebuild the shards, e.g. with `tar cf`)."
-    )
-
-
-def _stated_size(stream: datasets.IterableDataset) -> int | None:
-    """The number of examples the dataset's metadata states for this split, or None when it states none."""
-    splits = stream.info.splits or {}
-    split = splits.get(str(stream.split)) if stream.split is not None else None
-    count = getattr(split, "num_examples", None)
-    return int(count) if count else None
-
-
-# --- labels: names from the features or the recipe, each example encoded as the map-style path encodes it ---
-
-
-@dataclass(frozen=True)
-class LabelCoding:
-    """How a stream's label column becomes what the map-style splits hold: a class id (single-label) or a
-    multi-hot float vector over `names` (multi-label)."""
-
-    problem_type: str
-    names: tuple[str, ...]
-    source: str  # "class_label", "ids", "names", "class_label_list", "id_list", "name_list", "multi_hot"
-
-    @property
-    def feature(self) -> Any:
-        if self.problem_type == SINGLE_LABEL:
-            return datasets.ClassLabel(names=list(self.names))
-        return multi_hot_feature(len(self.names))
-
-    def __call__(self, value: Any) -> int | list[float]:
-        if self.problem_type == SINGLE_LABEL:
-            return self._class_id(value)
-        if self.source == "multi_hot":
-            if len(value) != len(self.names):
-                raise ValueError(
-                    f"a multi-hot label has {len(value)} entries, but class_names lists {len(self.names)}."
-                )
-            return [float(v) for v in value]
-        values = value if isinstance(value, (list, tuple)) else [value]
-        hot = [0.0] * len(self.names)
-        for item in values:
-            hot[self._class_id(item)] = 1.0
-        return hot
-
-    def _class_id(self, value: Any) -> int:
-        if isinstance(value, str):
-            if value not in self.names:
-                raise ValueError(f"label {value!r} is not one of class_names {list(self.names)[:10]}.")
-            return self.names.index(value)
-        if value is None or not 0 <= int(value) < len(self.names):
-            raise ValueError(
-                f"label {value!r} is no class id of the {len(self.names)} classes; -1 (unlabelled) rows "
-                "cannot train. Choose a labelled split."
-            )
-        return int(value)
-
-
-def label_coding(
-    features: datasets.Features, where: str, problem_type: str | None, class_names: Sequence[str] | None
-) -> LabelCoding:
-    """The class names of a stream's "label" column from its features (a ClassLabel, or a list of them), else
-    from `class_names`: a stream cannot be scanned for its distinct labels before training."""
-    feature, item = features["label"], _list_item(features["label"])
-    names = list(class_names) if class_names else None
-    if isinstance(feature, datasets.ClassLabel):
-        kind, names, source = SINGLE_LABEL, list(feature.names), "class_label"
-    elif isinstance(item, datasets.ClassLabel):
-        kind, names, source = MULTI_LABEL, list(item.names), "class_label_list"
-    elif _is_value(feature, ("int", "string", "bool")):
-        kind, source = SINGLE_LABEL, "names" if _is_value(feature, ("string",)) else "ids"
-    elif _is_value(item, ("float", "bool")):
-        kind, source = MULTI_LABEL, "multi_hot"
-    elif _is_value(item, ("int", "string")):
-        kind, source = MULTI_LABEL, "name_list" if _is_value(item, ("string",)) else "id_list"
-    else:
-        raise ValueError(f"label_column of {where} holds {feature}: not class ids, names, or lists of them.")
-    if not names:
-        raise ValueError(
-            f"label_column of {where} ({feature}) names no classes, and a stream cannot be read whole to find "
-            "them; set class_names (a YAML list, or comma-separated) in the recipe or on the command line."
-        )
-    if problem_type == SINGLE_LABEL and kind == MULTI_LABEL:
-        raise ValueError(
-            f"problem_type={SINGLE_LABEL!r}, but the label column of {where} holds several labels per image "
-            f"({feature}); leave problem_type unset (or set it to {MULTI_LABEL!r})."
-        )
-    if problem_type == MULTI_LABEL:
-        kind = MULTI_LABEL
-    return LabelCoding(kind, tuple(names), source)
-
-
-def _standard_stream(
-    stream: datasets.IterableDataset, image_column: str, label_column: str, where: str
-) -> datasets.IterableDataset:
-    """The image and label columns alone, named "image" and "label", the images undecoded."""
-    features = stream.features
-    if features is None:  # a builder that infers them from the first example
-        first = next(_named_shard_errors(iter(stream), where), None)
-        if first is None:
-            raise ValueError(f"{where} is empty; choose a split with examples.")
-        features = datasets.Features({k: _inferred(v) for k, v in first.items()})
-    for argument, column in (("image_column", image_column), ("label_column", label_column)):
-        if column not in features:
-            raise KeyError(
-                f"{argument}={column!r} is not a column of {where}; available columns: {sorted(features)}. "
-                f"Pass the right name as {argument}."
-            )
-    if image_column == label_column:
-        raise ValueError(f"image_column and label_column are both {image_column!r}; they must differ.")
-    stream = stream.select_columns([image_column, label_column])
-    image = None if stream.features is None else stream.features[image_column]
-    struct = isinstance(image, dict) and "bytes" in image  # {"bytes", "path"}, as datasets writes images
-    if image is not None and not isinstance(image, datasets.Image) and image not in _IMAGE_VALUES and not struct:
-        raise ValueError(
-            f"image_column={image_column!r} of {where} holds {image}, not images; pass the column with the "
-            "images as image_column."
-        )
-    # undecoded before the renaming, which would otherwise decode every image (and fail on one that is bad)
-    stream = stream.cast_column(image_column, datasets.Image(decode=False))
-    renames = {old: new for old, new in ((image_column, "image"), (label_column, "label")) if old != new}
-    return stream.rename_columns(renames) if renames else stream
-
-
-_IMAGE_VALUES = (datasets.Value("string"), datasets.Value("binary"))
-
-
-def _inferred(value: Any) -> Any:
-    if isinstance(value, bool):
-        return datasets.Value("bool")
-    if isinstance(value, int):
-        return datasets.Value("int64")
-    if isinstance(value, str):
-        return datasets.Value("string")
-    return datasets.Value("binary")
 
 
 def bad_image_row(image: dict[str, Any]) -> int:
@@ -286,9 +64,6 @@ def image_key(image: dict[str, Any]) -> str:
     if data is None:
         return f"path:{image.get('path')}"
     return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-# --- the training stream ---
 
 
 @dataclass
@@ -320,7 +95,7 @@ class TrainStream(torch.utils.data.IterableDataset):
     def __post_init__(self) -> None:
         super().__init__()
         where = self.source.describe()
-        self._stream = _standard_stream(self.source.open(), self.image_column, self.label_column, where)
+        self._stream = standard_stream(self.source.open(), self.image_column, self.label_column, where)
 
     @property
     def n_shards(self) -> int:
@@ -350,7 +125,7 @@ class TrainStream(torch.utils.data.IterableDataset):
             stream = stream.shard(num_shards=workers, index=worker, contiguous=False)
         stream.set_epoch(epoch)
         position = 0
-        batches = _named_shard_errors(stream.iter(batch_size=64), self.source.describe())
+        batches = named_shard_errors(stream.iter(batch_size=64), self.source.describe())
         for batch in batches:  # iter(): no worker split of its own
             for values in zip(*batch.values(), strict=True):
                 if by_shards or position % self.world_size == self.rank:
@@ -397,6 +172,24 @@ class TrainStream(torch.utils.data.IterableDataset):
         """The first `count` undecoded rows of pass 0 in the main process (the augmentation figure)."""
         return [row for row, _ in zip(self.rows(), range(count), strict=False)]
 
+    def place(self, rank: int, world_size: int, batch_size: int) -> None:
+        """Read as process `rank` of `world_size` (its share of the shards), in batches of `batch_size`."""
+        self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
+
+    def max_steps(self, epochs: float, global_batch: int) -> int:
+        """max_steps for `epochs` passes over the stream, from the size its metadata states; else one line."""
+        if self.num_examples is None:
+            raise ValueError(
+                f"streaming trains for max_steps, and {self.source.describe()} states no size to derive it from "
+                "num_train_epochs; set max_steps (e.g. --max_steps 10000)."
+            )
+        return max(1, math.ceil(epochs * self.num_examples / global_batch))
+
+    def images_to_count(self, reads: int) -> int:
+        """The images a run of `reads` reads meets at most: the stated size, or the reads (a bad image counts
+        once however many passes read it: `bad_image_row`)."""
+        return min(reads, self.num_examples or reads)
+
 
 def resume_skip(batches: int, worker: int, workers: int) -> int:
     """How many of the first `batches` batches worker `worker` of `workers` made: a DataLoader takes its
@@ -433,122 +226,3 @@ def stream_dataloader(stream: TrainStream, collate_fn: Callable, args: Any) -> A
     )
     return prepare_data_loader(loader, device=args.device, num_processes=1, process_index=0,
                                put_on_device=True, dispatch_batches=False)  # fmt: skip
-
-
-# --- the splits ---
-
-
-def _eval_rows(spec: str) -> Iterator[dict[str, Any]]:
-    """The rows of an evaluation split read from its stream (`Dataset.from_generator`: its arguments are one
-    JSON string, so that the datasets cache knows them and no list is taken for shards)."""
-    values = json.loads(spec)
-    source = StreamSource(values["name"], values["config"], values["split"], values["cache_dir"])
-    where = source.describe()
-    coding = LabelCoding(values["problem_type"], tuple(values["names"]), values["coding"])
-    stream = _standard_stream(source.open(), values["image_column"], values["label_column"], where)
-    if values["shuffle"]:
-        stream = stream.shuffle(seed=values["seed"], buffer_size=SHUFFLE_BUFFER)
-    for row in itertools.islice(_named_shard_errors(iter(stream), where), values["count"]):
-        yield {"image": row["image"], "label": coding(row["label"])}
-
-
-def _read_eval_split(
-    source: StreamSource, coding: LabelCoding, columns: tuple[str, str], count: int | None,
-    shuffle: bool, seed: int,
-) -> datasets.Dataset:  # fmt: skip
-    spec = {
-        "name": source.name, "config": source.config, "split": source.split, "cache_dir": source.cache_dir,
-        "problem_type": coding.problem_type, "names": list(coding.names), "coding": coding.source,
-        "image_column": columns[0], "label_column": columns[1], "count": count, "shuffle": shuffle, "seed": seed,
-    }  # fmt: skip
-    features = datasets.Features({"image": datasets.Image(decode=False), "label": coding.feature})
-    dataset = datasets.Dataset.from_generator(
-        _eval_rows, features=features, gen_kwargs={"spec": json.dumps(spec)}, cache_dir=source.cache_dir
-    )
-    if len(dataset) == 0:
-        raise ValueError(f"{source.describe()} is empty; choose a split with examples.")
-    return dataset.cast_column("image", datasets.Image())
-
-
-def load_streamed_datasets(
-    dataset_name: str,
-    dataset_config: str | None = None,
-    train_split: str = "train",
-    validation_split: str | None = "validation",
-    test_split: str | None = None,
-    image_column: str = "image",
-    label_column: str = "label",
-    validation_split_percentage: float = 0.1,
-    seed: int = 0,
-    max_eval_samples: int | None = None,
-    cache_dir: str | None = None,
-    problem_type: str | None = None,
-    label_names: Sequence[str] | None = None,
-) -> tuple[dict[str, Any], list[str]]:
-    """`load_image_datasets`' result for a streamed dataset: "train" a `TrainStream` (its transform, process
-    split and batch size set later by the fine-tune), "validation" / "test" map-style datasets read from their
-    streams (validation held out of train by count when the dataset has no such split), and the class names."""
-    available = _open_splits(dataset_name, dataset_config, cache_dir)
-    label = f"dataset {dataset_name!r}" + (f" (config {dataset_config!r})" if dataset_config else "")
-
-    def source(split: str, argument: str) -> StreamSource:
-        if split not in available:
-            raise KeyError(
-                f"{argument}={split!r} is not a split of {label}; available splits: {sorted(available)}. "
-                f"Pass one of them as {argument}."
-            )
-        return StreamSource(dataset_name, dataset_config, split, cache_dir)
-
-    train_source = source(train_split, "train_split")
-    train_where = train_source.describe()
-    head = _standard_stream(available[train_split], image_column, label_column, train_where)
-    coding = label_coding(head.features, train_where, problem_type, label_names)
-    columns = (image_column, label_column)
-    splits: dict[str, Any] = {}
-    stated = _stated_size(available[train_split])
-    excluded: frozenset[str] = frozenset()
-    if validation_split is not None and validation_split in available:
-        splits["validation"] = _read_eval_split(
-            source(validation_split, "validation_split"), coding, columns, max_eval_samples, False, seed
-        )
-    elif validation_split_percentage > 0:
-        if stated is None:
-            raise ValueError(
-                f"validation_split_percentage={validation_split_percentage} needs the size of {train_where}, "
-                "which its metadata does not state (a stream is not counted before training); set "
-                "validation_split to a split of the dataset, or validation_split_percentage 0 (no validation)."
-            )
-        count = max(1, round(validation_split_percentage * stated))
-        if max_eval_samples is not None:
-            count = min(count, max_eval_samples)
-        validation = _read_eval_split(train_source, coding, columns, count, True, seed)
-        undecoded = validation.cast_column("image", datasets.Image(decode=False))
-        excluded = frozenset(
-            image_key(image) for batch in undecoded.iter(batch_size=1000) for image in batch["image"]
-        )
-        splits["validation"] = validation
-        logger.info(
-            "No validation split: held out %d of the %d images %s states (%.0f%%), the first of its seeded "
-            "shuffled stream; training skips them.", len(validation), stated, train_where,
-            100 * validation_split_percentage,
-        )  # fmt: skip
-    if test_split is not None:
-        test = source(test_split, "test_split")
-        splits["test"] = _read_eval_split(test, coding, columns, max_eval_samples, False, seed)
-    num_train = None if stated is None else stated - len(excluded)
-    splits = {
-        "train": TrainStream(train_source, coding, image_column, label_column, seed=seed, excluded=excluded,
-                             num_examples=num_train),
-        **splits,
-    }  # fmt: skip
-    return splits, list(coding.names)
-
-
-def streamed_max_steps(stream: TrainStream, epochs: float, global_batch: int) -> int:
-    """max_steps for `epochs` passes over a stream whose size its metadata states; else a one-line error."""
-    if stream.num_examples is None:
-        raise ValueError(
-            f"streaming trains for max_steps, and {stream.source.describe()} states no size to derive it from "
-            "num_train_epochs; set max_steps (e.g. --max_steps 10000)."
-        )
-    return max(1, math.ceil(epochs * stream.num_examples / global_batch))

@@ -1,7 +1,7 @@
 """Per-image transforms and the batch collator for image-classification fine-tuning.
 
 `build_transforms` gives the batch transform for `datasets.Dataset.with_transform` (train: random resized crop
-and flip; eval: resize and centre crop; then normalise) and `collate_fn` stacks its output for the Trainer.
+and flip; eval: resize and centre crop; then normalise) and `collate.collate_fn` stacks its output for the Trainer.
 With `device_augmentation=True` the train transform stops after the crop and returns uint8 (channels, height,
 width) crops, a quarter of float32's bytes across the DataLoader workers' boundary: the flip, the augmentation,
 the normalisation and mixup then run per batch on the training device (`vit_ft.data.batch_augmentation`).
@@ -30,33 +30,30 @@ import torch
 from PIL import Image
 
 from .bad_images import BadImage
+from .collate import label_value
 from .images import (
-    CROP_RATIO,
-    CROP_SCALE,
     DEFAULT_MAX_PIXELS,
     RESCALE_FACTOR,
     describe_source,
     load_image,
-    random_resized_crop,
-    random_resized_crop_box,
     resize_and_center_crop,
     to_normalized_tensor,
     to_uint8_tensor,
 )
-from .naflex import collate_patches, image_size_for_max_num_patches, to_patches
+from .naflex import collate_patches, resize_to_budget, to_patches
+from .random_crops import CROP_RATIO, CROP_SCALE, random_resized_crop
 
 __all__ = [
     "INDEX_COLUMN",
     "ImageClassificationTransform",
     "augmentation_seed",
     "build_transforms",
-    "collate_fn",
 ]
 
 if TYPE_CHECKING:  # kornia (behind the augmentation) loads only when a spec is built
     from .augmentation import AugmentationSpec
 
-# The train split's column of row positions (vit_ft.training.stages.attach_transforms adds it): a seeded train transform
+# The train split's column of row positions (`training_split.set_transforms` adds it): a seeded train transform
 # draws each image's crop and flip from a generator seeded by (seed, epoch, this index).
 INDEX_COLUMN = "vit_ft_index"
 
@@ -66,29 +63,44 @@ logger = logging.getLogger("vit_ft.data.datasets")
 
 @dataclass(eq=False, repr=False)  # eq=False: compared and hashed by identity, as before
 class ImageClassificationTransform:
-    """Batch transform for `datasets.Dataset.set_transform` / `with_transform`; see `build_transforms`, which
-    checks the settings and documents each field.
-
-    A class rather than a closure so that it pickles (DataLoader workers with spawn, `datasets` hashing).
+    """Batch transform for `datasets.Dataset.set_transform` / `with_transform`; `build_transforms` checks the
+    settings and says what it does. A class rather than a closure so that it pickles (DataLoader workers with
+    spawn, `datasets` hashing).
     """
 
-    image_size: tuple[int, int]
-    mean: Sequence[float]
+    image_size: tuple[int, int]  # (height, width); build_transforms takes one int for a square
+    mean: Sequence[float]  # per-channel statistics: the checkpoint image processor's image_mean / image_std
     std: Sequence[float]
     train: bool
-    crop_scale: tuple[float, float]
+    crop_scale: tuple[float, float]  # train: RandomResizedCrop's area fraction and aspect-ratio ranges
     crop_ratio: tuple[float, float]
     horizontal_flip: bool
+    # eval crop fraction; 1.0 crops the whole shorter side, timm-style 0.875/0.9 resize 224 / 0.875 = 256 first
     crop_pct: float
-    rescale_factor: float
+    rescale_factor: float  # the image processor's rescale_factor, 1/255
+    # PIL resampling filter. Bicubic by default: Pillow's bicubic is antialiased when downscaling and sharper than
+    # bilinear, and it is what timm/big_vision ViT recipes evaluate with. Pass the checkpoint processor's
+    # `resample` (e.g. 2 = bilinear for google/vit-base-patch16-224) to match its preprocessing exactly.
     resample: int
     image_column: str
     label_column: str
-    max_pixels: int | None
+    max_pixels: int | None  # decompression-bomb limit per image; None disables it
+    # decode JPEGs at the largest 1/2, 1/4, 1/8 reduction that still keeps the output a downscale: of the resize
+    # in eval, of each drawn crop in train (the crop is drawn on the header's size before decoding)
     draft: bool
-    seed: int | None = None
+    seed: int | None = None  # train only: the augmentation a function of (seed, epoch, sample index)
+    # train only: RandAugment / TrivialAugment / colour jitter on the crop, then random erasing after
+    # normalisation (`vit_ft.data.augmentation`), drawn from the same per-sample generator. None (default) or an
+    # inactive spec: crop and flip only.
     augmentation: AugmentationSpec | None = None
+    # train only: return the crop as uint8 (channels, height, width) and leave the flip, the augmentation and
+    # the normalisation to `batch_augmentation.BatchAugmentation` (per batch on the training device, each image
+    # its own draws); the eval transform is unchanged
     device_augmentation: bool = False
+    # NaFlex (`vit_ft.data.naflex`): each image at its own aspect ratio, resized to at most this many `patch_size`
+    # patches (train: a random crop about its aspect ratio and a flip first; no crop in eval) -> `pixel_values`
+    # `(rows * columns, patch * patch * 3)` and `spatial_shapes`; `collate_fn` pads and masks them. Not with
+    # `device_augmentation` (its batches are square crops).
     max_num_patches: int | None = None
     patch_size: int = 16
 
@@ -200,14 +212,8 @@ class ImageClassificationTransform:
         size under the patch budget (`Siglip2ImageProcessor`'s rule), normalised (augmented in train) and cut into
         `(rows, columns, patch * patch * channels)` patches."""
         img = load_image(image, max_pixels=self.max_pixels)
-        box = (0.0, 0.0, float(img.width), float(img.height))
-        if self.train:
-            aspect = img.width / img.height
-            ratio = (self.crop_ratio[0] * aspect, self.crop_ratio[1] * aspect)
-            box = random_resized_crop_box(img.width, img.height, self.crop_scale, ratio, generator)
-        crop_h, crop_w = max(1, round(box[3] - box[1])), max(1, round(box[2] - box[0]))
-        height, width = image_size_for_max_num_patches(crop_h, crop_w, self.patch_size, self.max_num_patches)
-        img = img.resize((width, height), resample=self.resample, box=box)
+        crop = (self.crop_scale, self.crop_ratio) if self.train else None
+        img = resize_to_budget(img, self.patch_size, self.max_num_patches, self.resample, crop, generator)
         if self.train and self.horizontal_flip and torch.rand(1, generator=generator).item() < 0.5:
             img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         if self.train and self._augment is not None:
@@ -270,7 +276,7 @@ class ImageClassificationTransform:
             output["spatial_shapes"] = [list(grid) for grid in grids]
             output["pixel_values"] = [p.flatten(0, 1) if isinstance(p, torch.Tensor) else p for p in pixel_values]
         if self.label_column in batch:
-            output["labels"] = [_label_value(label) for label in batch[self.label_column]]
+            output["labels"] = [label_value(label) for label in batch[self.label_column]]
         if self.train and INDEX_COLUMN in batch:  # for a batch-level mix seeded by its images (data.mixup)
             output[INDEX_COLUMN] = [int(i) for i in batch[INDEX_COLUMN]]
         return output
@@ -302,8 +308,9 @@ def build_transforms(
 
     Images may be `datasets.Image(decode=False)` values {"bytes", "path"} (the main path: decoding happens
     here, JPEGs at reduced size via draft mode, and a file that fails to decode becomes, instead of an exception,
-    a `bad_images.BadImage` in train, which the training collator skips, or a blank image with a warning in eval), PIL images (a decoded column: datasets decodes before this runs, so a
-    bad file raises there), paths or bytes. Every image becomes 8-bit RGB first (see `vit_ft.data.images.to_rgb`).
+    a `bad_images.BadImage` in train, which the training collator skips, or a blank image with a warning in
+    eval), PIL images (a decoded column: datasets decodes before this runs, so a bad file raises there), paths or
+    bytes. Every image becomes 8-bit RGB first (see `vit_ft.data.images.to_rgb`).
 
     Train: torchvision's RandomResizedCrop(image_size, crop_scale, crop_ratio) then a horizontal flip with
     p=0.5, then `augmentation` if given. With `seed`, an image whose batch carries its row position in
@@ -313,33 +320,7 @@ def build_transforms(
     workers or the process. Otherwise they are drawn from torch's global RNG (seed with
     `transformers.set_seed`). The train output passes `INDEX_COLUMN` on, for `vit_ft.data.mixup` (the plain
     `collate_fn` drops it). Eval: resize to cover image_size / crop_pct, then centre-crop image_size. Then
-    (pixel * rescale_factor - mean) / std.
-
-    Args:
-        image_size: (height, width), or one int for a square.
-        mean, std: per-channel statistics, the checkpoint image processor's `image_mean` / `image_std`.
-        crop_pct: eval crop fraction; 1.0 (default) crops the whole shorter side, timm-style 0.875/0.9
-            resize 224 / 0.875 = 256 first.
-        rescale_factor: the image processor's `rescale_factor`, 1/255.
-        resample: PIL resampling filter. Bicubic by default: Pillow's bicubic is antialiased when
-            downscaling and sharper than bilinear, and it is what timm/big_vision ViT recipes evaluate with.
-            Pass the checkpoint processor's `resample` (e.g. 2 = bilinear for google/vit-base-patch16-224)
-            to match its preprocessing exactly.
-        max_pixels: decompression-bomb limit per image; None disables it.
-        draft: decode JPEGs at the largest 1/2, 1/4, 1/8 reduction that still keeps the output a
-            downscale: of the resize in eval, of each drawn crop in train (the crop is drawn on the header's
-            size before decoding).
-        seed: train only; makes the augmentation a function of (seed, epoch, sample index), see above.
-        augmentation: train only: RandAugment / TrivialAugment / colour jitter on the crop, then random
-            erasing after normalisation (`vit_ft.data.augmentation`); its draws come from the same
-            per-sample generator. None (default) or an inactive spec: crop and flip only, as before.
-        device_augmentation: train only: return the crop as uint8 (channels, height, width) and leave the
-            flip, the augmentation and the normalisation to `vit_ft.data.batch_augmentation.BatchAugmentation`
-            (per batch on the training device, each image its own draws); the eval transform is unchanged.
-        max_num_patches, patch_size: NaFlex (`vit_ft.data.naflex`): each image at its own aspect ratio, resized to
-            at most this many `patch_size` patches (train: a random crop about its aspect ratio and a flip
-            first; no crop in eval) -> `pixel_values` `(rows * columns, patch * patch * 3)` and `spatial_shapes`;
-            `collate_fn` pads and masks them. Not with `device_augmentation` (its batches are square crops).
+    (pixel * rescale_factor - mean) / std. Each argument is documented on `ImageClassificationTransform`'s field.
     """
     _check_statistics_and_crops(mean, std, crop_scale, crop_ratio, crop_pct)
     if max_num_patches is not None and device_augmentation and train:
@@ -394,26 +375,3 @@ def _check_statistics_and_crops(
         raise ValueError(f"crop_ratio={crop_ratio} must satisfy 0 < low <= high, e.g. (3/4, 4/3).")
     if not 0 < crop_pct <= 1:
         raise ValueError(f"crop_pct={crop_pct} must be in (0, 1]; 1.0 keeps the whole shorter side.")
-
-
-def _label_value(label: Any) -> int | list[float]:
-    """A class id, or a multi-label example's multi-hot vector as floats (BCE-with-logits targets)."""
-    return [float(value) for value in label] if isinstance(label, (list, tuple)) else int(label)
-
-
-def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Transformed examples -> {"pixel_values": (batch, channels, height, width), "labels": (batch,) long, or
-    (batch, num_labels) float32 multi-hot for multi-label examples}.
-
-    `labels` is left out when the examples have none (prediction on unlabelled images). NaFlex examples (with
-    `spatial_shapes`) give the padded batch instead of the pixels (`vit_ft.data.naflex.collate_patches`).
-    """
-    if "spatial_shapes" in examples[0]:
-        pixels = [example["pixel_values"] for example in examples]
-        batch = collate_patches(pixels, [example["spatial_shapes"] for example in examples])
-    else:
-        batch = {"pixel_values": torch.stack([example["pixel_values"] for example in examples])}
-    if "labels" in examples[0]:
-        # class ids give a long tensor, multi-hot float vectors a float32 one (torch's default dtype)
-        batch["labels"] = torch.tensor([_label_value(example["labels"]) for example in examples])
-    return batch

@@ -42,15 +42,10 @@ SHARED_KEYS = (
 HEAD_KEYS = ("classifier.weight", "classifier.bias")
 # the pre-logits pooler of ImageNet-21k checkpoints; the paper removes it for fine-tuning (Section 3.1)
 DISCARDED_KEYS = {"pooler.dense.weight": "pre-logits pooler", "pooler.dense.bias": "pre-logits pooler"}
-# ours -> transformers on-disk names, for the export
-EXPORT_LAYER_RENAMES = {
-    "attention.proj": "attention.output.dense",
-    "mlp.fc1": "intermediate.dense",
-    "mlp.fc2": "output.dense",
-    "norm1": "layernorm_before",
-    "norm2": "layernorm_after",
-}
-QKV_EXPORT_NAMES = ("attention.attention.query", "attention.attention.key", "attention.attention.value")
+# ours -> transformers on-disk names, for the export: the tables above read backwards, to the on-disk names (not
+# transformers >= 5's in-memory `o_proj` / `q_proj`, `k_proj`, `v_proj`)
+EXPORT_LAYER_RENAMES = {ours: theirs for theirs, ours in LAYER_RENAMES.items() if theirs != "attention.o_proj"}
+QKV_EXPORT_NAMES = QKV_SOURCES[0]
 
 
 def strip_prefix(state_dict: dict[str, torch.Tensor], prefix: str = "vit.") -> dict[str, torch.Tensor]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -28,6 +29,8 @@ from .naflex import naflex_budget
 from .timm_format import TIMM_LAYER_NORM_EPS, timm_config_dict, to_timm_state_dict
 
 logger = logging.getLogger(__name__)
+# what an image processor's settings say of the pixels, beyond the geometry (which an export sets)
+NORMALISATION_KEYS = ("do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std", "resample")
 
 
 def export_to_transformers(
@@ -48,6 +51,22 @@ def export_to_transformers(
     written to a temporary sibling and renamed into place, so a failed export never leaves a half-written folder.
     """
     config = model.config
+    target = _export_target(config, with_head)
+    image_processor = _export_processor(config, target, image_processor)
+    state_dict = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    if target not in (None, VIT_CLASS):
+        return _write_family(Path(output_dir), config, target, image_processor, state_dict)
+    state_dict = to_hf_vit_state_dict(state_dict, config.num_hidden_layers)
+    if not with_head:  # ViTModel keys carry no `vit.` prefix
+        state_dict = {
+            k.removeprefix("vit."): v for k, v in state_dict.items() if not k.startswith("classifier.")
+        }
+    return _write_atomically(Path(output_dir), _vit_config(config, with_head), image_processor, state_dict)
+
+
+def _export_target(config: ViTFTConfig, with_head: bool) -> str | None:
+    """The transformers class a classifier exports to (None: the `ViTModel` backbone, `with_head=False`), or a
+    ValueError saying why the model cannot be one (share it in the vit_ft format)."""
     if with_head and config.num_labels < 1:
         raise ValueError(
             "The model has no classification head (num_labels=0); nothing to export as a classifier."
@@ -68,6 +87,14 @@ def export_to_transformers(
             f"transformers' ViTModel cannot express this model's {', '.join(family_features(config))}; share it "
             "in the vit_ft format (save_pretrained: loads with trust_remote_code=True) instead."
         )
+    return target
+
+
+def _export_processor(
+    config: ViTFTConfig, target: str | None, image_processor: ViTImageProcessorPil | None
+) -> Any:
+    """`image_processor` (ViT's default if None) resizing to the model's resolution, or for a NaFlex model
+    (`SIGLIP2_CLASS`) Siglip2's with the same normalisation and the model's patch budget."""
     height, width = config.image_hw
     image_processor = ViTImageProcessorPil(
         **{
@@ -78,19 +105,11 @@ def export_to_transformers(
     if target == SIGLIP2_CLASS:  # NaFlex: the processor patchifies each image at its aspect ratio, in the budget
         from transformers import Siglip2ImageProcessorPil
 
-        kept = ("do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std", "resample")
-        image_processor = Siglip2ImageProcessorPil(
-            **{key: image_processor.to_dict()[key] for key in kept}, **naflex_budget(config)
+        settings = image_processor.to_dict()
+        return Siglip2ImageProcessorPil(
+            **{key: settings[key] for key in NORMALISATION_KEYS}, **naflex_budget(config)
         )
-    state_dict = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    if target not in (None, VIT_CLASS):
-        return _write_family(Path(output_dir), config, target, image_processor, state_dict)
-    state_dict = to_hf_vit_state_dict(state_dict, config.num_hidden_layers)
-    if not with_head:  # ViTModel keys carry no `vit.` prefix
-        state_dict = {
-            k.removeprefix("vit."): v for k, v in state_dict.items() if not k.startswith("classifier.")
-        }
-    return _write_atomically(Path(output_dir), _vit_config(config, with_head), image_processor, state_dict)
+    return image_processor
 
 
 def export_to_timm(
@@ -200,6 +219,7 @@ def _write_atomically(
 
 
 __all__ = [
+    "NORMALISATION_KEYS",
     "export_to_timm",
     "export_to_transformers",
     "transformers_class_for",

@@ -1,6 +1,6 @@
-"""What the model refuses of its input, each a ValueError that says what to pass instead. Shapes and dtypes only:
-free, and static under torch.compile and export (the channels are tested first, so a valid input puts no guard on
-its height or width). A saved folder carries this file."""
+"""What the model refuses of its input (and of its configured `image_size`), each a ValueError that says what to
+pass instead. Shapes and dtypes only: free, and static under torch.compile and export (the channels are tested
+first, so a valid input puts no guard on its height or width). A saved folder carries this file."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .configuration_vit_ft import nearest_multiple
 from .naflex import naflex_token_mask
 
 
@@ -56,6 +57,15 @@ def check_inputs(
     return naflex_token_mask(pixel_values, pixel_attention_mask, spatial_shapes, config)
 
 
+def check_image_size(image_hw: tuple[int, int], patch_size: tuple[int, int]) -> None:
+    """Refuse a configured `image_size` (height, width) that is not a positive multiple of the patch size."""
+    if min(image_hw) <= 0 or image_hw[0] % patch_size[0] or image_hw[1] % patch_size[1]:
+        raise ValueError(
+            f"image_size {image_hw} is not divisible by patch_size {patch_size}: use a multiple of the "
+            f"patch size, e.g. {nearest_multiple(image_hw, patch_size)}."
+        )
+
+
 def patch_grid(height: int, width: int, patch_size: tuple[int, int]) -> tuple[int, int]:
     """The patch grid (rows, columns) of an input of `height` x `width` pixels, or a ValueError saying what to fix."""
     ph, pw = patch_size
@@ -68,4 +78,4 @@ def patch_grid(height: int, width: int, patch_size: tuple[int, int]) -> tuple[in
     return (height // ph, width // pw)
 
 
-__all__ = ["check_inputs", "check_pixel_values", "patch_grid"]
+__all__ = ["check_image_size", "check_inputs", "check_pixel_values", "patch_grid"]

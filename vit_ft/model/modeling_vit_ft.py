@@ -19,8 +19,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_vit_ft import ViTFTConfig, nearest_multiple
-from .inputs import check_inputs, patch_grid
+from .configuration_vit_ft import ViTFTConfig
+from .inputs import check_image_size, check_inputs, patch_grid
 from .knn_head import make_head
 from .naflex import attention_bias, masked_mean, naflex_positions, patchified_projection
 from .norms import RMSNorm, make_norm
@@ -53,12 +53,7 @@ class ViTFTEmbeddings(nn.Module):
     def __init__(self, config: ViTFTConfig):
         super().__init__()
         self.patch_size, self.grid_size = config.patch_hw, config.grid_size
-        image_hw = config.image_hw
-        if min(image_hw) <= 0 or image_hw[0] % self.patch_size[0] or image_hw[1] % self.patch_size[1]:
-            raise ValueError(
-                f"image_size {image_hw} is not divisible by patch_size {self.patch_size}: use a multiple of the "
-                f"patch size, e.g. {nearest_multiple(image_hw, self.patch_size)}."
-            )
+        check_image_size(config.image_hw, self.patch_size)
         hidden, registers, self.config = config.hidden_size, config.num_register_tokens, config
         self.cls_token = nn.Parameter(torch.zeros(1, 1, hidden)) if config.class_token else None
         self.distillation_token = nn.Parameter(torch.zeros(1, 1, hidden)) if config.distillation_token else None

@@ -22,7 +22,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from mpl_toolkits.axes_grid1 import make_axes_locatable  # noqa: E402
 
 from ..metrics.calibration import ReliabilityBins  # noqa: E402
-from .figures import short  # noqa: E402
+from .figures import save_figure, short  # noqa: E402
 
 CELL_NUMBERS_MAX_CLASSES = 30  # above this, numbers in the confusion-matrix cells are unreadable
 PR_CURVES_MAX_LABELS = 10  # above this, the figure shows the 5 labels with the highest AP and the 5 lowest
@@ -88,11 +88,7 @@ def plot_confusion_matrix(
         cax=divider.append_axes("right", size=0.25, pad=0.9),
         label="errors: fraction of the true class",
     )
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100 if n <= 60 else 150)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=100 if n <= 60 else 150)
 
 
 def _cell_numbers(ax: Any, matrix: np.ndarray, counts: np.ndarray, error_max: float, fontsize: float) -> None:
@@ -157,11 +153,7 @@ def plot_per_class(table: Sequence[dict[str, Any]], path: str | os.PathLike, spl
     ax.legend(
         loc="lower center", bbox_to_anchor=(0.5, 1.0 + 0.45 / fig.get_figheight()), ncol=3, frameon=False
     )
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 SPARSE_BIN_IMAGES = 10  # a bin with fewer images is faded: one image moves its accuracy by 10 points or more
@@ -223,11 +215,7 @@ def plot_reliability_diagram(
             fontsize=9,
         )
     bottom.set(xlabel="confidence (top-1 probability)", ylabel="images")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def precision_recall_curve(labels: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -293,11 +281,7 @@ def plot_precision_recall_curves(
     ax.set_title(f"{heading}\n{split}; {mean_ap}; dots: the decision threshold", fontsize=10)
     if shown:  # beside the axes, never on the curves
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 __all__ = [

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 
 from ..utils.files import staged_file  # noqa: E402
 from .charts import zoomed_fraction_limits  # noqa: E402
+from .figures import save_figure  # noqa: E402
 
 OUTPUT_FILES = ("fewshot.md", "fewshot.json", "fewshot.png")
 
@@ -124,11 +125,7 @@ def plot_fewshot(
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)  # the curve rises to the right; its start is low
     ax.set_title(title, fontsize=9, color="tab:red" if edge else "black")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def write_fewshot_report(output_dir: str | os.PathLike, record: dict[str, Any]) -> None:

@@ -88,10 +88,7 @@ def plot_image_grid(
         cax = fig.add_axes((0.2, 0.5 / height, 0.6, 0.14 / height))
         scale = matplotlib.cm.ScalarMappable(matplotlib.colors.Normalize(0, 1), plt.get_cmap(colorbar[0]))
         fig.colorbar(scale, cax=cax, orientation="horizontal", label=colorbar[1])
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, tight=False)  # laid out above, around the suptitle and the scale
 
 
 def short(name: str, width: int = 18) -> str:
@@ -132,14 +129,23 @@ def shown_image(source: Any, image_size: tuple[int, int]) -> Image.Image | None:
         return None
 
 
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100, tight: bool = True) -> Path:
+    """Lay `fig` out (`tight_layout`, unless the caller laid it out: `tight=False`), write it to `path` and close
+    it; -> the path."""
+    if tight:
+        fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def _empty_figure(text: str, path: str | os.PathLike) -> Path:
     """A small figure that only says `text` (a grid with nothing to show), saved to `path`."""
     fig, ax = plt.subplots(figsize=(4, 2))
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=14)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path, tight=False)
 
 
 @dataclass
@@ -240,6 +246,7 @@ __all__ = [
     "plot_image_grid",
     "plot_label_mistakes",
     "plot_mistakes",
+    "save_figure",
     "title_line_chars",
     "short",
     "shown_image",

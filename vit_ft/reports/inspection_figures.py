@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ..data.images import load_image  # noqa: E402
+from .figures import save_figure  # noqa: E402
 
 GREY_SAMPLE_IMAGES = 8  # images looked at to tell grey data from colour
 
@@ -64,11 +65,7 @@ def plot_patch_embedding_components(
         else f"{channels}-channel embedding filters (channel mean)"
     )  # fmt: skip
     fig.suptitle(f"{kind}, first {k} principal components", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def similarity_mosaic(similarity: torch.Tensor) -> np.ndarray:
@@ -119,10 +116,7 @@ def plot_position_similarity(similarity: torch.Tensor, path: str | os.PathLike) 
     ax.set_ylabel("Input patch row")
     ax.set_title("Position embedding similarity")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02, label="Cosine similarity")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100 if max(gh, gw) <= 16 else 150)
-    plt.close(fig)
+    path = save_figure(fig, path, dpi=100 if max(gh, gw) <= 16 else 150)
     return path, count_mosaic_panels(mosaic, (gh, gw))
 
 
@@ -159,11 +153,7 @@ def plot_attention_distance(
         ax.legend(handles, labels, fontsize=7, ncol=1 if len(handles) <= 9 else 2, loc="upper left",
                   bbox_to_anchor=(1.02, 1.0), markerscale=0.8, frameon=False)  # fmt: skip
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 __all__ = [

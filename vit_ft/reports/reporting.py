@@ -16,6 +16,8 @@ matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .figures import save_figure  # noqa: E402
+
 EVAL_METRICS = ("eval_accuracy", "eval_top5_accuracy", "eval_f1", "eval_loss")
 
 
@@ -79,11 +81,7 @@ def plot_training_curves(
             ax.set_title(ax.get_title(), pad=8 + 16 * math.ceil(entries / columns))
     evaluated_on = evaluated_on or _evaluated_images(evals)
     fig.suptitle("Training curves" + (f"; evaluation on {evaluated_on}" if evaluated_on else ""), fontsize=12)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 KEPT_COLOR = "tab:green"  # the vertical line of the model the run saved

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..utils.files import staged_file
+from ..utils.option_values import BANK_MAX_IMAGES
 from ..utils.progress import Progress
 from .expected_input import INPUT_SAMPLE, describe_input, expected_input_text
 
@@ -44,7 +45,6 @@ logger = logging.getLogger("vit_ft")
 OOD_COLUMNS = ("unlike_training", "ood_score")
 
 FEATURE_BANK_FILE = "feature_bank.safetensors"
-BANK_MAX_IMAGES = 20_000  # 20k x 768 float32 x 2 spaces = 123 MB: a kNN over it is one matrix product per batch
 FIT_MAX_IMAGES = 10_000  # validation images the threshold is fitted on: a 0.99 quantile needs no more
 OOD_NEIGHBOURS = 10  # k; measured on digits (1.3k training images): k = 5, 10, 20 flag alike
 OOD_QUANTILE = 0.99  # of validation's distances, per space: about 1-2 % of in-distribution images flagged
@@ -95,16 +95,19 @@ def normalized(features: np.ndarray | torch.Tensor) -> np.ndarray:
 @torch.inference_mode()
 def bank_features(
     model: torch.nn.Module, transform: Any, images: Sequence[Any], batch_size: int = 128,
-    desc: str = "Feature bank",
+    desc: str = "Feature bank", logits: bool = False,
 ) -> tuple[dict[str, np.ndarray], list[int]]:  # fmt: skip
     """Both spaces' features {"features", "input"} -> `(decoded, hidden)` of `images` ({"bytes", "path"} values
     or paths) through the eval `transform` (`data.transforms.ImageClassificationTransform`), on the model's
-    device, and the indices of the images that decoded (one that does not is left out). Its progress shows as
-    `desc` (`utils.progress.Progress`); the caller says first what the pass is for and how big it is."""
+    device, and the indices of the images that decoded (one that does not is left out). `logits`: the whole
+    model runs, head included, and its `(decoded, num_labels)` logits come under "logits" too (the calibration's,
+    from the same pass). Its progress shows as `desc` (`utils.progress.Progress`); the caller says first what
+    the pass is for and how big it is."""
     parameter = next(model.parameters())  # the model's device and dtype (bf16 weights take bf16 pixels)
     was_training = model.training
     model.eval()
-    chunks: dict[str, list[np.ndarray]] = {space: [] for space in SPACES}
+    chunks: dict[str, list[np.ndarray]] = {space: [] for space in (*SPACES, "logits")[: len(SPACES) + logits]}
+    forward = (lambda inputs: model(**inputs).logits) if logits else (lambda inputs: pre_logits(model, inputs))
     kept: list[int] = []
     try:
         with feature_taps(model) as taps, Progress(len(images), desc) as progress:
@@ -119,11 +122,11 @@ def bank_features(
                 if pixels:  # stacked pixels, or a padded NaFlex batch (the transform's own collation)
                     batch = getattr(transform, "collate", torch.stack)(pixels)
                     if isinstance(batch, dict):
-                        pre_logits(model, {name: value.to(parameter.device) for name, value in batch.items()})
+                        out = forward({name: value.to(parameter.device) for name, value in batch.items()})
                     else:
-                        pre_logits(model, batch.to(parameter.device, parameter.dtype))
-                    for space in SPACES:
-                        chunks[space].append(taps[space].cpu().numpy())
+                        out = forward({"pixel_values": batch.to(parameter.device, parameter.dtype)})
+                    for space in chunks:
+                        chunks[space].append((out if space == "logits" else taps[space]).float().cpu().numpy())
                 progress.update(len(images[start : start + batch_size]))
     finally:
         model.train(was_training)

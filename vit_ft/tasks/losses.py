@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-BALANCED = "balanced"  # class_weights / pos_weight: from the training split's label counts
+from ..utils.option_values import BALANCED
 
 
 class ClassificationLoss:

@@ -193,14 +193,7 @@ class MultiLabel:
     # predict's rows: `labels` / `scores` (JSON arrays in CSV) hold every label whose probability is >= its
     # threshold, highest first; `num_labels` is 0 when none is (empty for a file that could not be read);
     # `threshold` is the model's decision threshold: one number, or {label: threshold} (JSON in CSV)
-    prediction_columns: ClassVar[tuple[str, ...]] = (
-        "path",
-        "labels",
-        "scores",
-        "num_labels",
-        "threshold",
-        "error",
-    )
+    prediction_columns: ClassVar[tuple[str, ...]] = ("path", "labels", "scores", "num_labels", "threshold", "error")
 
     def prediction_row(self, prediction: Any) -> dict[str, Any]:
         """predict's row of a `tools.predict.output.Prediction` (the keys of `prediction_columns`)."""
@@ -267,15 +260,8 @@ class MultiLabel:
         names = [id2label[j] for j in range(trained.num_labels)]
         ap = np.array([np.nan if row["ap"] is None else row["ap"] for row in table])
         figures = {
-            "pr_curves": plot_precision_recall_curves(
-                outputs.labels,
-                outputs.probabilities,
-                names,
-                self.threshold,
-                ap,
-                output_dir / "pr_curves.png",
-                shown,
-            ).name,
+            "pr_curves": plot_precision_recall_curves(outputs.labels, outputs.probabilities, names, self.threshold, ap,
+                                                      output_dir / "pr_curves.png", shown).name,  # fmt: skip
             "per_class": plot_per_class(table, output_dir / "per_class.png", shown).name,
         }
         size = trained.preprocessing.image_size

@@ -107,16 +107,16 @@ def fit_and_record_temperature(trainer: Any, eval_dataset: Any, split: str = "va
         return broadcast_object(None)  # process zero's record
     logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     labels = output.label_ids[0] if isinstance(output.label_ids, tuple) else output.label_ids
-    record = broadcast_object(calibration_record(logits, labels, split))
+    return broadcast_object(temperature_of_logits(logits, labels, split))
+
+
+def temperature_of_logits(logits: np.ndarray, labels: np.ndarray, split: str = "validation") -> dict[str, Any]:
+    """`calibration_record` of `(n, num_classes)` logits and `(n,)` labels a pass already gave (the validation
+    pass the feature bank's threshold shares: `training.outputs`), said in one line."""
+    record = calibration_record(logits, labels, split)
     if "nll" in record:
-        logger.info(
-            "Calibration on %d %s images: temperature %.3f (NLL %.4f -> %.4f, ECE %.4f -> %.4f).",
-            record["images"],
-            split,
-            record["temperature"],
-            *record["nll"],
-            *record["ece"],
-        )
+        logger.info("Calibration on %d %s images: temperature %.3f (NLL %.4f -> %.4f, ECE %.4f -> %.4f).",
+                    record["images"], split, record["temperature"], *record["nll"], *record["ece"])  # fmt: skip
     return record
 
 
@@ -128,4 +128,5 @@ __all__ = [
     "fit_and_record_temperature",
     "fold_temperature",
     "folded_temperature_of",
+    "temperature_of_logits",
 ]

@@ -32,9 +32,7 @@ from ..metrics.multilabel import (
     tune_class_thresholds,
     tune_global_threshold,
 )
-from .losses import BALANCED
-
-TUNE, TUNE_PER_CLASS = "tune", "tune_per_class"  # decision_threshold: tuned on validation after training
+from ..utils.option_values import BALANCED, TUNE, TUNE_PER_CLASS
 
 logger = logging.getLogger("vit_ft")
 

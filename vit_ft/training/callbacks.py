@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from transformers.trainer_utils import has_length
 
-from ..data.bad_images import BadImageTally, SkipBadImages, check_bad_fraction, describe_rows
+from ..data.bad_images import BadImageTally, SkipBadImages, check_bad_fraction
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform
 from ..utils.progress import Progress, duration, is_terminal
 
@@ -108,11 +108,6 @@ class BadImageCallback(TrainerCallback):
             if item.get("row") is not None:
                 row = int(item["row"]) % max(self.total, 1)  # the tally's row (a stream's hash folds into it)
                 self.named[row] = {**item, "row": row}
-
-    @classmethod
-    def for_dataset(cls, dataset: Any, max_fraction: float, image_column: str = "image") -> BadImageCallback:
-        """The callback for a map-style train split (its rows named from its undecoded images)."""
-        return cls(len(dataset), max_fraction, lambda rows: describe_rows(dataset, rows, image_column))
 
     def collator(self, collate: Callable[[list[dict[str, Any]]], Any]) -> SkipBadImages:
         """`collate` behind the skip: the training batches' collator."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..arguments.fields import DataArguments, ModelArguments
+from ..arguments.fields import ModelArguments
 from ..tasks import MultiLabel, SingleLabel
 from ..utils.files import write_text_atomically
 
@@ -72,17 +72,14 @@ def next_rung_reason(rungs: list[Rung], min_gain: float, spent: float, budget: f
 
 def run_ladder(
     model_args: ModelArguments,
-    data_args: DataArguments,
     training_args: Any,
-    recipe: str | None = None,
+    run_rung: Callable[[ModelArguments, Any], dict[str, float]],
     overwrite_output_dir: bool = False,
     clock: Callable[[], float] = time.monotonic,
-    *,
-    run_finetune: Callable[..., dict[str, float]],
 ) -> dict[str, float]:
-    """Climb the ladder into `training_args.output_dir` (see the module's docstring) with `run_finetune` (the
-    stages', handed in: the stages call the ladder); returns the best rung's metrics with `ladder_method` (its
-    index in RUNGS)."""
+    """Climb the ladder into `training_args.output_dir` (see the module's docstring), each rung a fine-tune by
+    `run_rung(model_args, training_args)` (the stages' `run_finetune` on the run's data, handed in: the stages call
+    the ladder); returns the best rung's metrics with `ladder_method` (its index in RUNGS)."""
     from .checkpoints import check_run_output_dir
 
     check_run_output_dir(training_args, overwrite_output_dir)  # the winner's files will be copied there
@@ -100,7 +97,7 @@ def run_ladder(
         rung_training.output_dir = str(output_dir / LADDER_FOLDER / method)
         began = clock()
         logger.info("Ladder: %s (%s).", method, rung_training.output_dir)
-        metrics = run_finetune(rung_model, data_args, rung_training, recipe, overwrite_output_dir)
+        metrics = run_rung(rung_model, rung_training)
         rungs.append(Rung(method, True, headline(metrics, "eval"), headline(metrics, "test"), clock() - began,
                           metrics=metrics))  # fmt: skip
     best = max((rung for rung in rungs if rung.ran), key=lambda r: -1.0 if r.validation is None else r.validation)

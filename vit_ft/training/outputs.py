@@ -15,8 +15,8 @@ import numpy as np
 from transformers import Trainer, TrainingArguments
 
 from ..arguments.fields import DataArguments, ModelArguments
+from ..arguments.global_batch import batch_record
 from ..arguments.plan import run_compute
-from ..arguments.training_arguments import batch_record
 from ..reports.examples import write_examples
 from ..utils.files import usual_modes
 from ..utils.progress import waiting
@@ -53,10 +53,12 @@ def save_outputs(
         trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
         usual_modes(output_dir)  # safetensors writes 0600: the model readable like every other file (checkpoints too)
+    # one pass over validation for the temperature's logits and the bank threshold's features, where both are fitted
+    shared = _shares_validation_pass(trainer, data_args, task)
     # every process: predict gathers across them; T is fitted on validation, never on test
-    calibration = task.calibrate(trainer)
+    calibration = None if shared else task.calibrate(trainer)
     # the bank's forward passes: on every process where the weights are sharded (each forward gathers them)
-    bank = _feature_bank(trainer, data_args, training_args.seed) if _shards_weights(trainer) else None
+    bank = _feature_bank(trainer, data_args, training_args.seed, shared) if _shards_weights(trainer) else None
     if not trainer.is_world_process_zero():  # said, so that a quiet process is not taken for a hung one
         waiting(training_args.process_index, "write the output folder (examples, feature bank, run record, card)")
         return
@@ -66,7 +68,9 @@ def save_outputs(
     )
     write_examples(trainer.eval_dataset, names, output_dir)
     if bank is None:  # unsharded weights: process zero alone runs the bank's forward passes
-        bank = _feature_bank(trainer, data_args, training_args.seed)
+        bank = _feature_bank(trainer, data_args, training_args.seed, shared)
+    bank, shared_calibration = bank
+    calibration = shared_calibration if shared else calibration
     feature_bank = _save_feature_bank(bank, output_dir)
     run_info = {
         **_settings_record(model_args, data_args, training_args, recipe),
@@ -180,22 +184,44 @@ def _save_feature_bank(bank: Any, output_dir: Path) -> dict[str, Any]:
     return {"written": True, **bank.record()}
 
 
-def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int) -> Any:
-    """The feature bank (`tasks.feature_bank`) of the final model: its features of the training images (a
-    class-stratified sample of `pass_arguments.bank_images`: at most `bank_max_images`, at most as many as
-    training saw) through the evaluation transform, with the out-of-distribution thresholds fitted on
-    validation; or why there is none (`bank_max_images: none`; a streamed training split is never read whole).
-    Process zero alone, after the model is saved, unless the weights are sharded."""
+def _bank_size(trainer: Trainer, data_args: DataArguments) -> tuple[int, str]:
+    """How many training images the feature bank holds (`pass_arguments.bank_images`: at most `bank_max_images`,
+    at most as many as training saw) and why; 0 where there is none (a streamed split is never read whole)."""
     from ..arguments.pass_arguments import bank_images
-    from ..data.streaming import TrainStream
+    from ..data.training_split import reads_whole
+
+    if not reads_whole(trainer.train_dataset):
+        return 0, "a streamed training split is not read whole after training"
+    steps, batch = trainer.state.global_step, batch_record(trainer.args)["global_batch"]
+    return bank_images(data_args.bank_max_images, len(trainer.train_dataset), steps * batch or None)
+
+
+def _shares_validation_pass(trainer: Trainer, data_args: DataArguments, task: Any) -> bool:
+    """Whether one pass over the validation split gives both the calibration's logits and the bank threshold's
+    features: the task fits a temperature and the bank fits its threshold on the whole split (no more than
+    FIT_MAX_IMAGES, so the bank's pass covers every image calibration needs) with no probe's pass to read.
+    Decided alike on every process; the pass runs where the bank's does (process zero, or every process where
+    the weights are sharded), instead of predict's pass on every process and the bank's after it."""
+    from ..tasks.feature_bank import FIT_MAX_IMAGES
+
+    if not getattr(task, "fits_temperature", False) or trainer.eval_dataset is None:
+        return False
+    if "validation" in getattr(trainer, "frozen_features", {}) or not _bank_size(trainer, data_args)[0]:
+        return False
+    return 0 < len(trainer.eval_dataset) <= FIT_MAX_IMAGES
+
+
+def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int, shared: bool = False) -> Any:
+    """The feature bank (`tasks.feature_bank`) of the final model: its features of the training images (a
+    class-stratified sample of `_bank_size` images) through the evaluation transform, with the out-of-distribution
+    thresholds fitted on validation; or why there is none (`bank_max_images: none`; a streamed training split).
+    With the calibration record of the same validation pass (`shared`, `_shares_validation_pass`; else None).
+    Process zero alone, after the model is saved, unless the weights are sharded."""
     from ..tasks.feature_bank import FIT_MAX_IMAGES, build_feature_bank, stratified_rows
 
-    if isinstance(trainer.train_dataset, TrainStream) or trainer.train_dataset is None:
-        return "a streamed training split is not read whole after training"
-    steps, batch = trainer.state.global_step, batch_record(trainer.args)["global_batch"]
-    count, why = bank_images(data_args.bank_max_images, len(trainer.train_dataset), steps * batch or None)
+    count, why = _bank_size(trainer, data_args)
     if not count:
-        return why
+        return why, None
     transform = evaluation_transform(trainer.processing_class, getattr(trainer.model, "config", None))
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # class ids, or multi-hot rows
@@ -204,7 +230,7 @@ def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int) -> Any:
     if trainer.eval_dataset is not None:
         held_out = trainer.eval_dataset.with_format(None)
         fit_rows = range(min(len(held_out), FIT_MAX_IMAGES))
-        validation = held_out.select(fit_rows)["image"]
+        validation = held_out.select(fit_rows)
     # a probe's passes over these rows (`training.probes`: the backbone unchanged since) serve instead of new ones
     frozen = getattr(trainer, "frozen_features", {})
     computed = frozen["train"].select(rows) if "train" in frozen else None
@@ -213,8 +239,32 @@ def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int) -> Any:
     reused = ", read from the probe's pass" if computed is not None else ""
     logger.info("Feature bank: %d of %d training images (%s), stratified, 2 x %s floats each%s; its threshold fitted "
                 "on %d validation images.", len(rows), len(train), why, hidden, reused, len(fit_rows))  # fmt: skip
-    return build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, validation,
+    images, calibration = None if validation is None else validation["image"], None
+    if shared:
+        fit, calibration = _shared_validation_pass(trainer, transform, images, validation["label"])
+    bank = build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, images,
                               computed, fit)  # fmt: skip
+    return bank, calibration
+
+
+def _shared_validation_pass(
+    trainer: Trainer, transform: Any, images: Any, labels: Any
+) -> tuple[Any, dict[str, Any] | None]:
+    """One pass of the final model over the validation `images` (their `labels`, class ids): both spaces'
+    features for the bank's threshold (`bank_features`'s `(features, kept)`) and, on process zero, the calibration
+    record of its logits (`tasks.temperature.temperature_of_logits`; an image that does not decode is left out of
+    both)."""
+    from ..tasks.feature_bank import bank_features
+    from ..tasks.temperature import temperature_of_logits
+
+    logger.info("Calibration and the feature bank's threshold: one pass over the %d validation images gives the "
+                "logits the temperature is fitted on and the features the threshold is.", len(images))  # fmt: skip
+    found, kept = bank_features(trainer.model, transform, images, logits=True,
+                                desc="Calibration + feature bank, validation")  # fmt: skip
+    logits = found.pop("logits")
+    if not trainer.is_world_process_zero():  # sharded weights: every process ran the pass, one fits
+        return (found, kept), None
+    return (found, kept), temperature_of_logits(logits, np.asarray(labels)[kept])
 
 
 def evaluation_transform(processor: Any, config: Any = None) -> Any:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from transformers.trainer_utils import TrainOutput
 
+from ..data.training_split import reads_whole
 from ..model.knn_head import KNN_K, KNN_TEMPERATURE, make_head
 from ..tasks.feature_bank import BANK_MAX_IMAGES, FrozenFeatures, bank_features, stratified_rows
 from ..tasks.probes import PROBE_C, choose_probe_c, fit_linear_probe
@@ -33,11 +34,9 @@ PROBE_METHODS = ("linear", "knn")
 def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
     """Fit `trainer.model`'s head by `method` ("linear" or "knn") on the frozen features of the training split;
     returns what `Trainer.train` would (no steps, the fit's time as `train_runtime`)."""
-    from ..data.streaming import TrainStream
-
     if method not in PROBE_METHODS:
         raise ValueError(f"method={method!r} is not a probe; use one of {PROBE_METHODS}.")
-    if isinstance(trainer.train_dataset, TrainStream):
+    if not reads_whole(trainer.train_dataset):
         raise ValueError(f"method: {method} reads the training split whole; it cannot be streamed (streaming: false).")
     model = trainer.model
     if model.config.distillation_token:

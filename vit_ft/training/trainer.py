@@ -21,12 +21,12 @@ import datasets
 import torch
 from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
-from ..arguments.training_arguments import data_seed
+from ..arguments.data_loading import data_seed
 from ..data.bad_images import BAD_IMAGES_KEY
 from ..data.batch_augmentation import BatchAugmentation
+from ..data.collate import collate_fn
 from ..data.mixup import MixupCutmix
-from ..data.streaming import TrainStream, stream_dataloader
-from ..data.transforms import collate_fn
+from ..data.training_split import train_dataloader
 from .callbacks import AugmentationEpochCallback, EvaluationTime
 from .distillation import Distiller, build_distiller
 from .ema import EMACallback
@@ -132,8 +132,9 @@ class FineTuneTrainer(Trainer):
                 self._eval_dataloaders = cached
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
-        if isinstance(self.train_dataset, TrainStream):  # split per process already: not re-sharded
-            loader = stream_dataloader(self.train_dataset, self.train_collator or self.data_collator, self.args)
+        # a stream's own loader, split per process already: not re-sharded
+        loader = train_dataloader(self.train_dataset, self.train_collator or self.data_collator, self.args)
+        if loader is not None:
             return shielded_from_preemption(loader)
         if self.train_collator is None:
             return super().get_train_dataloader()
@@ -184,38 +185,15 @@ def build_trainer(
     `FineTuneTrainer`). `skip_bad_images` (`BadImageCallback.collator`) wraps whichever training collator that
     leaves, so that images that do not decode are dropped before it. With `teacher_model_name_or_path`, the loss
     becomes DeiT's distillation loss over the task's (`distillation`; `names` are the classes the teacher must
-    predict). `resume` is the checkpoint the EMA is read from. It never pushes: the finished folder is pushed once, with our card, by the fine-tune
-    command.
+    predict). `resume` is the checkpoint the EMA is read from. It never pushes (`_loss`).
     """
-    trainer_args = copy.copy(training_args)
-    trainer_args.push_to_hub = False
-    # the model's own loss (and Trainer's label smoothing) unless weights or mixed batches need the task's
-    loss = task.training_loss(training_args, data_args, loss_weights)
-    distiller = build_distiller(model, training_args, names or [], task, loss)
-    if distiller is not None:
-        loss = distiller.loss
-    if loss is not None:
-        trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
-        trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
+    loss, distiller, trainer_args = _loss(model, training_args, data_args, task, loss_weights, names)
     batch_augmentation = _batch_augmentation(epoch_targets)
     if batch_augmentation is not None:  # the mix moves to the device; the collator keeps the images' indices
         epoch_targets, train_collator = [*epoch_targets, batch_augmentation], batch_augmentation.collate
     if skip_bad_images is not None:
         train_collator = skip_bad_images(train_collator or collate_fn)
-    evaluation_time = EvaluationTime()
-    callbacks = [AugmentationEpochCallback(*epoch_targets), evaluation_time]
-    ema = None
-    if getattr(training_args, "ema_decay", None) is not None:
-        args = training_args
-        ema = EMACallback(args.ema_decay, args.ema_warmup, args.ema_as_final_model, resume)
-        # before stages adds the checkpoint record's callback, so that the record covers ema.safetensors
-        callbacks.append(ema)
-    if getattr(training_args, "early_stopping_patience", None) is not None:
-        callbacks.append(
-            EarlyStoppingCallback(
-                training_args.early_stopping_patience, training_args.early_stopping_threshold
-            )
-        )
+    callbacks, ema, evaluation_time = _callbacks(training_args, epoch_targets, resume)
     balanced = balanced_labels if getattr(training_args, "balanced_sampler", False) else None
     trainer = FineTuneTrainer(
         model=model,
@@ -234,6 +212,44 @@ def build_trainer(
         distiller=distiller,
     )
     return trainer, evaluation_time
+
+
+def _loss(
+    model: Any, training_args: TrainingArguments, data_args: Any, task: Any, loss_weights: torch.Tensor | None,
+    names: list[str] | None,
+) -> tuple[Any, Distiller | None, TrainingArguments]:  # fmt: skip
+    """The training loss (None: the model's own, and Trainer's label smoothing, unless weights or mixed batches
+    need the task's; DeiT's distillation loss over it with a teacher), its distiller, and the Trainer's arguments
+    (never pushing: the finished folder is pushed once, with our card, by the fine-tune command)."""
+    trainer_args = copy.copy(training_args)
+    trainer_args.push_to_hub = False
+    loss = task.training_loss(training_args, data_args, loss_weights)
+    distiller = build_distiller(model, training_args, names or [], task, loss)
+    if distiller is not None:
+        loss = distiller.loss
+    if loss is not None:
+        trainer_args.label_smoothing_factor = 0.0  # in the loss or the mixed targets: never twice
+        trainer_args.average_tokens_across_devices = False  # the loss is a per-batch mean, not a sum
+    return loss, distiller, trainer_args
+
+
+def _callbacks(
+    training_args: TrainingArguments, epoch_targets: list[Any], resume: str | None
+) -> tuple[list[Any], EMACallback | None, EvaluationTime]:
+    """The Trainer's own callbacks: each epoch's number to `epoch_targets`, the evaluations' time, the EMA (read
+    from `resume`'s checkpoint) and early stopping where the recipe asks; the EMA and the timing returned too."""
+    evaluation_time = EvaluationTime()
+    callbacks = [AugmentationEpochCallback(*epoch_targets), evaluation_time]
+    ema = None
+    if getattr(training_args, "ema_decay", None) is not None:
+        args = training_args
+        ema = EMACallback(args.ema_decay, args.ema_warmup, args.ema_as_final_model, resume)
+        # before stages adds the checkpoint record's callback, so that the record covers ema.safetensors
+        callbacks.append(ema)
+    if getattr(training_args, "early_stopping_patience", None) is not None:
+        patience, threshold = training_args.early_stopping_patience, training_args.early_stopping_threshold
+        callbacks.append(EarlyStoppingCallback(patience, threshold))
+    return callbacks, ema, evaluation_time
 
 
 def _batch_augmentation(epoch_targets: list[Any]) -> BatchAugmentation | None:

@@ -9,18 +9,17 @@ what the train transform actually returns (one example, measured) and checked be
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import signal
 from typing import Any
 
-import datasets
 import numpy as np
 import torch
 from transformers import TrainingArguments
 
-from ..arguments.training_arguments import describe_data_loading
+from ..arguments.data_loading import describe_data_loading
+from ..data.training_split import first_examples
 from ..utils.files import byte_size
 from ..utils.hardware import SHARED_MEMORY, free_shared_memory, local_processes
 from .preemption import SIGNALS
@@ -47,11 +46,7 @@ def example_bytes(example: Any) -> int:
 def sample_example(dataset: Any, tries: int = 8) -> dict[str, Any] | None:
     """The first of the dataset's first `tries` examples whose image decoded (its transform applied): a map-style
     dataset by position, an iterable one (a stream) from its start. None when none of them decodes."""
-    if isinstance(dataset, datasets.Dataset):
-        examples = (dataset[i] for i in range(min(tries, len(dataset))))
-    else:
-        examples = itertools.islice(iter(dataset), tries)
-    for example in examples:
+    for example in first_examples(dataset, tries):
         if isinstance(example.get("pixel_values"), (torch.Tensor, np.ndarray)):
             return example
     return None

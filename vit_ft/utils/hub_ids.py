@@ -8,14 +8,22 @@ which the Hub does not). Tools ask it whether a --model can only be a local path
 the fine-tune's model_name_or_path and dataset_name, the demo's model; through `commands.model_flags`): whether a
 name is a path (`looks_like_path`), which folder was meant (`closest_path`), whether offline mode has it in the
 Hub cache (`in_hub_cache`), and whether the Hub answers at all, asked once and without huggingface_hub's retries
-(`check_hub_reachable`), so that a typo fails in a second, online or offline."""
+(`check_hub_reachable`), so that a typo fails in a second, online or offline. Within `without_network()` (the
+fine-tune's `--print_plan`) it asks nothing: the local checks stand, and a Hub id the cache does not hold is left
+unchecked and named in the list it yields."""
 
 from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
+
+# within `without_network()`: what `check_reference` could not check without the network (None: it may ask)
+_UNCHECKED: ContextVar[list[str] | None] = ContextVar("vit_ft_unchecked_references", default=None)
 
 
 def is_hub_id(name: Any) -> bool:
@@ -131,6 +139,30 @@ def check_hub_reachable(
         return
 
 
+@contextmanager
+def without_network() -> Iterator[list[str]]:
+    """Within it, `check_reference` makes no network request: a missing local path still fails (one line), and
+    a Hub id that the Hub cache does not hold is not checked but named, with why, in the list this yields (what
+    `--print_plan` states beside the plan; the run itself checks it before loading anything)."""
+    token = _UNCHECKED.set([])
+    try:
+        yield _UNCHECKED.get()
+    finally:
+        _UNCHECKED.reset(token)
+
+
+def _unchecked(what: str) -> str:
+    """Why a Hub id was left unchecked without the network, and what the run will do with it."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return (
+            f"{what}: a Hub id, not in the Hub cache, so offline mode (HF_HUB_OFFLINE=1) cannot load it: the run "
+            "will refuse it unless it is downloaded first"
+        )
+    return f"{what}: a Hub id, not in the Hub cache; not looked up (no network request), the run looks it up first"
+
+
 def check_reference(
     name: str | os.PathLike,
     what: str,
@@ -146,7 +178,8 @@ def check_reference(
     exist, or in offline mode a Hub id with nothing in the Hub cache (`in_hub_cache`), which offline mode
     cannot load. Online, a Hub id that is no folder here is looked up once, without retries
     (`check_hub_reachable`). `repo_type` is "model" or "dataset"; a dataset builder name (imagefolder, ...) passes.
-    `folder`: a file is a NotADirectoryError (the tools read model folders; the fine-tune also reads a JAX .npz)."""
+    `folder`: a file is a NotADirectoryError (the tools read model folders; the fine-tune also reads a JAX .npz).
+    Within `without_network()` a Hub id not in the cache is only named in its list."""
     from huggingface_hub import constants
 
     text = os.fspath(name)
@@ -159,6 +192,11 @@ def check_reference(
         raise FileNotFoundError(
             f"{what}: no such folder; " + (f"did you mean {close}?" if close else f"pass {expected}.")
         )
+    unchecked = _UNCHECKED.get()
+    if unchecked is not None:  # no network: the cache answers, or nothing does
+        if not in_hub_cache(text, repo_type, cache_dir):
+            unchecked.append(_unchecked(what))
+        return
     if constants.HF_HUB_OFFLINE and not in_hub_cache(text, repo_type, cache_dir):
         raise FileNotFoundError(
             f"{what}: no such folder, and offline mode (HF_HUB_OFFLINE=1) finds no {repo_type} of that name in the "
@@ -189,4 +227,5 @@ __all__ = [
     "is_hub_id",
     "is_hub_model",
     "looks_like_path",
+    "without_network",
 ]

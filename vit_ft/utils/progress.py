@@ -3,16 +3,18 @@ the feature bank, test-time augmentation, the examples, the report's figures, th
 and the tools' batched loops show it through `Progress`.
 
 On a terminal it is one tqdm bar on stderr. Elsewhere (Slurm, nohup, `accelerate launch`'s pipe) a bar writes
-cursor escape codes and carriage returns into the log, so it is plain lines instead, one every few percent
-(and at least once a minute) with the count, the rate and the time left, and one when the pass ends:
+cursor escape codes and carriage returns into the log, so it is plain lines instead, a bounded number of them:
+one each 10 % of the pass but no sooner than 10 s after the last (a pass of a few seconds writes its closing line
+alone), at least one a minute (a slow pass never looks hung), each with the count, the rate and the time left,
+and one when the pass ends with the count, the time and the rate:
 
     with Progress(len(images), "Feature bank") as progress:
         for batch in batches:
             ...
             progress.update(len(batch))
 
-    Feature bank: 48/96 img (50 %), 31.2 img/s, 2 s left
-    Feature bank: 96/96 img in 3.1 s (31.0 img/s)
+    Feature bank: 4800/9600 img (50 %), 31.2 img/s, 2 min 34 s left
+    Feature bank: 9600/9600 img in 5 min 08 s (31.2 img/s)
 
 The pass says what it does and how big it is before it starts (its own log line); under several processes
 the others say what they wait for (`waiting`).
@@ -24,7 +26,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-LINE_EVERY = 0.05  # a plain line each 5 % of the pass: 20 lines for any size
+LINE_EVERY = 0.10  # a plain line each 10 % of the pass: at most 10 for any size, besides the minute's
+LINE_GAP = 10.0  # seconds: none sooner after the last (or the start), so a short pass writes its closing line alone
 LINE_INTERVAL = 60.0  # seconds: and at least once a minute, so a slow pass never looks hung
 
 
@@ -65,7 +68,7 @@ class Progress:
             from tqdm.auto import tqdm  # only on a terminal: importing tqdm costs the tools' start-up
 
             self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True)
-        self._next_fraction, self._last_line, self._closed, self._postfix = LINE_EVERY, self.start, False, ""
+        self._steps_shown, self._last_line, self._closed, self._postfix = 0, self.start, False, ""
 
     def __enter__(self) -> Progress:
         return self
@@ -82,14 +85,13 @@ class Progress:
         if not self.enabled:
             return
         now = time.perf_counter()
-        fraction = self.count / self.total if self.total else 0.0
-        if (self.total and fraction >= self._next_fraction and self.count < self.total) or (
-            now - self._last_line >= LINE_INTERVAL
-        ):
+        # steps of LINE_EVERY passed (the epsilon: 3 x 0.1 is not 0.3 in floats)
+        steps = int(self.count / self.total / LINE_EVERY + 1e-9) if self.total else 0
+        since = now - self._last_line
+        stepped = steps > self._steps_shown and self.count < self.total and since >= LINE_GAP
+        if stepped or since >= LINE_INTERVAL:
             self._line(self._status(now))
-            self._last_line = now
-            while self.total and self._next_fraction <= fraction:
-                self._next_fraction += LINE_EVERY
+            self._last_line, self._steps_shown = now, steps
 
     def postfix(self, **values: Any) -> None:
         """Values shown after the count ("epoch=3/30, train_accuracy=0.912"): on the bar, or on the next line."""
@@ -135,4 +137,4 @@ def waiting(process: int, what: str, stream: TextIO | None = None) -> None:
     print(f"Process {process}: waiting for process 0 to {what}.", file=stream or sys.stderr, flush=True)
 
 
-__all__ = ["LINE_EVERY", "LINE_INTERVAL", "Progress", "duration", "is_terminal", "waiting"]
+__all__ = ["LINE_EVERY", "LINE_GAP", "LINE_INTERVAL", "Progress", "duration", "is_terminal", "waiting"]

@@ -27,6 +27,7 @@ from ...tasks.feature_bank import FeatureBank, bank_features, normalized
 from ...utils.hub_ids import check_reference
 from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
+from ..splits import is_image_folders, load_named_splits
 from ..trained import load_trained
 from .findings import (
     FOLDS,
@@ -88,8 +89,7 @@ def load_audit_data(source: AuditSource) -> tuple[dict[str, Any], list[str], str
     from ...data.datasets import load_image_datasets
 
     root = Path(source.dataset).expanduser()
-    saved = (root / "dataset_dict.json").is_file() or (root / "state.json").is_file()
-    if root.is_dir() and not saved:
+    if is_image_folders(root):
         if not (root / "train").is_dir():
             raise FileNotFoundError(
                 f"--dataset {source.dataset} has no train/ folder; the audit reads {source.dataset}/train/<class "
@@ -102,11 +102,7 @@ def load_audit_data(source: AuditSource) -> tuple[dict[str, Any], list[str], str
     else:
         expected = "a folder with train/ (and validation/, test/) image folders, a save_to_disk folder or a Hub dataset id"
         check_reference(source.dataset, f"--dataset {source.dataset}", expected, repo_type="dataset")
-        splits, names = load_image_datasets(
-            dataset_name=os.fspath(source.dataset), dataset_config=source.dataset_config,
-            train_split=source.train_split, validation_split=source.validation_split, test_split=source.test_split,
-            image_column=source.image_column, label_column=source.label_column, validation_split_percentage=0,
-        )  # fmt: skip
+        splits, names = load_named_splits(source)
         description = f"dataset {os.fspath(source.dataset)}"
     if not isinstance(splits["train"].features["label"], datasets.ClassLabel):
         raise ValueError(f"--dataset {source.dataset} is multi-label; vit-ft audit reads single-label data.")
@@ -141,6 +137,38 @@ def _check_classes(labels: np.ndarray, names: list[str], folds: int, dataset: An
         )
 
 
+def _held_out_features(
+    trained: Any, held: dict[str, Any], batch_size: int
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, list[Any]]]:
+    """Each held-out split's features and pixel descriptors (what a training image's copy or leak is searched
+    among), and its images that decode."""
+    held_values: dict[str, dict[str, np.ndarray]] = {}
+    held_images: dict[str, list[Any]] = {}
+    for split, dataset in held.items():
+        values, held_kept = bank_features(trained.model, trained.transform, dataset["image"], batch_size,
+                                          f"Features ({split})")  # fmt: skip
+        held_images[split] = [dataset["image"][i] for i in held_kept]
+        held_values[split] = {"features": values["features"], "pixels": _pixels(held_images[split])}
+    return held_values, held_images
+
+
+def _audit_images(
+    found: list[Any], images: list[Any], kept: list[int], held_images: dict[str, list[Any]]
+) -> list[AuditImage]:
+    """Each finding with its image and key (and for a copy or leak, the other image's), as the report shows it."""
+    split_images = {"train": images, **held_images}
+    split_rows = {"train": kept, **{split: range(len(values)) for split, values in held_images.items()}}
+
+    def located(split: str, index: int) -> tuple[Any, str]:
+        image = split_images[split][index]
+        path = image.get("path") if isinstance(image, dict) else None
+        return image, image_key(path, split_rows[split][index], split)
+
+    return [AuditImage(finding, *located(finding.split, finding.index),
+                       *(located(finding.other_split, finding.other_index) if finding.other_split else (None, "")))
+            for finding in found]  # fmt: skip
+
+
 def run_audit(
     model: str | os.PathLike,
     source: AuditSource | str | os.PathLike,
@@ -173,21 +201,14 @@ def run_audit(
     labels = labels[kept]
     bank = FeatureBank(normalized(features["features"]), labels, np.asarray(kept, np.int64),
                        normalized(features["input"]))  # fmt: skip
-    held_values: dict[str, dict[str, np.ndarray]] = {}
-    held_images: dict[str, list[Any]] = {}
-    for split, dataset in held.items():
-        values, held_kept = bank_features(trained.model, trained.transform, dataset["image"], options.batch_size,
-                                          f"Features ({split})")  # fmt: skip
-        held_images[split] = [dataset["image"][i] for i in held_kept]
-        held_values[split] = {"features": values["features"], "pixels": _pixels(held_images[split])}
+    held_values, held_images = _held_out_features(trained, held, options.batch_size)
     feature_seconds = time.perf_counter() - started
 
     probabilities, probe = out_of_fold_probabilities(features["features"], labels, len(names), options.folds,
                                                      options.seed)  # fmt: skip
     found, cleanlab = label_issues(labels, probabilities)
     found += copies({"features": features["features"], "pixels": _pixels(images)}, held_values)
-    scores = outlier_scores(bank)
-    found += outliers(scores, labels)
+    found += outliers(outlier_scores(bank), labels)
     found = [replace(f, given=int(labels[f.index])) if f.given < 0 else f for f in found]  # copies: their label too
     record = {
         "model": trained.source, "dataset": description, "classes": names, "num_train_images": len(images),
@@ -200,17 +221,7 @@ def run_audit(
                                                  for i in np.flatnonzero(disagreements(labels, probabilities))]},
         "feature_seconds": round(feature_seconds, 2), "counts": {},
     }  # fmt: skip
-    split_images = {"train": images, **held_images}
-    split_rows = {"train": kept, **{split: range(len(values)) for split, values in held_images.items()}}
-
-    def located(split: str, index: int) -> tuple[Any, str]:
-        image = split_images[split][index]
-        path = image.get("path") if isinstance(image, dict) else None
-        return image, image_key(path, split_rows[split][index], split)
-
-    rows = [AuditImage(finding, *located(finding.split, finding.index),
-                       *(located(finding.other_split, finding.other_index) if finding.other_split else (None, "")))
-            for finding in found]  # fmt: skip
+    rows = _audit_images(found, images, kept, held_images)
     with AUDIT_FILES.staged(out, overwrite) as staging:
         record = write_audit_report(staging, rows, names, record, tuple(trained.preprocessing.image_size))
     logger.info("Audit of %s: %s.", description, ", ".join(f"{n} {k}" for k, n in record["counts"].items()))

@@ -170,15 +170,9 @@ def data_from_fields(
     return data
 
 
-def recorded_eval_data(
-    origin: Origin,
-    id2label: dict[int, str] | None,
-    split: str | None = None,
-    seed: int | None = None,
-    max_samples: int | None = None,
-    multi_label: bool | None = None,
-) -> EvalData:
-    """The evaluation data recorded in the model's run record (`origin.record`, see `data_from_fields`)."""
+def recorded_fields(origin: Origin, seed: int | None = None) -> tuple[dict[str, Any], int, str, list[str]]:
+    """The data fields recorded in the model's run record (`origin.record`), the seed to split them with (`seed`,
+    else the fine-tune's), where they come from, and a note when the seed had to be assumed."""
     info, model = origin.record, origin.name
     if info is None:
         raise FileNotFoundError(
@@ -194,28 +188,18 @@ def recorded_eval_data(
                 "The fine-tune's seed is not recorded: seed 0 assumed. A held-out validation split and "
                 "max_eval_samples subsets depend on it; pass --seed to match the fine-tune."
             )
-    where = f"{RUN_RECORD_FILE} of {model}"
-    data = data_from_fields(info.get("data", {}), id2label, split, seed, where, max_samples, multi_label)
-    data.notes.extend(notes)
-    return data
+    return info.get("data", {}), seed, f"{RUN_RECORD_FILE} of {model}", notes
 
 
-def recipe_eval_data(
-    recipe: str,
-    id2label: dict[int, str] | None,
-    split: str | None = None,
-    seed: int | None = None,
-    max_samples: int | None = None,
-    multi_label: bool | None = None,
-) -> EvalData:
-    """The evaluation split of a recipe's data, with the recipe's seed (TrainingArguments' 42 if it sets none)."""
+def recipe_fields(recipe: str, seed: int | None = None) -> tuple[dict[str, Any], int, str, list[str]]:
+    """A recipe's data fields, with the recipe's seed (TrainingArguments' 42 if it sets none) unless `seed` is
+    given, and where they come from (as `recorded_fields`; no notes)."""
     from ...arguments.recipes import load_recipe, resolve_recipe
 
     values = load_recipe(resolve_recipe(recipe))
     if seed is None:
         seed = values.get("data_seed") if values.get("data_seed") is not None else values.get("seed", 42)
-    where = f"recipe {recipe!r}"
-    return data_from_fields(values, id2label, split, int(seed), where, max_samples, multi_label)
+    return values, int(seed), f"recipe {recipe!r}", []
 
 
 def _labelled_folder(
@@ -295,9 +279,10 @@ def resolve_eval_data(
         raise ValueError("Pass either --recipe or --data_dir, not both.")
     if data_dir is not None:
         return folder_eval_data(data_dir, id2label, max_samples, seed or 0, multi_label, label_separator)
-    if recipe is not None:
-        return recipe_eval_data(recipe, id2label, split, seed, max_samples, multi_label)
-    return recorded_eval_data(origin, id2label, split, seed, max_samples, multi_label)
+    fields, seed, where, notes = recipe_fields(recipe, seed) if recipe is not None else recorded_fields(origin, seed)
+    data = data_from_fields(fields, id2label, split, seed, where, max_samples, multi_label)
+    data.notes.extend(notes)
+    return data
 
 
 __all__ = [
@@ -307,7 +292,7 @@ __all__ = [
     "data_from_fields",
     "folder_eval_data",
     "folders_read",
-    "recipe_eval_data",
-    "recorded_eval_data",
+    "recipe_fields",
+    "recorded_fields",
     "resolve_eval_data",
 ]

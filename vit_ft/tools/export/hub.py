@@ -8,7 +8,7 @@ the Hub's widget, no remote code, with the calibration temperature folded into i
 our weights and config with the model's code beside them and `auto_map`, so
 `AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True)` loads it anywhere; a LoRA
 adapter is shared too. Either way the repository gets the image processor at the fine-tuned resolution (resize
-and centre crop, as our evaluation: `evaluation_image_processor`), the
+and centre crop, as our evaluation: `processor.evaluation_image_processor`), the
 label maps, the run record and a model card saying which format it is and why; checkpoints, TensorBoard runs and
 pickles (training_args.bin) stay local.
 """
@@ -43,6 +43,7 @@ from .hub_format import (
     check_same_logits,
     choose_format,
 )
+from .processor import vit_image_processor, write_image_processor, write_staged_processor
 
 logger = logging.getLogger("vit_ft")
 
@@ -116,7 +117,7 @@ def _stage_model(origin: Origin, staging: Path, format: str):
 
         trained = load_trained(origin, device="cpu", merge_lora=True)  # merged first, then folded
         model = fold_temperature(trained.model, trained.task)  # pipeline() gives the calibrated scores
-        export_to_transformers(model, staging, image_processor=_processor(origin))
+        export_to_transformers(model, staging, image_processor=vit_image_processor(origin))
         write_image_processor(origin, staging, model.config.image_hw, naflex_budget(model.config))  # as we evaluate
         return model
     ours, complete = _our_code_files(), _has_complete_model(folder)
@@ -128,7 +129,7 @@ def _stage_model(origin: Origin, staging: Path, format: str):
             shutil.copyfile(path, staging / name)
     else:  # an adapter only, or a folder saved without its code: write the model with its code
         _load_merged(origin).save_pretrained(staging)
-    _write_processor(origin, staging)
+    write_staged_processor(origin, staging)
     if origin.adapter is not None:  # its config's code too is the installed vit_ft's
         code = sorted(p.name for p in origin.adapter.glob("*.py"))
         _check_code(origin.adapter, code, ours)
@@ -350,85 +351,6 @@ def _load_merged(origin: Origin):
     return load_trained(origin, device="cpu", merge_lora=True).model
 
 
-def _processor(origin: Origin):
-    """The fine-tune's image processor (at its resolution), or None when the folder has none."""
-    from transformers import ViTImageProcessorPil
-
-    if origin.processor is None:
-        logger.warning("No %s in %s: sharing ViT's default image processor.", PROCESSOR_FILE, origin.name)
-        return None
-    return ViTImageProcessorPil(**_normalisation(origin.processor))
-
-
-# what an image processor's settings say of the pixels, beyond the geometry (which the export sets)
-NORMALISATION_KEYS = ("do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std", "resample")
-
-
-def _normalisation(settings: dict[str, Any] | None) -> dict[str, Any]:
-    """The rescale / normalisation / resampling of image processor `settings` (ViT's mean and std 0.5 where
-    none are stated, as `tools.preprocessing.preprocessing_from` reads them)."""
-    from ...data.images import VIT_MEAN, VIT_STD
-
-    found = {key: settings[key] for key in NORMALISATION_KEYS if key in (settings or {})}
-    return {"image_mean": list(VIT_MEAN), "image_std": list(VIT_STD), **found}
-
-
-def evaluation_image_processor(
-    settings: dict[str, Any] | None, size: tuple[int, int], naflex: dict[str, int] | None = None
-) -> Any:
-    """The transformers image processor that preprocesses as our evaluation does (`data.transforms`' eval
-    transform: resize the shorter side to the model's size, keeping the aspect ratio, then centre-crop it).
-
-    A square `size`: `CLIPImageProcessorPil` (transformers' processor with a shortest-edge resize and a centre
-    crop; ViT's own resizes to the size, squashing a non-square image). PIL resizes for both with the same
-    filter and both round the resized side and the crop's offset down (`data.images.cover_size`), so the pixels
-    are ours on every image size. A non-square `size` (no shortest-edge resize covers it):
-    ViT's processor at that size, with a warning that it squashes. A NaFlex model (`naflex`, its
-    `model.naflex.naflex_budget`): `Siglip2ImageProcessorPil` with that budget, our NaFlex evaluation's rule."""
-    from PIL import Image
-    from transformers import CLIPImageProcessorPil, Siglip2ImageProcessorPil, ViTImageProcessorPil
-
-    height, width = size
-    pixels = {**_normalisation(settings), "do_convert_rgb": True}
-    if naflex is not None:  # its default filter is bilinear; ours, where the settings state none, bicubic
-        return Siglip2ImageProcessorPil(**{"resample": int(Image.Resampling.BICUBIC), **pixels, **naflex})
-    if height == width:
-        return CLIPImageProcessorPil(
-            **pixels,
-            do_resize=True,
-            size={"shortest_edge": height},
-            do_center_crop=True,
-            crop_size={"height": height, "width": width},
-        )
-    logger.warning(
-        "The model's resolution %dx%d is not square: its image processor resizes to it (squashing another "
-        "aspect ratio), where vit-ft's evaluation resizes and centre-crops.",
-        height,
-        width,
-    )
-    return ViTImageProcessorPil(**pixels, size={"height": height, "width": width})
-
-
-def _write_processor(origin: Origin, staging: Path) -> None:
-    """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
-    from ...model.configuration_vit_ft import ViTFTConfig
-
-    config = ViTFTConfig.from_pretrained(staging)
-    write_image_processor(origin, staging, config.image_hw, naflex_budget(config))
-
-
-def write_image_processor(
-    origin: Origin, folder: Path, size: tuple[int, int], naflex: dict[str, int] | None = None
-) -> None:
-    """The image processor a shared or exported model carries in `folder`: the fine-tune's normalisation (ViT's
-    defaults when the folder has none), resizing and centre-cropping to `size` (height, width), the model's
-    resolution, or for a NaFlex model its patch budget (`naflex`), as our evaluation does
-    (`evaluation_image_processor`)."""
-    if origin.processor is None:
-        logger.warning("No %s in %s: sharing ViT's default normalisation.", PROCESSOR_FILE, origin.name)
-    evaluation_image_processor(origin.processor, tuple(size), naflex).save_pretrained(folder)
-
-
 def _copy_matching(source: Path, target: Path, patterns: tuple[str, ...]) -> None:
     """Copy the files directly in `source` whose names match `patterns` (no subfolders)."""
     for path in sorted(source.iterdir()):
@@ -442,9 +364,7 @@ __all__ = [
     "FORMATS",
     "FORMAT_CHOICES",
     "check_same_logits",
-    "evaluation_image_processor",
     "push_output_dir",
     "stage_for_hub",
     "verify_staged",
-    "write_image_processor",
 ]

@@ -19,7 +19,8 @@ patches, patch * patch * channels), `pixel_attention_mask` (batch, patches) and 
 and patch count dynamic, the position table resized per image inside the graph (the closed form of the antialiased
 bilinear resize, `model.naflex.resize_positional_embeddings`), and checked on batches of several aspect ratios;
 its folder carries transformers' `Siglip2ImageProcessor` with the model's budget, and
-`OnnxClassifier.from_folder` feeds the graph NaFlex batches.
+`onnx_runtime.OnnxClassifier.from_folder` feeds the graph NaFlex batches. Running the graphs, their parity with
+PyTorch and `--evaluate`'s accuracy comparison are `onnx_runtime`'s.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import logging
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +41,16 @@ import torch
 
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ...model.naflex import naflex_budget
-from ...tasks import task_for
 from ...tasks.temperature import fold_temperature
 from ...utils.files import is_disk_full
 from ...utils.output_dir import OutputFiles, check_output_dir
-from ..trained import Trained, load_trained
-from .hub import PROCESSOR_FILE, write_image_processor
+from ..trained import Trained
 from .hub_format import naflex_check_batches
+from .onnx_runtime import INT8_FILE, NAFLEX_INPUTS, ONNX_FILE, load_for_export, logits_difference
+from .processor import write_image_processor
 
 logger = logging.getLogger("vit_ft")
 
-ONNX_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
 QUANTIZE_CHOICES = ("int8",)
 INSTALL_HINT = "pip install 'vit-ft[export]'"
 # fp32 onnxruntime against PyTorch: the same arithmetic in another order (observed ~1e-6 on ViT-B logits)
@@ -64,9 +64,6 @@ EXPORT_FILES = OutputFiles(
     "an ONNX export",
     own_needs_overwrite=True,  # an earlier export is replaced only when asked
 )
-NAFLEX_INPUTS = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
-# onnxruntime's input types -> numpy's, for feeding a batch whatever integer type its mask came in
-_NUMPY_TYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
 
 @dataclass
@@ -179,102 +176,6 @@ def _export_graph(model: torch.nn.Module, path: Path, pixels: torch.Tensor | dic
     logger.debug("torch.onnx.export: %s", out.getvalue())
 
 
-class OnnxClassifier:
-    """An exported graph run by onnxruntime on the CPU with the preprocessing of the model it came from: what
-    `inference.iter_batches` and `evaluation.predict_dataset` take (`transform` and `logits`), as a `Trained`."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        transform: Any = None,
-        threads: int | None = None,
-        task: Any = None,  # the model's task (`vit_ft.tasks`): its probabilities, calibrated
-    ) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or torch.get_num_threads()  # as many as torch, for a fair race
-        self.path, self.transform, self.task = Path(path), transform, task or task_for()
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.input_types = {i.name: _NUMPY_TYPES.get(i.type, "float32") for i in self.session.get_inputs()}
-
-    @classmethod
-    def from_folder(
-        cls, folder: str | os.PathLike, file: str = ONNX_FILE, threads: int | None = None
-    ) -> OnnxClassifier:
-        """The graph `file` of an export folder with the preprocessing its files state (`preprocessor_config.json`'s
-        normalisation, config.json's resolution, and for a NaFlex model its patch budget: the transform then makes
-        NaFlex batches) and its task (`graph_task`)."""
-        from ...model.configuration_vit_ft import ViTFTConfig
-        from ...utils.limits import DEFAULT_MAX_PIXELS
-        from ..preprocessing import preprocessing_from
-
-        folder = Path(folder)
-        config = ViTFTConfig.from_pretrained(folder)
-        processor_file = folder / PROCESSOR_FILE
-        settings = json.loads(processor_file.read_text(encoding="utf-8")) if processor_file.is_file() else None
-        preprocessing = preprocessing_from(settings, tuple(config.image_hw), DEFAULT_MAX_PIXELS, str(folder))
-        budget = naflex_budget(config)
-        preprocessing = preprocessing if budget is None else replace(preprocessing, **budget)
-        return cls(folder / file, preprocessing.transform(), threads, graph_task(folder))
-
-    @property
-    def naflex(self) -> bool:
-        """Whether the graph takes NaFlex batches (`NAFLEX_INPUTS`) rather than `(batch, channels, height, width)`."""
-        return "spatial_shapes" in self.input_types
-
-    def logits(self, pixel_values: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
-        """`(batch, channels, height, width)` normalised pixels, or for a NaFlex graph a NaFlex batch (the transform's
-        collated dict, or `Siglip2ImageProcessor`'s output) -> float32 logits `(batch, num_labels)`."""
-        inputs = pixel_values if isinstance(pixel_values, dict) else {"pixel_values": pixel_values}
-        if self.naflex != ("spatial_shapes" in inputs):
-            takes = (f"NaFlex batches ({', '.join(NAFLEX_INPUTS)}), as its folder's {PROCESSOR_FILE} makes them "
-                     "(OnnxClassifier.from_folder)" if self.naflex else "(batch, channels, height, width) pixels")
-            raise ValueError(f"{self.path} takes {takes}; it was given {', '.join(sorted(inputs))}: preprocess "
-                             "the images with the transform of the model it was exported from.")  # fmt: skip
-        feed = {name: _numpy(inputs[name], dtype) for name, dtype in self.input_types.items()}
-        return torch.from_numpy(self.session.run(["logits"], feed)[0])
-
-
-def _numpy(values: Any, dtype: str) -> Any:
-    """A tensor (or array) as the contiguous numpy array of `dtype` that onnxruntime takes."""
-    import numpy as np
-
-    array = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
-    return np.ascontiguousarray(array, dtype=dtype)
-
-
-def graph_task(folder: str | os.PathLike) -> Any:
-    """The task of the graphs exported to `folder`, from its config.json: a single-label export has the
-    calibration temperature folded into its head (`tasks.temperature.fold_temperature`), so its task divides by
-    1; a multi-label one keeps its decision threshold."""
-    from transformers import PretrainedConfig
-
-    path = Path(folder) / "config.json"
-    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return task_for(PretrainedConfig.from_dict(config), None)
-
-
-def _difference(model: torch.nn.Module, path: Path, sizes: list[tuple[int, int]]) -> float:
-    """Max |onnxruntime - PyTorch| logits over two random images at each of `sizes`, or for a NaFlex model over its
-    check batches (`naflex_check_batches`)."""
-    graph, worst = OnnxClassifier(path), 0.0
-    if getattr(model.config, "max_num_patches", None) is not None:
-        for batch in naflex_check_batches(model.config):
-            with torch.inference_mode():
-                expected = model(**batch).logits.float()
-            worst = max(worst, (graph.logits(batch) - expected).abs().max().item())
-        return worst
-    for index, (height, width) in enumerate(sizes):
-        pixels = torch.randn(
-            2, model.config.num_channels, height, width, generator=torch.Generator().manual_seed(index)
-        )
-        with torch.inference_mode():
-            expected = model(pixel_values=pixels).logits.float()
-        worst = max(worst, (graph.logits(pixels) - expected).abs().max().item())
-    return worst
-
-
 def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[tuple[int, int]]]:
     """Write `model` (a vit_ft classifier) as the ONNX graph `path`, checked against PyTorch with onnxruntime.
 
@@ -292,7 +193,7 @@ def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[
     sizes = [(height, width), (height + ph, width + pw)]
     try:
         _export_graph(model, path, torch.randn(2, channels, *sizes[1]), dynamic_size=True)
-        difference = _difference(model, path, sizes)
+        difference = logits_difference(model, path, sizes)
         if difference <= FP32_TOLERANCE:
             return True, difference, sizes
         reason = f"its logits at {sizes[1][0]}x{sizes[1][1]} were {difference:.2g} from PyTorch's"
@@ -305,7 +206,7 @@ def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[
     for leftover in path.parent.glob(f"{path.name}*"):
         leftover.unlink()
     _export_graph(model, path, torch.randn(2, channels, height, width), dynamic_size=False)
-    difference = _difference(model, path, sizes[:1])
+    difference = logits_difference(model, path, sizes[:1])
     if difference > FP32_TOLERANCE:
         raise ValueError(
             f"the ONNX graph's logits are {difference:.2g} from PyTorch's (tolerance {FP32_TOLERANCE}); the export "
@@ -327,7 +228,7 @@ def export_naflex_model(model: torch.nn.Module, path: Path) -> tuple[bool, float
     trace = {**trace, "pixel_values": trace["pixel_values"][:, :length],
              "pixel_attention_mask": trace["pixel_attention_mask"][:, :length]}  # fmt: skip
     _export_graph(model, path, trace, dynamic_size=True)
-    difference = _difference(model, path, [])
+    difference = logits_difference(model, path, [])
     if difference > FP32_TOLERANCE:
         raise ValueError(
             f"the NaFlex ONNX graph's logits are {difference:.2g} from PyTorch's (tolerance {FP32_TOLERANCE}); the "
@@ -349,7 +250,7 @@ def quantize_int8(model: torch.nn.Module, source: Path, target: Path, sizes: lis
             weight_type=QuantType.QInt8,
             use_external_data_format=(source.parent / f"{source.name}.data").exists(),
         )
-    return _difference(model, target, sizes)
+    return logits_difference(model, target, sizes)
 
 
 @contextlib.contextmanager
@@ -390,7 +291,7 @@ def export_onnx(
     require_onnxruntime()
     given = model.origin.path or model.source if isinstance(model, Trained) else model
     output = check_export_dir(output_dir, given, overwrite)
-    trained = _loaded(model)
+    trained = load_for_export(model)
     origin = trained.origin
     model = fold_temperature(trained.model, trained.task)  # onnxruntime's softmax is then the calibrated one
     with EXPORT_FILES.staged(output, overwrite) as staging:
@@ -407,85 +308,14 @@ def export_onnx(
                       max_num_patches=getattr(model.config, "max_num_patches", None))  # fmt: skip
 
 
-MULTI_LABEL_EVALUATION = (
-    "{flag} compares top-1 accuracy, which a multi-label model ({model}: problem_type {problem_type}) does not "
-    "have; leave {flag} out (every graph is checked against PyTorch's logits either way) and measure its mAP "
-    "with vit-ft evaluate --model {model}."
-)
-
-
-NAFLEX_REPORT = (
-    "--report times every runtime on batches of (batch, channels, height, width) pixels, which a NaFlex model "
-    "({model}: max_num_patches {budget}) does not take; leave --report out, and compare the graphs' accuracy "
-    "with --evaluate SPLIT."
-)
-
-
-def check_evaluation(trained: Trained, flag: str = "--evaluate") -> None:
-    """A ValueError when `--evaluate` (or `--report`) cannot run on the `trained` model: its task has no top-1
-    accuracy (a multi-label model), or for `--report` it is a NaFlex model (the report's runtimes take fixed-size
-    pixels). The command checks it before anything is exported."""
-    task = trained.task
-    if "accuracy" not in task.metric_names:
-        raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type, flag=flag))
-    budget = naflex_budget(trained.model.config)
-    if flag == "--report" and budget is not None:
-        raise ValueError(NAFLEX_REPORT.format(model=trained.source, budget=budget["max_num_patches"]))
-
-
-def _loaded(model: str | os.PathLike | Trained) -> Trained:
-    """`model` loaded for export on the CPU, a LoRA adapter merged (a `Trained` the command loaded: as it is)."""
-    return model if isinstance(model, Trained) else load_trained(model, device="cpu", merge_lora=True)
-
-
-def compare_accuracy(
-    model: str | os.PathLike | Trained, folder: str | os.PathLike, split: str = "test", batch_size: int = 64
-) -> dict[str, Any]:
-    """Top-1 accuracy of the trained `model` (PyTorch; a path or Hub id, or the `Trained` model the command
-    loaded) and of each graph exported to `folder` (onnxruntime) on the same images: `split` of the data the
-    fine-tune recorded, each through the model's own eval transform; with how often each graph's top-1 equals
-    PyTorch's. A multi-label model is a ValueError (`check_evaluation`)."""
-    from ..evaluate.data import resolve_eval_data
-    from ..evaluate.run import predict_dataset
-
-    trained = _loaded(model)
-    check_evaluation(trained)
-    data = resolve_eval_data(trained.origin, trained.id2label, split=split)
-    runners = {"PyTorch": trained}
-    for name, file in (("ONNX fp32", ONNX_FILE), ("ONNX int8", INT8_FILE)):
-        if (Path(folder) / file).is_file():
-            runners[name] = OnnxClassifier(Path(folder) / file, trained.transform, task=graph_task(folder))
-    predictions = {
-        name: predict_dataset(runner, data, batch_size, progress=False).predictions  # type: ignore[arg-type]
-        for name, runner in runners.items()
-    }
-    labels = data.labels
-    return {
-        "split": data.description,
-        "num_images": int(len(labels)),
-        "accuracy": {name: float((p == labels).mean()) for name, p in predictions.items()},
-        "agreement_with_pytorch": {
-            name: float((p == predictions["PyTorch"]).mean())
-            for name, p in predictions.items()
-            if name != "PyTorch"
-        },
-    }
-
-
 __all__ = [
     "EXPORT_FILES",
-    "INT8_FILE",
-    "ONNX_FILE",
-    "OnnxClassifier",
     "OnnxExport",
     "QUANTIZE_CHOICES",
-    "check_evaluation",
     "check_export_dir",
-    "compare_accuracy",
     "export_model",
     "export_naflex_model",
     "export_onnx",
-    "graph_task",
     "quantize_int8",
     "require_onnxruntime",
 ]

@@ -10,7 +10,7 @@ int8 is recommended only where it is faster than its own fp32 (both at batch 1 a
 is within 0.5 points of it (`recommend_int8`). Quantisation keeps LayerNorm and softmax in fp32: onnxruntime's
 dynamic int8 quantises only the MatMul/Gemm weights and activations, and NNCF's transformer preset (OpenVINO
 int8) leaves LayerNorm, softmax and the GELU out. OpenVINO needs `pip install 'vit-ft[deploy]'` (openvino, and
-nncf for its int8 row); where absent, its rows say so in one line. Timings are medians of repeats after
+nncf for its int8 row); where absent, its rows say so in one line (the runtimes: `runtimes.py`). Timings are medians of repeats after
 warm-up calls, interleaved so that a busy machine slows every runtime alike; they are this host's, not a bound.
 """
 
@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
-import io
 import json
 import logging
 import os
 import platform
 import statistics
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,21 +34,16 @@ from ...utils.hardware import cpu_model
 from ...utils.timing import interleave
 from ..trained import Trained
 from .formats import REPORT_REPEATS, REPORT_WARMUP
-from .onnx import INT8_FILE, ONNX_FILE, OnnxClassifier
+from .runtimes import PYTORCH, Runner, build_runners
 
 logger = logging.getLogger("vit_ft")
 
 REPORT_FILES = ("deployment.md", "deployment.json")
-DEPLOY_HINT = "pip install 'vit-ft[deploy]'"
 INT8_MAX_ACCURACY_DROP = 0.005  # 0.5 points of top-1: the issue's bound for recommending int8
 LATENCY_BATCH, THROUGHPUT_BATCH = 1, 32
 CALIBRATION_IMAGES = 300  # NNCF's default subset size: enough for stable activation ranges on ViT
-COMPILE_BACKEND = "inductor"  # torch.compile's default; a test sets "eager" (trace only, seconds)
-PYTORCH = "PyTorch eager"
 # each int8 runtime and the fp32 runtime it must beat
 INT8_OF = {"onnxruntime int8": "onnxruntime fp32", "OpenVINO int8": "OpenVINO fp32"}
-
-Runner = Callable[[torch.Tensor], torch.Tensor]  # (batch, channels, height, width) pixels -> (batch, labels) logits
 
 
 @dataclass
@@ -79,125 +71,6 @@ def recommend_int8(int8: RuntimeRow, fp32: RuntimeRow) -> tuple[bool, str]:
     if -change > INT8_MAX_ACCURACY_DROP * 100 + 1e-9:
         return False, f"no: {-change:.2f} points below {fp32.runtime}"
     return True, f"yes: faster than {fp32.runtime}, accuracy {change:+.2f} points"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The runtimes
-# ---------------------------------------------------------------------------------------------------------
-
-
-def openvino_missing() -> list[str]:
-    """The OpenVINO packages not importable here: openvino (both rows) and nncf (the int8 row)."""
-    return [name for name in ("openvino", "nncf") if importlib.util.find_spec(name) is None]
-
-
-def _openvino_runner(model: Any, threads: int) -> Runner:
-    """An OpenVINO model compiled for the CPU in fp32 arithmetic: without the hint, OpenVINO runs bf16 on CPUs
-    that have it, which is not the fp32 row (an int8 model's non-quantised ops stay fp32 the same way)."""
-    import openvino as ov
-
-    compiled = ov.Core().compile_model(
-        model, "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
-    )
-    request = compiled.create_infer_request()
-
-    def run(pixels: torch.Tensor) -> torch.Tensor:
-        result = request.infer({0: pixels.detach().float().contiguous().numpy()})
-        return torch.from_numpy(np.array(result[compiled.output(0)]))
-
-    return run
-
-
-def _openvino_int8(model: Any, calibration: list[torch.Tensor]) -> Any:
-    """NNCF's post-training int8 quantisation of the OpenVINO `model`, its activation ranges from `calibration`
-    batches; the transformer preset keeps LayerNorm, softmax and GELU in fp32 (they break in int8)."""
-    import nncf
-
-    dataset = nncf.Dataset(calibration, lambda pixels: pixels.numpy())
-    nncf.set_log_level(logging.ERROR)  # its progress bars and advice are not the user's business
-    with contextlib.redirect_stdout(io.StringIO()):
-        return nncf.quantize(model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration))
-
-
-def onnx_int8_ops(path: str | os.PathLike) -> dict[str, int]:
-    """How many of the int8 graph's ops run in int8 and how many LayerNorm and softmax ops stay fp32 (by ONNX
-    op type): the evidence for the report's "kept in fp32" line."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    types = [node.op_type for node in graph.node]
-    counted = {t: types.count(t) for t in sorted(set(types))}
-    return {t: n for t, n in counted.items() if t.endswith("Integer") or t.startswith("QLinear")
-            or t in ("LayerNormalization", "Softmax")}  # fmt: skip
-
-
-def openvino_int8_ops(model: Any) -> dict[str, int]:
-    """What the quantised OpenVINO `model`'s FakeQuantize nodes feed, by op type (MatMul, Convolution; never
-    MVN, its LayerNorm, or Softmax where those stay fp32)."""
-    fed: dict[str, int] = {}
-    for op in model.get_ordered_ops():
-        if op.get_type_name() == "FakeQuantize":
-            for target in op.output(0).get_target_inputs():
-                name = target.get_node().get_type_name()
-                fed[name] = fed.get(name, 0) + 1
-    return fed
-
-
-def _ops_note(ops: dict[str, int]) -> str:
-    return ", ".join(f"{n} {t}" for t, n in ops.items())
-
-
-def build_runners(
-    trained: Trained,
-    folder: str | os.PathLike,
-    calibration: Callable[[], list[torch.Tensor]],
-    threads: int | None = None,
-    compile_backend: str | None = None,
-) -> tuple[dict[str, Runner], dict[str, str]]:
-    """Each runtime's logits function (the ONNX graphs in `folder`, OpenVINO converting model.onnx) and a note
-    per runtime that cannot run here; `calibration` gives OpenVINO int8's calibration batches (called only when
-    nncf is installed). Every runtime runs `threads` threads (default: torch's)."""
-    threads = threads or torch.get_num_threads()
-    folder = Path(folder)
-    model = trained.model.eval()
-
-    def eager(pixels: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            return model(pixel_values=pixels).logits.float()
-
-    compiled_model = torch.compile(model, backend=compile_backend or COMPILE_BACKEND, dynamic=False)
-
-    def compiled(pixels: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            return compiled_model(pixel_values=pixels).logits.float()
-
-    runners: dict[str, Runner] = {PYTORCH: eager, "PyTorch compiled": compiled}
-    notes: dict[str, str] = {}
-    for name, file in (("onnxruntime fp32", ONNX_FILE), ("onnxruntime int8", INT8_FILE)):
-        runners[name] = OnnxClassifier(folder / file, threads=threads).logits
-    notes["onnxruntime int8"] = f"int8 graph ops: {_ops_note(onnx_int8_ops(folder / INT8_FILE))}"
-    openvino, openvino_notes = openvino_runners(folder / ONNX_FILE, calibration, threads)
-    return {**runners, **openvino}, {**notes, **openvino_notes}
-
-
-def openvino_runners(
-    onnx_file: str | os.PathLike, calibration: Callable[[], list[torch.Tensor]], threads: int
-) -> tuple[dict[str, Runner], dict[str, str]]:
-    """OpenVINO fp32 (converting the ONNX graph) and int8 (NNCF on `calibration`'s batches) on the CPU, with a
-    note per row: why it cannot run here, or which ops its int8 quantises."""
-    missing = openvino_missing()
-    if "openvino" in missing:
-        note = f"openvino is not installed here ({DEPLOY_HINT})"
-        return {}, {"OpenVINO fp32": note, "OpenVINO int8": note}
-    import openvino as ov
-
-    ov_model = ov.convert_model(str(onnx_file))
-    runners = {"OpenVINO fp32": _openvino_runner(ov_model, threads)}
-    if "nncf" in missing:
-        return runners, {"OpenVINO int8": f"nncf is not installed here ({DEPLOY_HINT}): OpenVINO fp32 only"}
-    int8 = _openvino_int8(ov_model, calibration())
-    runners["OpenVINO int8"] = _openvino_runner(int8, threads)
-    return runners, {"OpenVINO int8": f"int8 inputs (FakeQuantize) of: {_ops_note(openvino_int8_ops(int8))}"}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -410,12 +283,7 @@ __all__ = [
     "INT8_MAX_ACCURACY_DROP",
     "REPORT_FILES",
     "RuntimeRow",
-    "build_runners",
     "measure_runtimes",
-    "onnx_int8_ops",
-    "openvino_runners",
-    "openvino_int8_ops",
-    "openvino_missing",
     "recommend_int8",
     "report_markdown",
     "split_predictions",

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...utils.hub_ids import check_reference
+from ..splits import is_image_folders, load_named_splits
 
 
 @dataclass(frozen=True)
@@ -59,20 +60,9 @@ def _image_folders(root: Path, dataset: str | os.PathLike) -> tuple[dict[str, An
 
 def _named_splits(source: FewShotSource) -> tuple[dict[str, Any], list[str], str]:
     """The train and test splits of a save_to_disk folder or a Hub dataset, by split and column names."""
-    from ...data.datasets import load_image_datasets
-
     dataset = source.dataset
     try:
-        splits, names = load_image_datasets(
-            dataset_name=os.fspath(dataset),
-            dataset_config=source.dataset_config,
-            train_split=source.train_split,
-            validation_split=None,
-            test_split=source.test_split,
-            image_column=source.image_column,
-            label_column=source.label_column,
-            validation_split_percentage=0,
-        )
+        splits, names = load_named_splits(source)
     except ConnectionError as error:  # huggingface_hub's offline mode is one too
         raise ConnectionError(
             f"--dataset {dataset} is no folder here and the Hub could not be reached "
@@ -89,10 +79,8 @@ def load_fewshot_data(source: FewShotSource | str | os.PathLike) -> FewShotData:
     import datasets
 
     source = source if isinstance(source, FewShotSource) else FewShotSource(source)
-    root = Path(source.dataset).expanduser()
-    saved = (root / "dataset_dict.json").is_file() or (root / "state.json").is_file()
-    if root.is_dir() and not saved:
-        splits, names, description = _image_folders(root, source.dataset)
+    if is_image_folders(source.dataset):
+        splits, names, description = _image_folders(Path(source.dataset).expanduser(), source.dataset)
     else:
         expected = "a folder with train/ and test/ image folders, a save_to_disk folder, or a Hub dataset id"
         check_reference(source.dataset, f"--dataset {source.dataset}", expected, repo_type="dataset")

@@ -136,6 +136,43 @@ def default_figure_path(output: str | os.PathLike) -> Path:
     return Path(output).with_suffix(".png")
 
 
+def _checked_inputs(
+    inputs: Sequence[str | os.PathLike], output: Path, figure: str | os.PathLike | None, max_pixels: int | None
+) -> tuple[list[Path], Path | None]:
+    """The image files of `inputs` and the figure's path (None: no figure), refused before the model loads: no
+    image file, a non-positive `max_pixels`, or an output or figure that would replace an input."""
+    if max_pixels is not None and max_pixels < 1:
+        raise ValueError(f"max_pixels={max_pixels} must be positive (None, 'none' on the command line: no bound).")
+    files = collect_image_files(inputs)
+    if not any(f.is_file() for f in files):
+        raise FileNotFoundError(
+            f"no image file in {' '.join(str(i) for i in inputs)}; pass image files, folders holding images, "
+            "or a pattern such as 'photos/*.jpg' that matches some."
+        )
+    figure_path = (
+        None if figure is None else default_figure_path(output) if figure == "auto" else Path(figure)
+    )
+    _refuse_overwriting_inputs(files, output, figure_path)
+    return files, figure_path
+
+
+def _write_rows(
+    predictions: Iterator[Prediction], writer: PredictionWriter, figure_images: int
+) -> tuple[int, int, int, list[Prediction]]:
+    """Write every prediction; -> rows, rows with errors, images unlike the training images, and the first
+    `figure_images` predicted ones (the figure's)."""
+    shown: list[Prediction] = []
+    rows = errors = unlike = 0
+    for prediction in predictions:
+        writer.write(prediction)
+        rows += 1
+        errors += prediction.error is not None
+        unlike += bool(prediction.unlike_training)
+        if prediction.error is None and len(shown) < figure_images:
+            shown.append(prediction)
+    return rows, errors, unlike, shown
+
+
 def run_prediction(
     model: str | Path,
     inputs: Sequence[str | os.PathLike],
@@ -167,23 +204,10 @@ def run_prediction(
     views. Returns a summary: rows, errors, output and figure paths.
     """
     output = check_output_path(output)  # before the model loads
-    if max_pixels is not None and max_pixels < 1:
-        raise ValueError(f"max_pixels={max_pixels} must be positive (None, 'none' on the command line: no bound).")
-    files = collect_image_files(inputs)
-    if not any(f.is_file() for f in files):
-        raise FileNotFoundError(
-            f"no image file in {' '.join(str(i) for i in inputs)}; pass image files, folders holding images, "
-            "or a pattern such as 'photos/*.jpg' that matches some."
-        )
-    figure_path = (
-        None if figure is None else default_figure_path(output) if figure == "auto" else Path(figure)
-    )
-    _refuse_overwriting_inputs(files, output, figure_path)
+    files, figure_path = _checked_inputs(inputs, output, figure, max_pixels)
     classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
     classifier = with_tta(classifier, tta)  # type: ignore[assignment]  # one view unless asked
     refuse_replacing_others({"--output": output, "--figure": figure_path}, overwrite)  # before any write
-    shown: list[Prediction] = []
-    rows = errors = 0
     threshold = classifier.task.threshold_summary(classifier.id2label)
     if threshold is not None:
         logger.info(
@@ -191,16 +215,9 @@ def run_prediction(
         )
     scorer = OODScorer.of(classifier) if tta is None else OODScorer(classifier, None, NO_OOD_SCORE)
     logger.info(scorer.note())
-    unlike = 0
     with PredictionWriter(output, classifier.task) as writer:
         found = predict_files(classifier, files, top_k_labels, batch_size, num_workers, progress, scorer)
-        for prediction in found:
-            writer.write(prediction)
-            rows += 1
-            errors += prediction.error is not None
-            unlike += bool(prediction.unlike_training)
-            if prediction.error is None and len(shown) < figure_images:
-                shown.append(prediction)
+        rows, errors, unlike, shown = _write_rows(found, writer, figure_images)
     summary: dict[str, Any] = {"rows": rows, "errors": errors, "output": str(writer.path), "figure": None,
                                "unlike_training": unlike if scorer.bank is not None else None}  # fmt: skip
     if figure_path is not None and shown:
