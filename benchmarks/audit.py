@@ -1,8 +1,10 @@
 """`vit-ft audit` on digits with faults injected by a seeded script (issue 37): 5 % of the training labels flipped,
 20 test images copied into train at another size and JPEG quality, 10 images of no digit (noise) added to train.
 The backbone never saw the audited labels' truth: it is the digits pre-training (`training.pretrain`) run on the
-faulted training folder. Recall and precision per kind; for label issues the audit's rule against cleanlab alone
-and the plain baseline (most probable class is not the given label) on the same out-of-fold probabilities.
+faulted training folder. Recall and precision per kind; for label issues the audit's flags (bounded by
+confident learning's noise estimate) against cleanlab's default filter and the plain baseline (most probable class
+is not the given label) on the same out-of-fold probabilities, and the audit's own quality figures (out-of-fold
+accuracy, estimated noise rate, the self-check's estimated precision and recall, the probes' log-losses).
 
     python -m benchmarks.audit --work /tmp/audit-bench                 # full size: the table of docs/tools.md
     python -m benchmarks.audit --work /tmp/audit-bench --epochs 5      # quicker, weaker backbone
@@ -109,6 +111,7 @@ def measure(work: str | os.PathLike, seed: int = 0, epochs: int = 60, pretrain_i
                                            "precision": found / max(1, len(flagged)), "flagged": len(flagged)}  # fmt: skip
     result["counts"] = record["counts"]
     result["probe"] = record["probe"]
+    result["quality"] = record["quality"]  # what the audit estimated of itself, beside what the truth measures
     return result
 
 

@@ -44,6 +44,9 @@ SKIPPED = [
      "names a checkpoint file of the reader's"),
     (r"outputs/dogs", "needs the dogs recipe's output, which downloads its data"),
     (r"scripts/gpu_check\.sh", "the GPU check (minutes); tests/test_gpu_check.py runs its --cpu mode"),
+    (r"^(vit-ft serve|python scripts/serve\.py) ", "starts a server that runs until stopped; tests/tools/test_serve.py "
+     "starts one and sends it these requests"),
+    (r"^curl ", "a request to a running server; tests/tools/test_serve.py sends them"),
 ]
 if not onednn_bf16_supported():  # an AVX2-only CPU: the benchmark refuses bf16 alone in one line (its own test)
     SKIPPED.append((r"--dtypes bf16( |$)", "times native bf16 products, which this CPU lacks"))

@@ -22,16 +22,15 @@ from vit_ft.data.digits import write_digits_imagefolder
 from vit_ft.data.exclusions import FINDINGS_COLUMNS, RELABEL_COLUMNS
 from vit_ft.tasks.feature_bank import FeatureBank, normalized
 from vit_ft.tools.audit.findings import (
-    LABEL_ISSUE_BELOW,
     PIXEL_COPY,
     copies,
     disagreements,
-    label_issues,
     out_of_fold_probabilities,
     outlier_scores,
     pixel_descriptor,
     stratified_folds,
 )
+from vit_ft.tools.audit.labels import label_issues
 
 pytest.importorskip("cleanlab")
 
@@ -60,7 +59,10 @@ def test_folds_hold_each_class_evenly_and_probabilities_come_from_probes_that_di
     assert probe["accuracy"] > 0.95 and probe["l2"] == 1.0
 
 
-def test_label_issues_find_flipped_labels_as_cleanlab_does_on_the_same_probabilities():
+def test_label_issues_are_cleanlabs_count_of_the_lowest_given_label_probabilities_and_find_the_flips():
+    # was: flags = cleanlab | p(given) < 0.5, which flooded on a weak backbone (issue 46); now the count is
+    # confident learning's estimate (num_label_issues) and the flags cleanlab's low_self_confidence filter
+    from cleanlab.count import num_label_issues
     from cleanlab.filter import find_label_issues
 
     features, truth = clusters(n_per_class=80, spread=0.5)
@@ -69,12 +71,11 @@ def test_label_issues_find_flipped_labels_as_cleanlab_does_on_the_same_probabili
     given = truth.copy()
     given[flipped] = (truth[flipped] + rng.integers(1, 5, len(flipped))) % 5
     probabilities, _ = out_of_fold_probabilities(features, given, 5)
-    found, cleanlab = label_issues(given, probabilities)
+    found, estimate = label_issues(given, probabilities)
     rows = {f.index for f in found}
-    reference = find_label_issues(given, probabilities, filter_by="prune_by_noise_rate", n_jobs=1)
-    np.testing.assert_array_equal(cleanlab, reference)  # cleanlab's own flags, on the same probabilities
-    below = probabilities[np.arange(len(given)), given] < LABEL_ISSUE_BELOW
-    assert rows == set(np.flatnonzero(reference | below))
+    reference = find_label_issues(given, probabilities, filter_by="low_self_confidence", n_jobs=1)
+    assert rows == set(np.flatnonzero(reference))  # cleanlab's own flags, on the same probabilities
+    assert len(rows) == estimate.issues == num_label_issues(given, probabilities)
     recall = len(rows & set(flipped)) / len(flipped)
     precision = len(rows & set(flipped)) / len(rows)
     assert recall >= 0.9 and precision >= 0.8, (recall, precision)  # the issue's targets

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..conftest import REPO, write_tiny_recipe
 
 
@@ -28,6 +30,7 @@ def launch_two_processes(recipe: Path, cwd: Path, *args: str) -> str:
     return log
 
 
+@pytest.mark.long  # a two-process launch of its own: CI's step (the suite's: test_two_processes.py)
 def test_two_processes_into_a_locked_folder_stop_at_once(tmp_path):
     """Process 0 alone takes the output folder's lock; when another run holds it, every process stops with the
     holder named (none waits for a process 0 that has gone)."""

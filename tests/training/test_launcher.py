@@ -38,7 +38,7 @@ def test_a_user_error_under_accelerate_launch_quiet_is_the_last_line(tmp_path):
     assert lines[-1].startswith(WRONG_FLAG) and "Traceback" not in ran.stderr, ran.stderr[-3000:]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a second launch; the suite keeps the --quiet one
 def test_without_quiet_the_launcher_adds_its_traceback_after_the_error_line(tmp_path):
     """What the docs tell users to avoid with `-q`; if a launcher release stops adding it, this fails: then the
     docs' advice (and this test) can go."""

@@ -81,6 +81,7 @@ def two_process_run(tmp_path_factory):
     return tmp, recipe, log
 
 
+@pytest.mark.long  # a two-process launch of its own: CI's step (the suite's: test_two_processes.py)
 def test_two_process_multilabel_run_tunes_the_threshold_on_validation(two_process_run):
     tmp, _, log = two_process_run
     out = tmp / "out"

@@ -18,7 +18,6 @@ import pytest
 from vit_ft.training.checkpoints import checkpoint_is_complete
 
 from ..conftest import REPO, write_tiny_recipe
-from .test_distributed import SETTINGS as DISTRIBUTED_SETTINGS
 from .test_distributed import launch_two_processes
 from .test_resume import assert_same_run, final_run
 from .test_streaming_distributed import free_port
@@ -26,7 +25,12 @@ from .test_streaming_distributed import free_port
 # 96 images, batch 16 per process, 2 processes: 3 steps an epoch, 12 steps, a checkpoint every 2 (random crops
 # and dropout, drawn in each process); a persistent worker per process, which the signal reaches too
 SETTINGS = {
-    **DISTRIBUTED_SETTINGS,
+    "save_strategy": "steps",
+    "save_steps": 2,
+    "save_total_limit": None,
+    "load_best_model_at_end": False,
+    "hidden_dropout_prob": 0.1,
+    "crop_scale_min": 0.5,
     "num_train_epochs": 4,
     "dataloader_num_workers": 1,
     "dataloader_persistent_workers": True,

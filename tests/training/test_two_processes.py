@@ -10,6 +10,8 @@ losses.
 - the same recipe on one process gives the same first losses within 1e-4 (accelerate's SeedableRandomSampler
   orders the samples alike; BatchSamplerShard hands batches 0, 2 to process 0 and 1, 3 to process 1; DDP averages
   the two accumulated gradients: the same 32 images a step, each batch's mean loss weighed alike);
+- the passes after training (the feature bank's, calibration's) are split between the processes, each passing
+  its share, and process zero's bank is the one a single process computes from the saved model;
 - a resume from checkpoint-4 (one step into the second epoch, both processes' RNG files) ends bit for bit where
   the uninterrupted run ended."""
 
@@ -18,10 +20,15 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
+import torch
 from safetensors import safe_open
+from transformers import AutoImageProcessor
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.tasks.feature_bank import bank_features, normalized, read_feature_bank
+from vit_ft.training.outputs import evaluation_transform
 
 from ..cli_runner import run_script
 from ..conftest import logged_losses, write_tiny_recipe
@@ -89,6 +96,26 @@ def test_one_and_two_processes_reach_the_same_global_batch_and_losses(shared_lau
     assert first == pytest.approx(second, abs=1e-4, rel=0)
     # steps tell batches apart: a wrong split (another global batch, another order) moves them by 1e-2 here
     assert len(set(first)) > 1
+
+
+def test_the_banks_passes_are_split_and_process_zero_gathers_them_in_order(shared_launch):
+    tmp, _, log = shared_launch
+    out = tmp / "out"
+    # 96 training and 48 validation images: each process passed half of each, once
+    assert log.count("Feature bank: 48/48 img") == 2, log[-3000:]
+    assert log.count("Calibration + feature bank, validation: 24/24 img") == 2, log[-3000:]
+    bank, why = read_feature_bank(out)
+    assert bank is not None, why
+    assert bank.rows.tolist() == list(range(96)) and len(set(bank.sources)) == 96
+    model = ViTFTForImageClassification.from_pretrained(out).eval()
+    transform = evaluation_transform(AutoImageProcessor.from_pretrained(out), model.config)
+    with torch.no_grad():
+        found, kept = bank_features(model, transform, list(bank.sources))
+    assert kept == list(range(96))
+    np.testing.assert_allclose(bank.features, normalized(found["features"]), atol=1e-5)
+    np.testing.assert_allclose(bank.input, normalized(found["input"]), atol=1e-5)
+    record = json.loads((out / "vit_ft_run.json").read_text())
+    assert record["feature_bank"]["written"] and record["calibration"]["images"] == 48
 
 
 def test_a_resume_from_the_middle_of_an_epoch_ends_where_the_run_ended(shared_launch):

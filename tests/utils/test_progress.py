@@ -1,6 +1,6 @@
-"""`utils.progress`: plain lines where stderr is not a terminal (a bounded number: each 10 % but not sooner than
-10 s apart, once a minute, the closing line; count, rate, time left, no escape codes or carriage returns), a tqdm
-bar on a terminal, nothing when off; a waiting process says why."""
+"""`utils.progress`: plain lines where stderr is not a terminal (a bounded number: the first batch's, each 10 %
+but not sooner than 10 s apart, once a minute, the closing line; count, rate, time left, no escape codes or carriage
+returns), a tqdm bar on a terminal, nothing when off; a waiting process says why."""
 
 from __future__ import annotations
 
@@ -30,25 +30,31 @@ def _timed_pass(monkeypatch, total: int, seconds_each: float, batch: int = 1, de
     return text.splitlines()
 
 
-def test_a_short_pass_writes_its_closing_line_alone_with_name_count_and_rate(monkeypatch):
-    # 20 images one at a time in 2 s: each is 5 % of the pass, and none of them is worth a line of its own
+def test_a_short_pass_writes_its_start_and_its_end_with_name_count_and_rate(monkeypatch):
+    # 20 images one at a time in 2 s: each is 5 % of the pass, and none after the first is worth a line of its own
     lines = _timed_pass(monkeypatch, 20, 0.1)
-    assert lines == ["Feature bank: 20/20 img in 2.0 s (10 img/s)"]
+    assert lines == ["Feature bank: 1/20 img (5 %), 10 img/s, 1.9 s left",
+                     "Feature bank: 20/20 img in 2.0 s (10 img/s)"]  # fmt: skip
 
 
 def test_a_pass_of_a_minute_writes_a_line_each_10_percent_but_not_sooner_than_the_gap(monkeypatch):
-    # 20 images at 3 s each: 10 % is 6 s, below the gap, so a line each 4 images (12 s), then the closing one
+    # 20 images at 3 s each: the first's line, then 10 % is 6 s, below the gap: a line each 4 images (12 s)
     lines = _timed_pass(monkeypatch, 20, 3.0)
-    assert lines[0] == "Feature bank: 4/20 img (20 %), 0.333 img/s, 48 s left"
-    assert [line.split(" img")[0] for line in lines] == ["Feature bank: " + f"{n}/20" for n in (4, 8, 12, 16, 20)]
+    assert lines[0] == "Feature bank: 1/20 img (5 %), 0.333 img/s, 57 s left"
+    assert [line.split(" img")[0] for line in lines] == ["Feature bank: " + f"{n}/20" for n in (1, 5, 9, 13, 17, 20)]
     assert lines[-1] == "Feature bank: 20/20 img in 1 min 00 s (0.333 img/s)"
+
+
+def test_a_pass_in_one_slow_batch_writes_its_closing_line_alone(monkeypatch):
+    # the dogs first try's validation: 32 images in one batch of 65 s, past the minute but already done
+    assert _timed_pass(monkeypatch, 32, 65.0, batch=128) == ["Feature bank: 32/32 img in 1 min 05 s (0.492 img/s)"]
 
 
 @pytest.mark.parametrize("total, seconds_each, batch", [(1000, 1.0, 10), (100_000, 0.01, 1), (50, 30.0, 1)])
 def test_any_pass_writes_at_most_one_line_each_10_percent_and_one_a_minute(monkeypatch, total, seconds_each, batch):
     lines = _timed_pass(monkeypatch, total, seconds_each, batch)
     minutes = total / batch * seconds_each / LINE_INTERVAL
-    assert len(lines) <= round(1 / LINE_EVERY) + int(minutes) + 1
+    assert len(lines) <= 1 + round(1 / LINE_EVERY) + int(minutes) + 1  # the start, 10 % steps, minutes, the end
     assert lines[-1].startswith(f"Feature bank: {total}/{total} img in ") and "img/s)" in lines[-1]
     assert all("img/s, " in line and " left" in line for line in lines[:-1])
 

@@ -28,6 +28,7 @@ COMMANDS = {
     "audit": "find wrong labels, duplicates, train/test leaks and outliers in a dataset",
     "push": "push a fine-tune output folder to the Hugging Face Hub",
     "export": "export a trained model to ONNX (and int8) for onnxruntime",
+    "serve": "serve a trained model over HTTP with dynamic batching",
 }
 
 

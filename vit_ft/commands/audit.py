@@ -11,11 +11,14 @@ folders (<split>/<class name>/<image>), a save_to_disk folder, or a Hub dataset 
 (path, kind, score, given_label, suggested_label, other), relabel.csv (edit its action / label column, then pass
 it as the fine-tune's --exclude), report.md with one image grid per kind, and audit.json; OUTPUT's other files
 are kept, and a file of these names that an earlier audit did not write there is replaced only with --overwrite.
+When the audit's self-check estimates its label issues' precision below 0.5 it prints one `warning:` line, and
+relabel.csv proposes only the label issues scored where the self-check's flags were mostly right.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..tools.arguments import add_inference_arguments
@@ -54,6 +57,13 @@ def audit(argv: list[str] | None = None) -> dict[str, Any]:
     setup_logging()
     record = run_audit(args.model, source, args.output_dir, options, overwrite=args.overwrite)
     counts = ", ".join(f"{count} {kind}" for kind, count in record["counts"].items())
+    quality = record["quality"]
+    if quality["low_precision"]:  # one line, before anything else the command prints
+        print(f"warning: the audit's estimated precision on label issues is {quality['precision']:.2f}, below "
+              f"{quality['precision_floor']} (out-of-fold accuracy {quality['accuracy']:.2f}): most flagged labels are "
+              f"probably right; relabel.csv proposes {quality['proposed']} relabels, see report.md.", file=sys.stderr)  # fmt: skip
+    print(f"Label audit: out-of-fold accuracy {quality['accuracy']:.3f}, estimated noise rate "
+          f"{quality['noise_rate']:.3f}, estimated precision {quality['precision']:.2f}.")  # fmt: skip
     print(f"Audit of {record['num_train_images']} training images: {counts}.")
     print(f"Wrote findings.csv, relabel.csv and report.md to {args.output_dir}; fine-tune without them with "
           f"--exclude {args.output_dir}/relabel.csv")  # fmt: skip

@@ -113,7 +113,7 @@ class ImageClassificationTransform:
         seeded_train = self.train and self.seed is not None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_() if seeded_train else None
         # Eval decodes for the resize, which covers (height, width) / crop_pct; train decodes for each drawn
-        # crop instead (see vit_ft.data.images.random_resized_crop).
+        # crop instead (see vit_ft.data.random_crops.random_resized_crop).
         self.min_decode_size = (
             math.ceil(max(self.image_size) / self.crop_pct) if self.draft and not self.train else None
         )

@@ -61,10 +61,12 @@ def findings_csv(rows: Sequence[AuditImage], names: list[str]) -> str:
     return buffer.getvalue()
 
 
-def relabel_csv(rows: Sequence[AuditImage], names: list[str]) -> str:
+def relabel_csv(rows: Sequence[AuditImage], names: list[str], min_score: float | None = 0.0) -> str:
     """relabel.csv's text: one row per flagged training image (its first finding: kind order, then score), with
     the action the fine-tune takes (`drop` for an image with any copy or outlier finding, `relabel` to the
-    suggestion for a label issue alone); a user edits action and label."""
+    suggestion for a label issue alone scored at least `min_score`, `keep` for one below it: the audit's
+    self-check measured its flags there less often right than wrong; None: no score reached that); a user edits
+    action and label."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(RELABEL_COLUMNS)
@@ -76,6 +78,8 @@ def relabel_csv(rows: Sequence[AuditImage], names: list[str]) -> str:
             continue
         seen.add(row.path)
         action = "drop" if row.path in drops else DEFAULT_ACTION[f.kind]  # a copy or outlier is dropped, not relabelled
+        if action == "relabel" and (min_score is None or f.score < min_score):
+            action = "keep"  # not proposed: below the score from which the self-check's flags were mostly right
         label = _label(names, f.suggested) if action == "relabel" else ""
         writer.writerow([row.path, action, label, _label(names, f.given), f.kind, f"{f.score:.4f}"])
     return buffer.getvalue()
@@ -105,22 +109,53 @@ def plot_findings(
     return plot_image_grid(images, titles, path, suptitle=f"{kind.replace('_', ' ')}s: {WHAT[kind]}", columns=columns)
 
 
+def quality_lines(record: dict[str, Any]) -> list[str]:
+    """report.md's first lines: the audit's own quality (out-of-fold accuracy, estimated noise rate, estimated
+    precision from the self-check), the warning first when that precision is below the floor."""
+    quality, probe = record["quality"], record["probe"]
+    check = quality["self_check"]
+    lines = []
+    if quality["low_precision"]:
+        proposed = (f"relabel.csv proposes only the {quality['proposed']} label issues scored at least "
+                    f"{quality['min_score']:.4f}" if quality["min_score"] is not None else
+                    "relabel.csv proposes no relabel (every label issue's action is keep)")  # fmt: skip
+        lines += [f"**Warning: estimated precision {quality['precision']:.2f} is below {quality['precision_floor']}: "
+                  "most flagged labels are probably right; the features separate the classes too little to tell "
+                  f"(a backbone that knows this data better, or more images, would). {proposed}.**", ""]  # fmt: skip
+    lines += [
+        f"- out-of-fold accuracy {100 * quality['accuracy']:.2f} % ({probe['chosen']} probe, log-loss "
+        f"{probe['log_loss']:.4f})",
+        f"- estimated noise rate {100 * quality['noise_rate']:.2f} % ({quality['estimated_issues']} labels: "
+        "confident learning's estimate, which bounds the label issues flagged)",
+        f"- estimated precision {quality['precision']:.2f}, recall {quality['recall']:.2f} (self-check: "
+        f"{check['flipped']} labels flipped in a copy, the probe and the flagging run again, {check['flagged']} "
+        "flagged)",
+        "",
+        "| probe | out-of-fold log-loss | accuracy | seconds |",
+        "| --- | --- | --- | --- |",
+        *(f"| {name}{' (chosen)' if name == probe['chosen'] else ''} | {c['log_loss']:.4f} | "
+          f"{100 * c['accuracy']:.2f} % | {c['seconds']:.2f} |" for name, c in probe["candidates"].items()),
+        "",
+    ]  # fmt: skip
+    return lines
+
+
 def report_markdown(record: dict[str, Any]) -> str:
-    """report.md: what was audited, the counts per kind, the probe, and the grids."""
-    probe = record["probe"]
+    """report.md: the audit's own quality first, then what was audited, the counts per kind, and the grids."""
     skipped = f" ({record['skipped']} skipped: they do not decode)" if record["skipped"] else ""
     held = ", ".join(f"{split} {count}" for split, count in record["held_out"].items()) or "none"
     lines = [
         "# Data audit",
         "",
+        *quality_lines(record),
         f"Model `{record['model']}` on {record['dataset']}: {record['num_train_images']} training images, held "
         f"out (searched for leaks): {held}{skipped}.",
         "",
-        f"Out-of-fold probabilities: {record['folds']}-fold least-squares probes on the frozen pooled features (l2 "
-        f"{probe['l2']:g}, temperature {probe['temperature']:.3f}), out-of-fold accuracy against the given labels "
-        f"{100 * probe['accuracy']:.2f} % ({record['disagreements']} images whose most probable class is not their "
-        "label). A label issue: the given label's out-of-fold probability is below one half, or confident learning "
-        f"(cleanlab) flags it ({len(record['compared']['cleanlab'])} of them).",
+        f"Out-of-fold probabilities: {record['folds']}-fold probes on the frozen pooled features, the one of lowest "
+        f"log-loss chosen ({record['disagreements']} images whose most probable class is not their label). Label "
+        "issues: the images of lowest out-of-fold probability of their given label, as many as confident learning "
+        "estimates wrong (cleanlab's low_self_confidence filter; its default filter flagged "
+        f"{len(record['compared']['cleanlab'])}); score 1 - p(given), suggestion the most probable other class.",
         "",
         "| kind | images | what |",
         "| --- | --- | --- |",
@@ -144,7 +179,7 @@ def write_audit_report(
     folder = Path(folder)
     record = {**record, "counts": {kind: sum(r.finding.kind == kind for r in rows) for kind in KINDS}}
     (folder / "findings.csv").write_text(findings_csv(rows, names))
-    (folder / "relabel.csv").write_text(relabel_csv(rows, names))
+    (folder / "relabel.csv").write_text(relabel_csv(rows, names, record["quality"]["min_score"]))
     for kind in KINDS:
         plot_findings(rows, kind, names, image_size, folder / f"audit_{kind}.png")
     (folder / "report.md").write_text(report_markdown(record))
@@ -152,5 +187,5 @@ def write_audit_report(
     return record
 
 
-__all__ = ["GRID_IMAGES", "OUTPUT_FILES", "AuditImage", "findings_csv", "plot_findings", "relabel_csv",
-           "report_markdown", "write_audit_report"]  # fmt: skip
+__all__ = ["GRID_IMAGES", "OUTPUT_FILES", "AuditImage", "findings_csv", "plot_findings", "quality_lines",
+           "relabel_csv", "report_markdown", "write_audit_report"]  # fmt: skip

@@ -18,6 +18,7 @@ from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.global_batch import batch_record
 from ..arguments.plan import run_compute
 from ..reports.examples import write_examples
+from ..utils.distributed import gather_to_zero
 from ..utils.files import usual_modes
 from ..utils.progress import waiting
 from ..utils.run_record import LABELS_FILE, write_run_record
@@ -53,24 +54,21 @@ def save_outputs(
         trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
         usual_modes(output_dir)  # safetensors writes 0600: the model readable like every other file (checkpoints too)
-    # one pass over validation for the temperature's logits and the bank threshold's features, where both are fitted
-    shared = _shares_validation_pass(trainer, data_args, task)
-    # every process: predict gathers across them; T is fitted on validation, never on test
+    shared = _shares_validation_pass(trainer, data_args, task)  # one validation pass for T and the bank's threshold
+    # else every process: predict gathers across them; T is fitted on validation, never on test
     calibration = None if shared else task.calibrate(trainer)
-    # the bank's forward passes: on every process where the weights are sharded (each forward gathers them)
-    bank = _feature_bank(trainer, data_args, training_args.seed, shared) if _shards_weights(trainer) else None
+    # the bank's forward passes on every process (`_bank_pass`: each its share, or all where the weights are
+    # sharded); process zero builds the bank from them
+    bank = _feature_bank(trainer, data_args, training_args.seed, shared)
     if not trainer.is_world_process_zero():  # said, so that a quiet process is not taken for a hung one
-        waiting(training_args.process_index, "write the output folder (examples, feature bank, run record, card)")
+        waiting(training_args.process_index, "write the output folder (examples, run record, card)")
         return
     id2label = dict(enumerate(names))
     (output_dir / LABELS_FILE).write_text(
         json.dumps({"id2label": id2label, "label2id": {n: i for i, n in id2label.items()}}, indent=2)
     )
     write_examples(trainer.eval_dataset, names, output_dir)
-    if bank is None:  # unsharded weights: process zero alone runs the bank's forward passes
-        bank = _feature_bank(trainer, data_args, training_args.seed, shared)
-    bank, shared_calibration = bank
-    calibration = shared_calibration if shared else calibration
+    bank, calibration = bank if shared else (bank[0], calibration)  # shared: the bank's pass fitted T
     feature_bank = _save_feature_bank(bank, output_dir)
     run_info = {
         **_settings_record(model_args, data_args, training_args, recipe),
@@ -216,7 +214,8 @@ def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int, shared:
     class-stratified sample of `_bank_size` images) through the evaluation transform, with the out-of-distribution
     thresholds fitted on validation; or why there is none (`bank_max_images: none`; a streamed training split).
     With the calibration record of the same validation pass (`shared`, `_shares_validation_pass`; else None).
-    Process zero alone, after the model is saved, unless the weights are sharded."""
+    Every process runs its share of the passes (`_bank_pass`); process zero builds the bank (every process
+    where the weights are sharded), the others get (None, None)."""
     from ..tasks.feature_bank import FIT_MAX_IMAGES, build_feature_bank, stratified_rows
 
     count, why = _bank_size(trainer, data_args)
@@ -233,18 +232,49 @@ def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int, shared:
         validation = held_out.select(fit_rows)
     # a probe's passes over these rows (`training.probes`: the backbone unchanged since) serve instead of new ones
     frozen = getattr(trainer, "frozen_features", {})
-    computed = frozen["train"].select(rows) if "train" in frozen else None
-    fit = frozen["validation"].select(fit_rows) if "validation" in frozen else None
     hidden = getattr(getattr(trainer.model, "config", None), "hidden_size", "hidden")
-    reused = ", read from the probe's pass" if computed is not None else ""
+    reused = ", read from the probe's pass" if "train" in frozen else ""
     logger.info("Feature bank: %d of %d training images (%s), stratified, 2 x %s floats each%s; its threshold fitted "
                 "on %d validation images.", len(rows), len(train), why, hidden, reused, len(fit_rows))  # fmt: skip
     images, calibration = None if validation is None else validation["image"], None
-    if shared:
+    if "validation" in frozen:
+        fit = frozen["validation"].select(fit_rows)
+    elif shared:
         fit, calibration = _shared_validation_pass(trainer, transform, images, validation["label"])
-    bank = build_feature_bank(trainer.model, transform, train.select(rows)["image"], labels[rows], rows, images,
-                              computed, fit)  # fmt: skip
-    return bank, calibration
+    elif images is not None and len(images):
+        fit = _bank_pass(trainer, transform, images, desc="Feature bank, validation")
+    else:
+        fit = None
+    train_images = train.select(rows)["image"]
+    computed = frozen["train"].select(rows) if "train" in frozen else _bank_pass(trainer, transform, train_images)
+    if computed is None:  # not process zero: its shares are with process zero, which builds the bank
+        return None, None
+    return build_feature_bank(trainer.model, transform, train_images, labels[rows], rows, images, computed,
+                              fit), calibration  # fmt: skip
+
+
+def _bank_pass(trainer: Trainer, transform: Any, images: Any, **kwargs: Any) -> Any:
+    """`tasks.feature_bank.bank_features` of `images` for the bank: with several processes each passes its share
+    (every world_size-th image from its index) and process zero gets them all back in order (None on the
+    others); where the weights are sharded every process passes every image (each forward gathers them)."""
+    from ..tasks.feature_bank import bank_features
+
+    world, index = trainer.args.world_size, trainer.args.process_index
+    if world == 1 or _shards_weights(trainer):
+        return bank_features(trainer.model, transform, images, **kwargs)
+    share = range(index, len(images), world)
+    found, kept = bank_features(trainer.model, transform, [images[i] for i in share], **kwargs)
+    shares = gather_to_zero((found, [share[k] for k in kept]))
+    if shares is None:
+        return None
+    shares = [(found, kept) for found, kept in shares if kept]  # a share with no image that decodes adds none
+    if not shares:
+        return found, []
+    kept = np.concatenate([np.asarray(kept, dtype=np.int64) for _, kept in shares])
+    order = np.argsort(kept, kind="stable")
+    return {space: np.concatenate([found[space] for found, _ in shares])[order] for space in shares[0][0]}, [
+        int(i) for i in kept[order]
+    ]
 
 
 def _shared_validation_pass(
@@ -253,17 +283,16 @@ def _shared_validation_pass(
     """One pass of the final model over the validation `images` (their `labels`, class ids): both spaces'
     features for the bank's threshold (`bank_features`'s `(features, kept)`) and, on process zero, the calibration
     record of its logits (`tasks.temperature.temperature_of_logits`; an image that does not decode is left out of
-    both)."""
-    from ..tasks.feature_bank import bank_features
+    both). (None, None) on the other processes."""
     from ..tasks.temperature import temperature_of_logits
 
     logger.info("Calibration and the feature bank's threshold: one pass over the %d validation images gives the "
                 "logits the temperature is fitted on and the features the threshold is.", len(images))  # fmt: skip
-    found, kept = bank_features(trainer.model, transform, images, logits=True,
-                                desc="Calibration + feature bank, validation")  # fmt: skip
+    passed = _bank_pass(trainer, transform, images, logits=True, desc="Calibration + feature bank, validation")
+    if passed is None or not trainer.is_world_process_zero():  # sharded weights: every process passed, one fits
+        return None, None
+    found, kept = passed
     logits = found.pop("logits")
-    if not trainer.is_world_process_zero():  # sharded weights: every process ran the pass, one fits
-        return (found, kept), None
     return (found, kept), temperature_of_logits(logits, np.asarray(labels)[kept])
 
 

@@ -17,6 +17,18 @@ def broadcast_object(value: Any) -> Any:
     return box[0]
 
 
+def gather_to_zero(value: Any) -> list[Any] | None:
+    """Every process's `value`, in process order, on process 0 and None on the others (several-process runs);
+    `[value]` in a single process. Every process must call it."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered
+
+
 def end_process_group() -> None:
     """Destroy the several-process group, if any, before the process exits, every process together: a gloo group
     left to interpreter shutdown, or destroyed by one process while process 0 still writes the run's last files
@@ -28,4 +40,4 @@ def end_process_group() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["broadcast_object", "end_process_group"]
+__all__ = ["broadcast_object", "end_process_group", "gather_to_zero"]

@@ -4,9 +4,10 @@ and the tools' batched loops show it through `Progress`.
 
 On a terminal it is one tqdm bar on stderr. Elsewhere (Slurm, nohup, `accelerate launch`'s pipe) a bar writes
 cursor escape codes and carriage returns into the log, so it is plain lines instead, a bounded number of them:
-one each 10 % of the pass but no sooner than 10 s after the last (a pass of a few seconds writes its closing line
-alone), at least one a minute (a slow pass never looks hung), each with the count, the rate and the time left,
-and one when the pass ends with the count, the time and the rate:
+one after the first batch (the start: its rate and the time left), then one each 10 % of the pass but no sooner
+than 10 s after the last (a pass of a few seconds writes no more), at least one a minute (a slow pass never looks
+hung), each with the count, the rate and the time left, and one when the pass ends with the count, the time and
+the rate (a pass done in one batch writes that line alone):
 
     with Progress(len(images), "Feature bank") as progress:
         for batch in batches:
@@ -68,7 +69,7 @@ class Progress:
             from tqdm.auto import tqdm  # only on a terminal: importing tqdm costs the tools' start-up
 
             self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True)
-        self._steps_shown, self._last_line, self._closed, self._postfix = 0, self.start, False, ""
+        self._steps_shown, self._last_line, self._closed, self._postfix = -1, self.start, False, ""
 
     def __enter__(self) -> Progress:
         return self
@@ -82,14 +83,14 @@ class Progress:
         if self.bar is not None:
             self.bar.update(n)
             return
-        if not self.enabled:
-            return
+        if not self.enabled or (self.total and self.count >= self.total):
+            return  # the closing line says the rest
         now = time.perf_counter()
         # steps of LINE_EVERY passed (the epsilon: 3 x 0.1 is not 0.3 in floats)
         steps = int(self.count / self.total / LINE_EVERY + 1e-9) if self.total else 0
         since = now - self._last_line
-        stepped = steps > self._steps_shown and self.count < self.total and since >= LINE_GAP
-        if stepped or since >= LINE_INTERVAL:
+        stepped = steps > self._steps_shown and since >= LINE_GAP
+        if stepped or since >= LINE_INTERVAL or self._steps_shown < 0:  # < 0: the first batch's line, the start
             self._line(self._status(now))
             self._last_line, self._steps_shown = now, steps
 

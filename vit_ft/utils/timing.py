@@ -1,5 +1,5 @@
 """Interleaved timing, the one way vit_ft times things against each other: the benchmarks' contenders
-(`benchmarks.common`) and the deployment report's runtimes (`tools.export.report`). Every contender is called
+(`benchmarks.common`) and the deployment report's runtimes (`tools.export.runtimes`). Every contender is called
 once per round, in an order rotated by one each round, so that a machine that slows down mid-run slows every
 contender alike."""
 

@@ -3,9 +3,7 @@
 - `out_of_fold_probabilities`: k-fold least-squares probes (the few-shot tool's `fit_least_squares`) on frozen
   features; each image's class probabilities come from the probe that did not see it, softmax of its scores at
   the temperature fitted on all of them (`metrics.calibration.fit_temperature`);
-- `label_issues`: the images whose given label the probe finds less probable than not, and those confident
-  learning (cleanlab's `find_label_issues`) flags on the same probabilities, with the suggested label (the most
-  probable class) and a score (1 - the given label's probability);
+  (one of the candidates of `probes`; label issues and the self-check on them: `labels`);
 - `copies`: near-duplicates within the training images and leaks between them and the held-out ones, by cosine
   similarity of the pooled features or of the downsampled pixels (`pixel_descriptor`: exact and resized copies,
   recompressed ones too);
@@ -38,9 +36,6 @@ PIXEL_COPY = 0.995
 # small or weak one packs all images within 1e-4 of each other (measured on digits: absolute thresholds flagged
 # hundreds of pairs there, and no leak a pixel descriptor missed)
 FEATURE_COPY = 0.02
-# the given label is less probable than not under the probe that never saw it: cleanlab's confident joint counts
-# only images above each class's mean probability, and missed a third of digits' flipped labels
-LABEL_ISSUE_BELOW = 0.5
 OUTLIER_NEIGHBOURS = 10  # k of the k-th nearest neighbour distance (the feature bank's OOD_NEIGHBOURS)
 OUTLIER_QUANTILE = 0.99  # of the training images' own distances, per space: about 1 % flagged by chance
 
@@ -115,28 +110,6 @@ def require_cleanlab() -> Any:
             "(or pip install cleanlab)."
         ) from error
     return find_label_issues
-
-
-def label_issues(labels: np.ndarray, probabilities: np.ndarray) -> tuple[list[Finding], np.ndarray]:
-    """The label issues among images with given `labels` and out-of-fold `(n, num_classes)` probabilities: those
-    whose given label has an out-of-fold probability below LABEL_ISSUE_BELOW, and those confident learning
-    (cleanlab's `find_label_issues`, pruned by noise rate) flags; score 1 - p(given), suggestion the most probable
-    other class. Also
-    `(n,)` cleanlab's flags alone (the comparison). On digits with 5 % of labels flipped cleanlab alone found two
-    thirds of them at precision 1.0; the threshold reaches the issue's recall of 0.9 at precision 0.87 (docs/tools.md)."""
-    find_label_issues = require_cleanlab()
-    labels = np.asarray(labels, np.int64)
-    # n_jobs=1: cleanlab's default forks a multiprocessing pool, whose workers can deadlock when the process already
-    # runs threads (torch's, a test runner's: seen hanging in CI); one process is a fraction of a second here
-    issues = find_label_issues(labels, probabilities, filter_by="prune_by_noise_rate", n_jobs=1)
-    cleanlab = np.asarray(issues, bool)
-    given = probabilities[np.arange(len(labels)), labels]
-    flagged = cleanlab | (given < LABEL_ISSUE_BELOW)
-    others = probabilities.copy()
-    others[np.arange(len(labels)), labels] = -1  # the suggestion is another class, even where the given one leads
-    found = [Finding("train", int(i), "label_issue", float(1 - given[i]), int(labels[i]),
-                     int(others[i].argmax())) for i in np.flatnonzero(flagged)]  # fmt: skip
-    return found, cleanlab
 
 
 def disagreements(labels: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
@@ -231,7 +204,6 @@ def outliers(scores: np.ndarray, labels: np.ndarray) -> list[Finding]:
 __all__ = [
     "FEATURE_COPY",
     "FOLDS",
-    "LABEL_ISSUE_BELOW",
     "Finding",
     "OUTLIER_NEIGHBOURS",
     "OUTLIER_QUANTILE",
@@ -240,7 +212,6 @@ __all__ = [
     "copies",
     "feature_copy_threshold",
     "disagreements",
-    "label_issues",
     "out_of_fold_probabilities",
     "outlier_scores",
     "outliers",

@@ -31,15 +31,16 @@ from ..splits import is_image_folders, load_named_splits
 from ..trained import load_trained
 from .findings import (
     FOLDS,
+    Finding,
     copies,
     disagreements,
-    label_issues,
-    out_of_fold_probabilities,
     outlier_scores,
     outliers,
     pixel_descriptor,
     require_cleanlab,
 )
+from .labels import PRECISION_FLOOR, cleanlab_default, label_issues, self_check
+from .probes import best_probe, probe_probabilities
 
 logger = logging.getLogger("vit_ft")
 AUDIT_FILES = OutputFiles("audit", OUTPUT_FILES, "a data audit")  # only these replaced, others kept
@@ -169,6 +170,31 @@ def _audit_images(
             for finding in found]  # fmt: skip
 
 
+def audit_labels(
+    features: np.ndarray, labels: np.ndarray, num_classes: int, folds: int = FOLDS, seed: int = 0
+) -> tuple[list[Finding], dict[str, Any], np.ndarray]:
+    """The label issues of `(n, hidden)` features with given `labels`: the best probe's out-of-fold probabilities
+    (`probes.best_probe`), the flags bounded by confident learning's noise estimate, and the self-check on a
+    copy with known flips (`labels.self_check`, the chosen probe run again). Returns the flags, {"probe", "quality"}
+    for the record, and the out-of-fold probabilities."""
+    probabilities, probe = best_probe(features, labels, num_classes, folds, seed)
+    found, estimate = label_issues(labels, probabilities)
+
+    def rerun(flipped: np.ndarray) -> np.ndarray:
+        return probe_probabilities(str(probe["chosen"]), features, flipped, num_classes, folds, seed)
+
+    check = self_check(labels, found, num_classes, rerun, seed=seed)
+    min_score = check.min_score if check.precision < PRECISION_FLOOR else 0.0  # all proposed when precise enough
+    quality = {
+        "accuracy": probe["accuracy"], "noise_rate": round(estimate.rate, 4), "estimated_issues": estimate.issues,
+        "precision": round(check.precision, 4), "recall": round(check.recall, 4), "flipped": len(check.rows),
+        "precision_floor": PRECISION_FLOOR, "low_precision": check.precision < PRECISION_FLOOR,
+        "min_score": None if np.isinf(min_score) else round(min_score, 4),
+        "proposed": sum(f.score >= min_score for f in found), "self_check": check.summary(),
+    }  # fmt: skip
+    return found, {"probe": probe, "quality": quality}, probabilities
+
+
 def run_audit(
     model: str | os.PathLike,
     source: AuditSource | str | os.PathLike,
@@ -204,18 +230,18 @@ def run_audit(
     held_values, held_images = _held_out_features(trained, held, options.batch_size)
     feature_seconds = time.perf_counter() - started
 
-    probabilities, probe = out_of_fold_probabilities(features["features"], labels, len(names), options.folds,
+    found, label_record, probabilities = audit_labels(features["features"], labels, len(names), options.folds,
                                                      options.seed)  # fmt: skip
-    found, cleanlab = label_issues(labels, probabilities)
+    cleanlab = cleanlab_default(labels, probabilities)
     found += copies({"features": features["features"], "pixels": _pixels(images)}, held_values)
     found += outliers(outlier_scores(bank), labels)
     found = [replace(f, given=int(labels[f.index])) if f.given < 0 else f for f in found]  # copies: their label too
     record = {
         "model": trained.source, "dataset": description, "classes": names, "num_train_images": len(images),
         "held_out": {split: len(values) for split, values in held_images.items()},
-        "skipped": len(train) - len(kept), "folds": options.folds, "seed": options.seed, "probe": probe,
+        "skipped": len(train) - len(kept), "folds": options.folds, "seed": options.seed, **label_record,
         "disagreements": int(disagreements(labels, probabilities).sum()),
-        # the comparisons on the same probabilities: cleanlab's flags alone, and most probable class != label
+        # the comparisons on the same probabilities: cleanlab's default filter (prune by noise rate), and most probable class != label
         "compared": {"cleanlab": [image_key(images[i].get("path"), kept[i]) for i in np.flatnonzero(cleanlab)],
                      "most_probable_not_given": [image_key(images[i].get("path"), kept[i])
                                                  for i in np.flatnonzero(disagreements(labels, probabilities))]},
@@ -228,4 +254,4 @@ def run_audit(
     return record
 
 
-__all__ = ["AUDIT_FILES", "AuditOptions", "AuditSource", "load_audit_data", "run_audit"]
+__all__ = ["AUDIT_FILES", "AuditOptions", "AuditSource", "audit_labels", "load_audit_data", "run_audit"]

@@ -52,11 +52,13 @@ class OnnxClassifier:
 
     @classmethod
     def from_folder(
-        cls, folder: str | os.PathLike, file: str = ONNX_FILE, threads: int | None = None
+        cls, folder: str | os.PathLike, file: str = ONNX_FILE, threads: int | None = None,
+        max_pixels: int | None = None,
     ) -> OnnxClassifier:
         """The graph `file` of an export folder with the preprocessing its files state (`preprocessor_config.json`'s
         normalisation, config.json's resolution, and for a NaFlex model its patch budget: the transform then makes
-        NaFlex batches) and its task (`graph_task`)."""
+        NaFlex batches; kept as `preprocessing`) and its task (`graph_task`); `max_pixels` bounds the images the
+        transform decodes (default `DEFAULT_MAX_PIXELS`)."""
         from ...model.configuration_vit_ft import ViTFTConfig
         from ...utils.limits import DEFAULT_MAX_PIXELS
         from ..preprocessing import preprocessing_from
@@ -65,10 +67,13 @@ class OnnxClassifier:
         config = ViTFTConfig.from_pretrained(folder)
         processor_file = folder / PROCESSOR_FILE
         settings = json.loads(processor_file.read_text(encoding="utf-8")) if processor_file.is_file() else None
-        preprocessing = preprocessing_from(settings, tuple(config.image_hw), DEFAULT_MAX_PIXELS, str(folder))
+        bound = DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels
+        preprocessing = preprocessing_from(settings, tuple(config.image_hw), bound, str(folder))
         budget = naflex_budget(config)
         preprocessing = preprocessing if budget is None else replace(preprocessing, **budget)
-        return cls(folder / file, preprocessing.transform(), threads, graph_task(folder))
+        graph = cls(folder / file, preprocessing.transform(), threads, graph_task(folder))
+        graph.preprocessing = preprocessing
+        return graph
 
     @property
     def naflex(self) -> bool:

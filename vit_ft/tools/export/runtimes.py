@@ -88,6 +88,13 @@ def openvino_int8_ops(model: Any) -> dict[str, int]:
     return fed
 
 
+def openvino_fp32(onnx_file: str | os.PathLike, threads: int | None = None) -> Runner:
+    """The fp32 OpenVINO runner of an exported graph (converted from `model.onnx`), as the report's row runs it."""
+    import openvino as ov
+
+    return _openvino_runner(ov.convert_model(str(onnx_file)), threads or torch.get_num_threads())
+
+
 def _ops_note(ops: dict[str, int]) -> str:
     return ", ".join(f"{n} {t}" for t, n in ops.items())
 
@@ -152,6 +159,7 @@ __all__ = [
     "build_runners",
     "onnx_int8_ops",
     "openvino_int8_ops",
+    "openvino_fp32",
     "openvino_missing",
     "openvino_runners",
 ]

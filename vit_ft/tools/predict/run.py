@@ -18,7 +18,7 @@ from ...data.images import DEFAULT_MAX_PIXELS, collect_image_files
 from ...reports.figures import display_image, plot_image_grid, short
 from ...utils.files import staged_file
 from ...utils.limits import MAX_IMAGE_TOKENS
-from ..inference import describe_error, iter_batches
+from ..inference import Batch, describe_error, iter_batches
 from ..ood import OODScorer
 from ..trained import Trained, load_trained
 from ..tta import NO_OOD_SCORE, with_tta
@@ -62,22 +62,29 @@ def predict_files(
     if top_k_labels < 1:
         raise ValueError(f"top_k={top_k_labels} must be positive.")
     files = [str(f) for f in files]
-    task, id2label = classifier.task, classifier.id2label
     forward = None if scorer is None or scorer.bank is None else scorer.forward
     for batch in iter_batches(classifier, files, batch_size, num_workers, "Predicting", progress, forward):
-        rows = {
-            i: Prediction(batch.sources[i], error=describe_error(e), task=task)
-            for i, e in batch.errors.items()
-        }
-        if batch.decoded:
-            found = task.predicted_labels(batch.probabilities, id2label, top_k_labels)
-            ood = scorer.last if forward is not None else ([None] * len(found), [None] * len(found))
-            for j, (i, (labels, scores)) in enumerate(zip(batch.decoded, found, strict=True)):
-                score, flag = ood[0][j], ood[1][j]
-                rows[i] = Prediction(batch.sources[i], labels=labels, scores=scores, task=task,
-                                     unlike_training=None if flag is None else bool(flag),
-                                     ood_score=None if score is None else float(score))  # fmt: skip
-        yield from (rows[i] for i in range(len(batch.sources)))
+        yield from batch_predictions(batch, classifier, top_k_labels, scorer if forward is not None else None)
+
+
+def batch_predictions(
+    batch: Batch, classifier: Any, top_k_labels: int, scorer: OODScorer | None = None
+) -> list[Prediction]:
+    """One Prediction per source of an `iter_batches` batch, in order (predict's rows, and `vit-ft serve`'s
+    answers): the task's predicted labels of each decoded image with the OOD score and flag of `scorer.last`
+    (the batch's forward; None: no score), an error for each image that did not decode. `classifier` gives
+    `task` and `id2label` (a `Trained`, or the server's runtime)."""
+    task, id2label = classifier.task, classifier.id2label
+    rows = {i: Prediction(batch.sources[i], error=describe_error(e), task=task) for i, e in batch.errors.items()}
+    if batch.decoded:
+        found = task.predicted_labels(batch.probabilities, id2label, top_k_labels)
+        ood = scorer.last if scorer is not None else ([None] * len(found), [None] * len(found))
+        for j, (i, (labels, scores)) in enumerate(zip(batch.decoded, found, strict=True)):
+            score, flag = ood[0][j], ood[1][j]
+            rows[i] = Prediction(batch.sources[i], labels=labels, scores=scores, task=task,
+                                 unlike_training=None if flag is None else bool(flag),
+                                 ood_score=None if score is None else float(score))  # fmt: skip
+    return [rows[i] for i in range(len(batch.sources))]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -234,6 +241,7 @@ __all__ = [  # the rows' format lives in prediction_output; its names are import
     "MULTI_LABEL_COLUMNS",
     "OOD_COLUMNS",
     "PREDICTION_COLUMNS",
+    "batch_predictions",
     "Prediction",
     "PredictionWriter",
     "check_output_path",

@@ -1,0 +1,1 @@
+"""`vit-ft serve`: a batched inference server on LitServe (payload, runtime, api, server)."""

@@ -1,0 +1,138 @@
+"""What `vit-ft serve` runs: a model folder (or Hub id) under PyTorch, or an export folder's `model.onnx` under
+onnxruntime or OpenVINO, as one `Served` value: the model as the inference loop takes it (`transform`, `logits`,
+`task`), its labels, its OOD scorer (PyTorch only: the scores need the pooled features) and what `/info` says.
+
+    served = load_served("outputs/digits", "torch")   # checked and loaded; the server's worker loads it again
+    served.info["labels"], served.scorer.note()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...data.images import DEFAULT_MAX_PIXELS
+from ..export.onnx_runtime import ONNX_FILE, OnnxClassifier
+from ..export.runtimes import DEPLOY_HINT, openvino_fp32
+from ..ood import OODScorer
+from ..trained import load_trained
+from .payload import RUNTIMES
+
+EXPORT_HINT = "vit-ft export --model MODEL --output_dir DIR writes one"
+
+
+@dataclass
+class Served:
+    """The served model: `runnable` (a `Trained` or an `OnnxClassifier`: what `inference.iter_batches` runs), its
+    `task` and `id2label` (what `predict.run.batch_predictions` reads), the OOD scorer (None: no score), and the
+    /info record."""
+
+    runnable: Any
+    id2label: dict[int, str]
+    scorer: OODScorer | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task(self) -> Any:
+        return self.runnable.task
+
+
+def check_runtime(model: str, runtime: str) -> None:
+    """A ValueError naming the fix when `runtime` cannot serve `model` here: an unknown runtime, an ONNX runtime for
+    a folder without `model.onnx`, or a runtime package that is not installed. Cheap: nothing is loaded."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"--runtime {runtime} is not one of {', '.join(RUNTIMES)}.")
+    if runtime == "torch":
+        return
+    if not (Path(model) / ONNX_FILE).is_file():
+        raise ValueError(
+            f"--runtime {runtime} serves an export folder holding {ONNX_FILE}; {model} has none ({EXPORT_HINT}), "
+            "or pass --runtime torch."
+        )
+    package = "onnxruntime" if runtime == "onnx" else "openvino"
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(f"--runtime {runtime} needs {package}, which is not installed here ({DEPLOY_HINT}).")
+
+
+def model_revision(folder: Path | None, name: str) -> str:
+    """The model's revision: the first 12 hex digits of the SHA-256 of its weights files (`*.safetensors`,
+    `*.onnx`, the adapter's too), so that a client can tell which weights answered; a Hub id's is its name."""
+    if folder is None:
+        return f"hub:{name}"
+    files = sorted(p for pattern in ("*.safetensors", "*.onnx", "adapter/*.safetensors") for p in folder.glob(pattern))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+def _versions(runtime: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ["vit-ft", "torch", "transformers", "litserve", "fastapi", "uvicorn"]
+    names += {"onnx": ["onnxruntime"], "openvino": ["openvino"]}.get(runtime, [])
+    found = {"python": platform.python_version()}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _info(served: Served, model: str, runtime: str, folder: Path | None, preprocessing: Any, ood: str) -> dict:
+    """What GET /info says of the model (LitServe's /info shows it under "model")."""
+    task = served.task
+    return {
+        "model": model,
+        "revision": model_revision(folder, model),
+        "runtime": runtime,
+        "task": task.problem_type,
+        "labels": [served.id2label[i] for i in sorted(served.id2label)],
+        "input": {"image_size": list(preprocessing.image_size), "mean": list(preprocessing.mean),
+                  "std": list(preprocessing.std), "resample": int(preprocessing.resample),
+                  "max_pixels": preprocessing.max_pixels, "max_num_patches": preprocessing.max_num_patches},
+        "calibration": {"temperature": getattr(task, "temperature", None),
+                        "threshold": task.threshold_summary(served.id2label)},  # fmt: skip
+        "ood": ood,
+        "versions": _versions(runtime),
+    }
+
+
+def load_served(
+    model: str, runtime: str = "torch", device: str | None = None, bf16: str | bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> Served:  # fmt: skip
+    """`model` loaded for `runtime` (checked first: `check_runtime`), with its /info record. PyTorch reads any
+    folder or Hub id `load_trained` reads, with its feature bank's OOD score; onnx / openvino read an export
+    folder (the calibration temperature is folded into its head), on the CPU."""
+    check_runtime(model, runtime)
+    path = Path(model)
+    if runtime == "torch":
+        trained = load_trained(model, device=device, max_pixels=max_pixels, bf16=bf16)
+        scorer = OODScorer.of(trained)
+        served = Served(trained, trained.id2label, scorer if scorer.bank is not None else None)
+        folder = trained.origin.path
+        served.info = _info(served, model, runtime, folder, trained.preprocessing, scorer.note())
+        return served
+    from ...model.configuration_vit_ft import ViTFTConfig
+
+    graph = OnnxClassifier.from_folder(path, max_pixels=max_pixels)
+    if runtime == "openvino":
+        graph.logits = openvino_fp32(path / ONNX_FILE)  # the same transform and task, OpenVINO's arithmetic
+    id2label = ViTFTConfig.from_pretrained(path).id2label
+    served = Served(graph, {int(k): str(v) for k, v in id2label.items()}, None)
+    note = (f"No out-of-distribution score: the {runtime} runtime gives logits only; serve the model folder with "
+            "--runtime torch for the score.")  # fmt: skip
+    served.info = _info(served, model, runtime, path, graph.preprocessing, note)
+    return served
+
+
+__all__ = ["RUNTIMES", "Served", "check_runtime", "load_served", "model_revision"]
