@@ -283,16 +283,18 @@ def _shared_validation_pass(
     """One pass of the final model over the validation `images` (their `labels`, class ids): both spaces'
     features for the bank's threshold (`bank_features`'s `(features, kept)`) and, on process zero, the calibration
     record of its logits (`tasks.temperature.temperature_of_logits`; an image that does not decode is left out of
-    both). (None, None) on the other processes."""
+    both). (None, None) on a process whose share went to process zero."""
     from ..tasks.temperature import temperature_of_logits
 
     logger.info("Calibration and the feature bank's threshold: one pass over the %d validation images gives the "
                 "logits the temperature is fitted on and the features the threshold is.", len(images))  # fmt: skip
     passed = _bank_pass(trainer, transform, images, logits=True, desc="Calibration + feature bank, validation")
-    if passed is None or not trainer.is_world_process_zero():  # sharded weights: every process passed, one fits
+    if passed is None:  # its share is with process zero
         return None, None
     found, kept = passed
     logits = found.pop("logits")
+    if not trainer.is_world_process_zero():  # sharded weights: every process passed every image, one fits
+        return (found, kept), None
     return (found, kept), temperature_of_logits(logits, np.asarray(labels)[kept])
 
 
