@@ -241,6 +241,7 @@ def test_summarize_runs_reports_the_median_and_meets_a_target_only_in_the_worst_
     assert "| 1.2x | 1.05-1.30 | >= 1.10 | **no** |" in markdown and "3 separate runs" in markdown
 
 
+@pytest.mark.long  # three benchmark runs, each its own process
 def test_repeat_runs_separate_processes_and_summarizes(tmp_path):
     import subprocess
     import sys

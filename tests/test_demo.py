@@ -25,6 +25,8 @@ from vit_ft.data.images import load_image, resize_and_center_crop
 from .conftest import REPO
 from .tools.test_hub import write_lora_run
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 CHROMIUM = Path("/usr/bin/chromium")
 # flags that let Debian's chromium run headless in a container with no network
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

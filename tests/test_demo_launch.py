@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import socket
 
-import gradio as gr
-
 from .test_demo import load_app
 
 
 def test_launch_names_our_share_flag_not_gradios(capsys):
+    import gradio as gr  # here, not at collection: 2 s of import
+
     app = load_app()
     with gr.Blocks() as blocks:
         gr.Markdown("a demo")

@@ -47,6 +47,8 @@ SKIPPED = [
     (r"^(vit-ft serve|python scripts/serve\.py) ", "starts a server that runs until stopped; tests/tools/test_serve.py "
      "starts one and sends it these requests"),
     (r"^curl ", "a request to a running server; tests/tools/test_serve.py sends them"),
+    (r"^python demo/app\.py --model outputs/digits --host 127\.0\.0\.1 --port \d+$", "README.md's demo command with "
+     "its default host and a port: the README's is started here (on a free port, as every demo command)"),
 ]
 if not onednn_bf16_supported():  # an AVX2-only CPU: the benchmark refuses bf16 alone in one line (its own test)
     SKIPPED.append((r"--dtypes bf16( |$)", "times native bf16 products, which this CPU lacks"))
@@ -74,7 +76,17 @@ def skip_reason(command: str) -> str | None:
     return next((why for pattern, why in SKIPPED if re.search(pattern, command)), None)
 
 
+# commands that run several fine-tunes or timed rounds even when kept small: CI's long step runs them (`-m long`)
+LONG = [
+    r"scripts/bench\.py( --quick)?$",  # the benchmark's sections (tests/test_benchmark.py's quick run: the suite's)
+    r"scripts/seeds\.py",  # a fine-tune per seed, each its own process (tests/training/test_seeds.py: the suite's)
+    r"--method auto",  # the ladder's rungs, one after another
+]
 COMMANDS = documented_commands()
+PARAMS = [
+    pytest.param(where, command, id=where, marks=[pytest.mark.long] * any(re.search(p, command) for p in LONG))
+    for where, command in COMMANDS
+]
 
 
 def test_every_document_has_commands_and_some_run():
@@ -241,7 +253,7 @@ def run_demo(command: str) -> None:
         process.wait(timeout=30)
 
 
-@pytest.mark.parametrize("where,command", COMMANDS, ids=[where for where, _ in COMMANDS])
+@pytest.mark.parametrize("where,command", PARAMS)
 def test_documented_command_runs(where, command, workspace, capsys, monkeypatch):
     reason = skip_reason(command)
     if reason:

@@ -36,6 +36,9 @@ from .conftest import REPO, WITHOUT_VIT_FT, randomize, tiny_hf_config
 from .fake_hub import FakeHub
 from .tools.test_hub import push_env
 
+# the dogs recipes end to end through a local Hub (download, train, push, reload): CI's long step
+pytestmark = pytest.mark.long
+
 # the ids the recipes name; the fake Hub serves exactly these, so a recipe naming another one fails to download
 MODEL_ID, DATASET_ID = "google/vit-base-patch16-224-in21k", "Donghyun99/Stanford-Dogs"
 BREEDS = ["n02085620-Chihuahua", "n02085782-Japanese_spaniel", "n02109047-Great_Dane"]

@@ -24,6 +24,8 @@ from vit_ft.arguments.recipes import (
 from vit_ft.commands.finetune import parse_command, print_recipes, recipe_info
 from vit_ft.utils.hardware import accelerator_type
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ALL_RECIPES = list_recipes()
 BASE_RECIPES = ("dogs", "hymenoptera", "cifar10", "cifar100", "pets", "flowers102", "digits")

@@ -18,6 +18,8 @@ from vit_ft.model.export import export_to_transformers
 
 from ..conftest import WITHOUT_VIT_FT
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 # Runs in a fresh interpreter in which `import vit_ft` fails, as on a machine without the package.
 CLEAN_PROCESS = WITHOUT_VIT_FT + textwrap.dedent(
     """

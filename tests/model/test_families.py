@@ -49,6 +49,8 @@ from vit_ft import ViTFTForImageClassification, ViTFTModel
 
 from ..conftest import randomize
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 SIZE = {
     "hidden_size": 32,
     "num_hidden_layers": 2,

@@ -8,6 +8,8 @@ from vit_ft import ViTFTForImageClassification, ViTFTModel
 
 from ..conftest import randomize, tiny_ft_config, tiny_hf_config
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()

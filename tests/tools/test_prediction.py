@@ -23,6 +23,8 @@ from vit_ft.tools.trained import load_trained
 from ..cli_runner import run_script
 from ..conftest import randomize, tiny_ft_config
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 LABELS = ["ant", "bee", "wasp"]
 MEAN, STD = [0.4, 0.45, 0.5], [0.2, 0.25, 0.3]
 

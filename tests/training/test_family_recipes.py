@@ -32,6 +32,9 @@ from ..fake_hub import FakeHub
 from ..test_headline import BREEDS, CHECKPOINT_SIZE, PATCH, SIZE, SIZE_OVERRIDES, dogs_dataset_files, start
 from ..tools.test_hub import push_env
 
+# each family recipe end to end through a local Hub, in its own process: CI's long step
+pytestmark = pytest.mark.long
+
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
 TINY_VISION = {**TINY, "intermediate_size": 64, "image_size": CHECKPOINT_SIZE, "patch_size": PATCH}
 TEXT = {**TINY, "intermediate_size": 64, "vocab_size": 50}

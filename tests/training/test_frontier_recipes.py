@@ -37,7 +37,9 @@ from ..tools.test_hub import push_env
 from .test_family_recipes import OVERRIDES, TEXT, TINY_VISION
 from .test_streaming_finetune import IMAGENET_ID, imagenet_files
 
-pytestmark = pytest.mark.slow  # four tiny fine-tunes in their own processes
+# four tiny fine-tunes in their own processes through a local Hub, end to end: CI's long step (the recipes' keys
+# and defaults are tested as tables over the plan in tests/arguments)
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 PETS_ID, MAE_ID, DINOV3_ID = "timm/oxford-iiit-pet", "facebook/vit-mae-base", "facebook/dinov3-vitb16-pretrain-lvd1689m"

@@ -17,6 +17,8 @@ import pytest
 
 from ..conftest import REPO
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 WRONG_FLAG = "error: Unknown flag '--no_such_flag'"
 
 

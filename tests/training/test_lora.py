@@ -14,6 +14,8 @@ from vit_ft.training.lora import apply_lora, count_parameters, merge_lora
 from ..cli_runner import run_script
 from ..conftest import randomize, tiny_ft_config, write_tiny_recipe
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 
 def lora_model(targets: str = "attention") -> torch.nn.Module:
     model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))

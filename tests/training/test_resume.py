@@ -144,7 +144,8 @@ def resumed_after_sigterm(interrupted, tmp_path_factory) -> Path:
     return finetune(tmp, recipe, "--resume") / "out"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+# SIGTERM's save-and-resume is the preemption test's below; the killed SIGTERM run is CI's long step
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_killed_run_resumes_to_the_same_result(tmp_path, interrupted, uninterrupted, sig, request):
     interrupted.copy(sig, tmp_path)
     last = last_complete_checkpoint(tmp_path / "out")
@@ -189,7 +190,7 @@ def test_half_written_checkpoint_is_never_resumed_from(tmp_path, interrupted, un
     assert_same_run(final_run(out), uninterrupted)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.long)])  # one handler
 def test_a_preempted_run_saves_at_the_next_step_and_resumes_to_the_same_result(
     tmp_path, interrupted, uninterrupted, sig, request
 ):

@@ -162,7 +162,7 @@ def hub_runs(tmp_path_factory):
         yield {"hub": hub, "tmp": tmp, "results": results}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two recipes streamed end to end through a local Hub
 def test_imagenet_recipe_streams_the_stand_in(hub_runs):
     log, rc = hub_runs["results"]["imagenet1k"]
     assert rc == 0, log[-4000:]
@@ -174,7 +174,7 @@ def test_imagenet_recipe_streams_the_stand_in(hub_runs):
     assert "eval_accuracy" in json.loads((out / "eval_results.json").read_text())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_dogs_recipe_streams_as_written(hub_runs):
     log, rc = hub_runs["results"]["dogs"]
     assert rc == 0, log[-4000:]

@@ -147,6 +147,7 @@ def test_voc_recipe_names_the_dataset_and_its_labels():
     assert recipe["class_names"] == VOC and recipe["metric_for_best_model"] == "mAP"
 
 
+@pytest.mark.long  # the recipe end to end through a local Hub
 def test_voc_recipe_trains_a_multilabel_classifier_through_the_hub(voc_run, tmp_path):
     assert voc_run["rc"] == 0, voc_run["log"][-4000:]
     assert not voc_run["hub"].unexpected, voc_run["hub"].unexpected
@@ -178,6 +179,7 @@ def test_voc_recipe_trains_a_multilabel_classifier_through_the_hub(voc_run, tmp_
     assert record["metrics"]["test_mAP"] == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.long
 def test_a_hub_dataset_with_a_sequence_of_classlabel_column(voc_run):
     run = voc_run["tags"]
     assert run["rc"] == 0, run["log"][-4000:]

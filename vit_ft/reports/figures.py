@@ -68,7 +68,7 @@ def plot_image_grid(
         rows, columns, figsize=(PANEL_INCHES * columns, row_inches * rows + 0.4), squeeze=False
     )
     for i, ax in enumerate(axes.flat):
-        ax.axis("off")
+        hide_axes(ax)
         if i >= len(images):
             continue
         if images[i] is not None:
@@ -89,6 +89,14 @@ def plot_image_grid(
         scale = matplotlib.cm.ScalarMappable(matplotlib.colors.Normalize(0, 1), plt.get_cmap(colorbar[0]))
         fig.colorbar(scale, cax=cax, orientation="horizontal", label=colorbar[1])
     return save_figure(fig, path, tight=False)  # laid out above, around the suptitle and the scale
+
+
+def hide_axes(ax: Any) -> None:
+    """No frame, ticks or labels. The ticks are removed, not only hidden: matplotlib measures a hidden axis's ticks
+    to place each title (half of a 20-image grid's drawing time); the PNG is the same, byte for byte."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.axis("off")
 
 
 def short(name: str, width: int = 18) -> str:
@@ -143,7 +151,7 @@ def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100, tight: bool =
 def _empty_figure(text: str, path: str | os.PathLike) -> Path:
     """A small figure that only says `text` (a grid with nothing to show), saved to `path`."""
     fig, ax = plt.subplots(figsize=(4, 2))
-    ax.axis("off")
+    hide_axes(ax)
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=14)
     return save_figure(fig, path, tight=False)
 

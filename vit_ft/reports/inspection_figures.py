@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ..data.images import load_image  # noqa: E402
-from .figures import save_figure  # noqa: E402
+from .figures import hide_axes, save_figure  # noqa: E402
 
 GREY_SAMPLE_IMAGES = 8  # images looked at to tell grey data from colour
 
@@ -52,7 +52,7 @@ def plot_patch_embedding_components(
     rows = math.ceil(k / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(1.3 * columns, 1.45 * rows + 0.6), squeeze=False)
     for i, ax in enumerate(axes.flat):
-        ax.axis("off")
+        hide_axes(ax)
         if i >= k:
             continue
         image = components[i].permute(1, 2, 0).numpy()  # (patch_h, patch_w, channels)
