@@ -45,7 +45,8 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # if torch was import
 LONGEST_FIRST = [
     "test_docs.py", "training/test_resume.py", "tools/test_tool_errors.py", "training/test_finetune_errors.py",
     "training/test_two_processes.py", "training/test_run_safety.py", "training/test_resume_changes.py",
-    "training/test_workers.py", "tools/test_output_folders.py", "tools/test_family_tools.py", "model/test_export.py",
+    "test_hermetic.py", "training/test_distillation.py", "training/test_workers.py", "tools/test_output_folders.py",
+    "tools/test_family_tools.py", "model/test_export.py",
 ]  # fmt: skip
 
 
@@ -69,6 +70,15 @@ def tiny_hf_config(**overrides) -> ViTConfig:
 
 def tiny_ft_config(**overrides) -> ViTFTConfig:
     return ViTFTConfig(**{**TINY, **overrides})
+
+
+def enable_checkpointing(model: torch.nn.Module, **kwargs) -> None:
+    """transformers' activation checkpointing switch: `activation_checkpointing_enable` from 5.23, its older name
+    `gradient_checkpointing_enable` on 5.21-5.22 (the oldest of the tested range, constraints/oldest.txt)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
 
 
 def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

@@ -14,7 +14,7 @@ import torch
 from vit_ft import ViTFTConfig, ViTFTForImageClassification
 from vit_ft.kernels import KERNELS_ENV, kernelize
 
-from ..conftest import randomize
+from ..conftest import enable_checkpointing, randomize
 from .conftest import FAMILY_CONFIGS
 
 
@@ -74,7 +74,7 @@ def test_gradient_checkpointing_keeps_gradients(name, pixels):
     for checkpointing in (False, True):
         model = family_model(name, seed=3).train()
         if checkpointing:
-            model.activation_checkpointing_enable()
+            enable_checkpointing(model)
             assert all(layer.gradient_checkpointing for layer in model.vit.layers)
         model(pixels, labels=torch.tensor([0, 2])).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})

@@ -6,7 +6,7 @@ from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
 from vit_ft import ViTFTForImageClassification, ViTFTModel
 
-from ..conftest import randomize, tiny_ft_config, tiny_hf_config
+from ..conftest import enable_checkpointing, randomize, tiny_ft_config, tiny_hf_config
 
 pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
 
@@ -182,7 +182,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     for checkpointing in (False, True):
         model = randomize(ViTFTForImageClassification(config)).train()
         if checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(model, use_reentrant=False)
             assert model.vit.layers[0].gradient_checkpointing
         model(pixels, labels=labels).loss.backward()
         grads.append(model.vit.layers[0].attention.qkv.weight.grad.clone())
