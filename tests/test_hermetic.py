@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO, tiny_hf_config
 from .fake_hub import HUB_VARIABLES
 
@@ -45,7 +47,17 @@ def test_a_checkout_holding_another_runs_outputs_changes_no_result(tmp_path):
     (tmp_path / "data" / "digits" / "train").mkdir(parents=True)
     tests = ["tests/arguments/test_recipes.py::test_a_model_flag_drops_the_recipes_pretraining_unless_it_is_given_too",
              "tests/arguments/test_pooling.py::test_a_recipe_of_cls_pooling_with_a_siglip_checkpoint_is_refused_in_parse_args"]  # fmt: skip
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(REPO),
-                          *(str(REPO / test) for test in tests)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
-    assert ran.returncode == 0 and "4 passed" in ran.stdout, ran.stdout[-3000:]
+
+    class Outcomes:  # what the inner session ran, test by test
+        seen: dict[str, str] = {}
+
+        def pytest_runtest_logreport(self, report):
+            if report.when == "call" or report.outcome != "passed":
+                self.seen[report.nodeid] = report.outcome
+
+    # in this process (pytester's in-process run): the inner session starts in tmp_path, as pytest started there
+    outcomes = Outcomes()
+    # (a --basetemp of its own: the default one would make it prune the outer sessions' folders)
+    code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--rootdir", str(REPO), "--basetemp",
+                        str(tmp_path / "inner"), *(str(REPO / test) for test in tests)], plugins=[outcomes])  # fmt: skip
+    assert code == 0 and len(outcomes.seen) == 4 and set(outcomes.seen.values()) == {"passed"}, outcomes.seen
