@@ -30,14 +30,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 
+from typing import TYPE_CHECKING  # noqa: E402
+
 import pytest  # noqa: E402
-import torch  # noqa: E402
-from transformers import ViTConfig, ViTForImageClassification, ViTModel  # noqa: E402
 
-from vit_ft import ViTFTConfig  # noqa: E402
-from vit_ft.data.digits import write_digits_imagefolder  # noqa: E402
+# torch, transformers and vit_ft are imported where they are used: xdist's controller process loads this file
+# but runs no test, and those imports (about 5 s) would come before any worker starts
+if TYPE_CHECKING:
+    import torch
+    from transformers import ViTConfig
 
-torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # if torch was imported before the variable was set
+    from vit_ft import ViTFTConfig
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # if torch was imported before the variable was set
 
 # The files that take longest (measured: the README's test command with --durations=0, 2026-12-07), run first.
 # `--dist loadfile` hands whole files to the workers in collection order, so a long file met last keeps one worker
@@ -65,10 +75,14 @@ TINY = {
 
 
 def tiny_hf_config(**overrides) -> ViTConfig:
+    from transformers import ViTConfig
+
     return ViTConfig(**{**TINY, **overrides})
 
 
 def tiny_ft_config(**overrides) -> ViTFTConfig:
+    from vit_ft import ViTFTConfig
+
     return ViTFTConfig(**{**TINY, **overrides})
 
 
@@ -83,6 +97,8 @@ def enable_checkpointing(model: torch.nn.Module, **kwargs) -> None:
 
 def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     """Give every parameter (LayerNorms and biases too) random values, so parity tests see them all."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in model.parameters():
@@ -93,6 +109,8 @@ def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 @pytest.fixture(scope="session")
 def hf_backbone_dir(tmp_path_factory) -> str:
     """A transformers ViTModel checkpoint (with pooler, no head), like google/vit-base-patch16-224-in21k."""
+    from transformers import ViTModel
+
     path = tmp_path_factory.mktemp("hf_backbone")
     randomize(ViTModel(tiny_hf_config())).save_pretrained(path)
     return str(path)
@@ -101,6 +119,8 @@ def hf_backbone_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def hf_classifier_dir(tmp_path_factory) -> str:
     """A transformers ViTForImageClassification checkpoint with three named labels."""
+    from transformers import ViTForImageClassification
+
     path = tmp_path_factory.mktemp("hf_classifier")
     labels = ["ant", "bee", "wasp"]
     config = tiny_hf_config(id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
@@ -137,6 +157,10 @@ def logged_losses(output_dir: Path) -> list[tuple[int, float]]:
 
 def write_tiny_recipe(tmp: Path, **overrides) -> Path:
     """A recipe on the real digits images with a tiny transformers ViTModel checkpoint: seconds on a CPU."""
+    from transformers import ViTModel
+
+    from vit_ft.data.digits import write_digits_imagefolder
+
     checkpoint = tmp / "backbone"
     if not checkpoint.exists():
         randomize(ViTModel(tiny_hf_config())).save_pretrained(checkpoint)
