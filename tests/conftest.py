@@ -47,7 +47,9 @@ if TYPE_CHECKING:
 def _one_torch_thread():
     import torch
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # if torch was imported before the variable was set
+    # if torch was imported before the variable was set
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 # The files that take longest (measured: the README's test command with --durations=0, 2026-12-07), run first.
 # `--dist loadfile` hands whole files to the workers in collection order, so a long file met last keeps one worker
@@ -63,6 +65,7 @@ LONGEST_FIRST = [
 def pytest_collection_modifyitems(config, items):
     rank = {Path(__file__).parent / name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path, len(rank)))  # stable: each file's own order is kept
+
 
 TINY = {
     "hidden_size": 32,
