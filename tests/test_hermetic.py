@@ -49,7 +49,8 @@ def test_a_checkout_holding_another_runs_outputs_changes_no_result(tmp_path):
              "tests/arguments/test_pooling.py::test_a_recipe_of_cls_pooling_with_a_siglip_checkpoint_is_refused_in_parse_args"]  # fmt: skip
 
     class Outcomes:  # what the inner session ran, test by test
-        seen: dict[str, str] = {}
+        def __init__(self):
+            self.seen: dict[str, str] = {}
 
         def pytest_runtest_logreport(self, report):
             if report.when == "call" or report.outcome != "passed":

@@ -21,7 +21,9 @@ import pytest
 from vit_ft.training.checkpoints import checkpoint_is_complete
 
 from ..conftest import REPO, write_tiny_recipe
-from .test_resume import SETTINGS, assert_same_run, final_run, finetune
+
+# test_resume's uninterrupted run, as the fixture it is there: the resumed launch must end where it ends
+from .test_resume import SETTINGS, assert_same_run, final_run, finetune, uninterrupted, uninterrupted_dir  # noqa: F401
 
 pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
 
@@ -61,12 +63,6 @@ def test_without_quiet_the_launcher_adds_its_traceback_after_the_error_line(tmp_
     assert ours[0] < len(lines) - 1
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("uninterrupted")
-    return final_run(finetune(tmp, write_tiny_recipe(tmp, **SETTINGS)) / "out")
-
-
 def _group_ended(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -76,7 +72,7 @@ def _group_ended(pgid: int) -> bool:
 
 
 @pytest.mark.long  # a launched fine-tune, signalled, then resumed
-def test_a_job_signalled_through_the_launcher_saves_in_its_grace_and_resumes_exactly(tmp_path, uninterrupted):
+def test_a_job_signalled_through_the_launcher_saves_in_its_grace_and_resumes_exactly(tmp_path, uninterrupted):  # noqa: F811
     """What a scheduler does on preemption (Slurm signals every process of the job step): SIGTERM to the launcher's
     process group once checkpoint-4 is complete. The script saves the next step's checkpoint within the
     launcher's grace (accelerate 1.16 stops its process tree: SIGTERM, 5 s, SIGKILL) and says so in one line; the
