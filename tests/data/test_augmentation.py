@@ -61,10 +61,42 @@ def test_rand_augment_levels_equal_timms(magnitude):
             got = torch.tan(torch.deg2rad(got))
         if name == "solarize_add":
             assert torch.all(values["thresholds"] == 0.5)  # timm's fixed threshold 128
-        tolerance = 0.02 if name.startswith(("shear", "solarize")) else 1e-4
+        tolerance = 0.02 if name.startswith("solarize") else 1e-4  # solarize: timm's 256 steps
         assert torch.allclose(got, torch.tensor(float(expected)), atol=tolerance), (name, got[0], expected)
         if name in ("rotate", "shear_x", "translate_y") and magnitude > 0:  # timm's random sign
             assert {1.0, -1.0} <= set(torch.sign(values[PARAMETER[name]]).tolist())
+
+
+# torchvision's TrivialAugmentWide (31 bins) on a 224-px image: the largest magnitude of each symmetric op,
+# in the units of kornia's parameter (a shear's after tan: the shear factor)
+WIDE_MAXIMA = {"degrees": 135.0, "shear_x": 0.99, "shear_y": 0.99, "translate_x": 32.0, "translate_y": 32.0}
+
+
+def test_trivial_augment_draws_torchvisions_wide_ranges():
+    """Under whichever kornia is installed: the symmetric ops uniform in [0, max] with a random sign
+    (shears in shear factors, not angles), posterize's bits 2..8 with the two ends the rarest (torchvision:
+    3 bins each of 31 against 5; kornia's rounded draw: half as likely as the others)."""
+    shape = torch.Size([4000, 3, 224, 224])
+    torch.manual_seed(0)
+    for module in AugmentationSpec("trivialaugment").build().pixel_ops.children():
+        name = module[0]._factor_name
+        if name not in (*WIDE_MAXIMA, "bits_factor"):
+            continue
+        values = module[0].forward_parameters(shape)[name].float()
+        if name == "bits_factor":
+            assert values.min() == 2 and values.max() == 8
+            share = torch.bincount(values.long(), minlength=9)[2:] / len(values)
+            ends, middle = share[[0, -1]], share[1:-1]  # a uniform draw of 2..8: 1/7 each
+            assert ends.min() > 0.06 and ends.max() < 0.115, share
+            assert middle.min() > 0.145 and middle.max() < 0.19, share
+            continue
+        if name.startswith("shear"):
+            values = torch.tan(torch.deg2rad(values))
+        fraction = values.abs() / WIDE_MAXIMA[name]
+        assert 0.99 < fraction.max() <= 1 + 1e-4, name
+        # uniform (a shear uniform in angle instead: 0.44)
+        assert abs(fraction.mean() - 0.5) < 0.02, (name, fraction.mean())
+        assert 0.45 < (values > 0).float().mean() < 0.55, name
 
 
 def test_rand_augment_draws_ops_with_replacement():

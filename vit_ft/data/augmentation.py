@@ -19,9 +19,12 @@ The ops are kornia's (`kornia.augmentation`), configured to timm's semantics whe
 
 Known differences from timm, small beside the draw itself: kornia's ops fill the corners a rotation, shear
 or translation uncovers with black (timm: the mean colour), solarize-add also inverts the pixels it pushes
-past the threshold (timm only adds below 128), a shear of s is tan(s' M / 10) with s' = atan(0.3) (timm: s M / 10,
-within 1 %), kornia draws the erasing box's aspect ratio uniformly on each side of 1 and clips a box that
-does not fit (timm: log-uniform, up to 10 tries).
+past the threshold (timm only adds below 128), kornia draws the erasing box's aspect ratio uniformly on each
+side of 1 and clips a box that does not fit (timm: log-uniform, up to 10 tries).
+
+kornia versions: two conventions changed within the supported range (0.7 .. 0.9.2), a shear's magnitude and
+posterize's draw of bits; both are pinned in one place below ("kornia's conventions"), so that every version
+draws the same values.
 
 Randomness: kornia draws from torch's global RNG; `ImageAugmentation.__call__` runs it inside
 `torch.random.fork_rng` seeded with the seed it is given, so that the draws are a function of that seed (the
@@ -30,7 +33,6 @@ transform derives it from (seed, epoch, image index)) and the caller's global RN
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import kornia.augmentation as K
@@ -168,7 +170,7 @@ def _pixel_ops(spec: AugmentationSpec) -> torch.nn.Module | None:
     if spec.auto_augment == "randaugment":
         return TimmRandAugment(spec.rand_augment_num_ops, spec.rand_augment_magnitude)
     if spec.auto_augment == "trivialaugment":
-        return TrivialAugment(policy=TRIVIAL_AUGMENT_WIDE_POLICY)
+        return WideTrivialAugment()
     if spec.color_jitter > 0:
         jitter = spec.color_jitter
         return K.ColorJitter(brightness=jitter, contrast=jitter, saturation=jitter, hue=0.0, p=1.0)
@@ -176,12 +178,40 @@ def _pixel_ops(spec: AugmentationSpec) -> torch.nn.Module | None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# kornia's conventions that changed within the supported versions (0.7 .. 0.9.2), pinned here
+# ---------------------------------------------------------------------------------------------------------
+# - a shear's magnitude: before 0.9.2 ShearX / ShearY read it as an angle in units of 180 degrees (their
+#   `_process_magnitude`: `magnitude * 180`), from 0.9.2 as the shear factor (`atan(magnitude) * 180 / pi`).
+#   Each shear op built here gets the factor's mapping (`_with_shear_factor`), so that its magnitude is the
+#   shear factor, timm's and torchvision's level (the affine matrix's off-diagonal entry), in every version.
+# - posterize's bits drawn from a range of whole numbers: before 0.9.2 U(low, high) rounded (the two ends half
+#   as likely as the others; torchvision's 31 bins: 3 each against 5, near that), from 0.9.2 each whole number
+#   equally often (PosterizeGenerator: U(low, high + 1) floored). Both versions draw a range with a fractional
+#   end the first way, so TrivialAugment's range ends at the float32 just below 8 (`_POSTERIZE_TOP`).
+#   RandAugment's bits are its level, which replaces the draw: the same under every version.
+
+
+def _shear_degrees(factor: torch.Tensor) -> torch.Tensor:
+    # kornia's RandomShear takes an angle in degrees and shears by its tan
+    return torch.rad2deg(torch.atan(factor))
+
+
+def _with_shear_factor(op: ops.OperationBase) -> ops.OperationBase:
+    """`op`, if a shear, with its magnitude read as the shear factor whatever kornia's version (the version's
+    random sign still applied after the mapping); any other op as it is."""
+    if isinstance(op, (ops.ShearX, ops.ShearY)):
+        op._magnitude_fn = op._init_magnitude_fn(_shear_degrees)
+    return op
+
+
+_POSTERIZE_TOP = torch.nextafter(torch.tensor(8.0), torch.tensor(0.0)).item()  # 8 - 2**-21: fractional
+
+
+# ---------------------------------------------------------------------------------------------------------
 # RandAugment with timm's ops, ranges, selection and probability
 # ---------------------------------------------------------------------------------------------------------
 
-# timm's shear level is the affine matrix's off-diagonal (0.3 at M = 10); kornia shears by an angle given as
-# a fraction of 180 degrees
-_SHEAR_MAX = math.degrees(math.atan(0.3)) / 180
+_SHEAR_MAX = 0.3  # timm's shear level at M = 10, a shear factor (`_with_shear_factor`)
 
 
 def _timm_posterize_bits(magnitude: torch.Tensor) -> torch.Tensor:
@@ -203,7 +233,7 @@ def _timm_op(name: str, p: float) -> ops.OperationBase:
                "sharpness": ops.Sharpness}  # fmt: skip
     if name in symmetric:
         cls, maximum = symmetric[name]
-        return cls(None, p, magnitude_range=(0.0, maximum), symmetric_megnitude=True)
+        return _with_shear_factor(cls(None, p, magnitude_range=(0.0, maximum), symmetric_megnitude=True))
     if name in enhance:
         return enhance[name](None, p, magnitude_range=(0.1, 1.9))
     if name == "posterize":
@@ -247,23 +277,35 @@ class TimmRandAugment(RandAugment):
 
 
 # torchvision's TrivialAugmentWide ranges in kornia's terms (its identity op has no kornia counterpart):
-# shear 0.99 (matrix), translate 32 px of a 224-px image, rotate 135 degrees, enhance factors 1 +- 0.99,
+# shear factor 0.99, translate 32 px of a 224-px image, rotate 135 degrees, enhance factors 1 +- 0.99,
 # posterize to 2..8 bits, solarize at any threshold
 TRIVIAL_AUGMENT_WIDE_POLICY = [
     [("auto_contrast", 0, 1)],
     [("equalize", 0, 1)],
     [("rotate", -135.0, 135.0)],
-    [("posterize", 2.0, 8.0)],
+    [("posterize", 2.0, _POSTERIZE_TOP)],
     [("solarize", 0.0, 1.0)],
     [("color", 0.01, 1.99)],
     [("contrast", 0.01, 1.99)],
     [("brightness", 0.01, 1.99)],
     [("sharpness", 0.01, 1.99)],
-    [("shear_x", -math.degrees(math.atan(0.99)) / 180, math.degrees(math.atan(0.99)) / 180)],
-    [("shear_y", -math.degrees(math.atan(0.99)) / 180, math.degrees(math.atan(0.99)) / 180)],
+    [("shear_x", -0.99, 0.99)],
+    [("shear_y", -0.99, 0.99)],
     [("translate_x", -32 / 224, 32 / 224)],
     [("translate_y", -32 / 224, 32 / 224)],
 ]
+
+
+class WideTrivialAugment(TrivialAugment):
+    """kornia's TrivialAugment over torchvision's TrivialAugmentWide ranges, its shears in shear factors."""
+
+    def __init__(self) -> None:
+        super().__init__(policy=TRIVIAL_AUGMENT_WIDE_POLICY)
+
+    def compose_subpolicy_sequential(self, subpolicy: list) -> PolicySequential:
+        sequential = super().compose_subpolicy_sequential(subpolicy)
+        _with_shear_factor(sequential[0])
+        return sequential
 
 
 # ---------------------------------------------------------------------------------------------------------

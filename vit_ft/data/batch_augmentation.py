@@ -164,7 +164,8 @@ class BatchAugmentation:
         layout = self._layout
         chosen = (draws[:, layout["op"]] * len(ops)).long().clamp_(max=len(ops) - 1)  # (batch, steps)
         signs = torch.where(draws[:, layout["sign"]] < 0.5, 1.0, -1.0)
-        if "apply" in layout:  # RandAugment: each drawn op applies with its probability, at the fixed magnitude
+        # RandAugment: each drawn op applies with its probability, at the fixed magnitude
+        if "apply" in layout:
             applied = draws[:, layout["apply"]] < ops[0].op.p
             level = torch.full_like(signs, pixel_ops.m / 30)
         else:  # TrivialAugment: always applied, at a uniform magnitude
@@ -229,7 +230,9 @@ def _op_value(
     fraction = 1 - level if op._factor_name == "bits_factor" and rand_augment else level
     magnitude = fraction * (high - low) + low
     if op._factor_name == "bits_factor" and not rand_augment:
-        magnitude = magnitude.round()  # kornia's posterize generator rounds its draw (RandAugment's level: not)
+        # rounded as kornia's posterize generator rounds its draw from TrivialAugment's fractional range, under
+        # every version (augmentation's `_POSTERIZE_TOP`); RandAugment's level is not
+        magnitude = magnitude.round()
     if op._factor_name == "translate_x":
         magnitude = magnitude * shape[-1]
     elif op._factor_name == "translate_y":
