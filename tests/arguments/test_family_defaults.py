@@ -32,7 +32,7 @@ from vit_ft.arguments.family_defaults import (
     OPTIMISATION_KEYS,
     describe_family_defaults,
 )
-from vit_ft.arguments.recipes import parse_args
+from vit_ft.arguments.recipes import build_plan, parse_args
 from vit_ft.model.families import FAMILY_MODEL_TYPES
 
 SIZE = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
@@ -94,12 +94,13 @@ def test_every_family_vit_ft_loads_has_a_row_with_every_key_and_a_source():
 @pytest.mark.parametrize("name", [name for name in CHECKPOINTS if ROW.get(name, name) != "vit"])
 def test_another_familys_checkpoint_takes_its_row(tmp_path, name):
     recipe = _recipe(tmp_path)
-    objects = parse_args(["--recipe", recipe, "--model_name_or_path", _folder(tmp_path, name), *CPU])
+    plan = build_plan(["--recipe", recipe, "--model_name_or_path", _folder(tmp_path, name), *CPU])
+    objects = plan.arguments
     row = FAMILY_DEFAULTS[ROW.get(name, name)].values
     for key, value in row.items():
         assert _value(objects, key) == value, key
     assert objects[2].learning_rate != 0.03  # the recipe's was replaced
-    decision = objects[2].family_defaults
+    decision = plan.family_defaults
     assert (decision["checkpoint_family"], decision["recipe_family"]) == (ROW.get(name, name), "vit")
     assert {row["key"] for row in decision["taken"]} >= {"learning_rate", "optim", "optim_args"}
 
@@ -108,18 +109,19 @@ def test_the_recipes_own_family_keeps_its_values(tmp_path):
     recipe = _recipe(tmp_path)
     other_vit = tmp_path / "other-vit"
     ViTConfig(**{**SIZE, "num_hidden_layers": 2}).save_pretrained(other_vit)
-    *_, training_args = parse_args(["--recipe", recipe, "--model_name_or_path", str(other_vit), *CPU])
+    plan = build_plan(["--recipe", recipe, "--model_name_or_path", str(other_vit), *CPU])
+    training_args = plan.training_args
     assert (training_args.learning_rate, training_args.optim_args) == (0.03, "momentum=0.9")
-    assert training_args.family_defaults["taken"] == []
-    assert "written for this family" in describe_family_defaults(training_args.family_defaults)[0]
+    assert plan.family_defaults["taken"] == []
+    assert "written for this family" in describe_family_defaults(plan.family_defaults)[0]
 
 
 def test_recipe_family_names_the_family_the_recipe_was_written_for(tmp_path):
     # a recipe whose own checkpoint is a ViT but whose values are DINOv2's: a DINOv2 checkpoint keeps them
     text = VIT_RECIPE.format(model=_folder(tmp_path, "vit")) + "recipe_family: dinov2\n"
-    objects = parse_args(["--recipe", _recipe(tmp_path, text), "--model_name_or_path",
-                          _folder(tmp_path, "dinov2"), *CPU])  # fmt: skip
-    assert objects[2].learning_rate == 0.03 and objects[2].family_defaults["taken"] == []
+    plan = build_plan(["--recipe", _recipe(tmp_path, text), "--model_name_or_path",
+                       _folder(tmp_path, "dinov2"), *CPU])  # fmt: skip
+    assert plan.training_args.learning_rate == 0.03 and plan.family_defaults["taken"] == []
     # and the flag form: the recipe's values are MAE's, so an MAE checkpoint keeps them
     objects = parse_args(["--recipe", _recipe(tmp_path), "--model_name_or_path", _folder(tmp_path, "mae"),
                           "--recipe_family", "mae", *CPU])  # fmt: skip
@@ -129,38 +131,38 @@ def test_recipe_family_names_the_family_the_recipe_was_written_for(tmp_path):
 def test_flags_win_and_keep_their_pair(tmp_path):
     recipe = _recipe(tmp_path)
     dinov2 = _folder(tmp_path, "dinov2")
-    objects = parse_args(["--recipe", recipe, "--model_name_or_path", dinov2, "--learning_rate", "0.5",
-                          "--optim", "sgd", *CPU])  # fmt: skip
-    training_args = objects[2]
+    plan = build_plan(["--recipe", recipe, "--model_name_or_path", dinov2, "--learning_rate", "0.5",
+                       "--optim", "sgd", *CPU])  # fmt: skip
+    training_args = plan.training_args
     assert training_args.learning_rate == 0.5 and training_args.optim == "sgd"
     assert training_args.optim_args == "momentum=0.9"  # sgd's momentum stays with the sgd flag
     assert training_args.layer_decay == FAMILY_DEFAULTS["dinov2"].values["layer_decay"]  # the rest is taken
-    decision = training_args.family_defaults
+    decision = plan.family_defaults
     assert decision["kept_flags"] == ["learning_rate", "optim"]
     assert not {"learning_rate", "optim", "optim_args"} & {row["key"] for row in decision["taken"]}
 
 
 def test_no_recipe_or_the_recipes_own_checkpoint_decides_nothing(tmp_path):
     dinov2 = _folder(tmp_path, "dinov2")
-    assert parse_args(["--dataset_name", "a/b", "--model_name_or_path", dinov2, *CPU])[2].family_defaults is None
+    assert build_plan(["--dataset_name", "a/b", "--model_name_or_path", dinov2, *CPU]).family_defaults is None
     recipe = _recipe(tmp_path)
-    assert parse_args(["--recipe", recipe, *CPU])[2].family_defaults is None
+    assert build_plan(["--recipe", recipe, *CPU]).family_defaults is None
 
 
 def test_an_unknown_recipe_family_takes_nothing_and_says_how_to_name_it(tmp_path):
     # the recipe's own checkpoint is a Hub id that is not on this machine (the tests run offline)
     text = VIT_RECIPE.format(model="google/vit-base-patch16-224-in21k")
-    objects = parse_args(["--recipe", _recipe(tmp_path, text), "--model_name_or_path",
-                          _folder(tmp_path, "dinov2"), *CPU])  # fmt: skip
-    assert objects[2].learning_rate == 0.03
-    (line,) = describe_family_defaults(objects[2].family_defaults)
+    plan = build_plan(["--recipe", _recipe(tmp_path, text), "--model_name_or_path",
+                       _folder(tmp_path, "dinov2"), *CPU])  # fmt: skip
+    assert plan.training_args.learning_rate == 0.03
+    (line,) = describe_family_defaults(plan.family_defaults)
     assert "none taken" in line and "--recipe_family" in line
 
 
 def test_the_log_lines_name_each_default_its_value_why_and_the_flag(tmp_path):
-    objects = parse_args(["--recipe", _recipe(tmp_path), "--model_name_or_path", _folder(tmp_path, "mae"),
-                          "--weight_decay", "0.2", *CPU])  # fmt: skip
-    lines = describe_family_defaults(objects[2].family_defaults)
+    plan = build_plan(["--recipe", _recipe(tmp_path), "--model_name_or_path", _folder(tmp_path, "mae"),
+                       "--weight_decay", "0.2", *CPU])  # fmt: skip
+    lines = describe_family_defaults(plan.family_defaults)
     assert "is MAE" in lines[0] and "written for ViT" in lines[0] and "FINETUNE.md" in lines[0]
     mae = FAMILY_DEFAULTS["mae"].values
     assert f"  learning_rate = {mae['learning_rate']} (MAE default; the recipe's 0.03); override with " \
@@ -169,7 +171,7 @@ def test_the_log_lines_name_each_default_its_value_why_and_the_flag(tmp_path):
     assert "  fc_norm = True (MAE default; the recipe's unset); override with --fc_norm" in lines
     assert lines[-1] == "  kept from the command line: weight_decay"
     assert not any(line.startswith("  weight_decay") for line in lines)
-    assert objects[0].fc_norm is True and objects[0].pooling == "mean"
+    assert plan.model_args.fc_norm is True and plan.model_args.pooling == "mean"
 
 
 @pytest.mark.parametrize(
@@ -190,11 +192,11 @@ def test_bad_input_is_one_line(tmp_path, argv, match):
 def test_a_shipped_recipe_names_its_family_so_another_checkpoint_takes_its_row_offline(tmp_path):
     """`--recipe pets --model_name_or_path <a DINOv2 checkpoint>` with the Hub offline (as in CI): the recipe's own
     checkpoint's config cannot be read, so before the recipes stated `recipe_family` nothing was taken."""
-    objects = parse_args(["--recipe", "pets", "--model_name_or_path", _folder(tmp_path, "dinov2"), *CPU])
-    decision = objects[2].family_defaults
+    plan = build_plan(["--recipe", "pets", "--model_name_or_path", _folder(tmp_path, "dinov2"), *CPU])
+    decision = plan.family_defaults
     assert (decision["recipe_family"], decision["checkpoint_family"]) == ("vit", "dinov2")
     assert {row["key"] for row in decision["taken"]} >= {"learning_rate", "optim"}
-    assert objects[2].learning_rate == FAMILY_DEFAULTS["dinov2"].values["learning_rate"]
+    assert plan.training_args.learning_rate == FAMILY_DEFAULTS["dinov2"].values["learning_rate"]
 
 
 # the model_type of each Hub checkpoint a shipped recipe names (its config.json on the Hub)

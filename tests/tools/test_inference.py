@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from vit_ft import ViTFTForImageClassification
+from vit_ft.data.input_spec import InputSpec
 from vit_ft.tools import inference, trained
 from vit_ft.utils import hardware
 
@@ -17,7 +18,7 @@ def tiny_classifier() -> trained.Trained:
     model = randomize(ViTFTForImageClassification(tiny_ft_config(num_labels=3)))
     return trained.Trained(
         model,
-        trained.Preprocessing((16, 16)),
+        InputSpec((16, 16)),
         {0: "a", 1: "b", 2: "c"},
         trained.Origin("tiny"),
         torch.device("cpu"),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from vit_ft.arguments.recipes import parse_args
+from vit_ft.arguments.recipes import build_plan
 from vit_ft.tools.trained import load_trained
 from vit_ft.training.ladder import RUNGS, Rung, next_rung_reason, run_ladder
 from vit_ft.training.stages import run_finetune
@@ -50,11 +50,12 @@ class FakeClock:
 @pytest.mark.slow
 def test_ladder_end_to_end_with_an_injected_clock(tmp_path):
     recipe = write_tiny_recipe(tmp_path, num_train_epochs=1, max_train_samples=60, max_eval_samples=30)
-    model_args, data_args, training_args = parse_args(
+    plan = build_plan(
         ["--recipe", str(recipe), "--method", "auto", "--budget_minutes", "1", "--ladder_min_gain", "0"]
     )
+    model_args, _, training_args = plan.arguments
     # readings: start 10; kNN 20-30; linear's check 40 (< 60 s: on), 50-60; LoRA's check 70 >= 60: stop
-    rung = lambda rung_model, rung_training: run_finetune(rung_model, data_args, rung_training)  # noqa: E731
+    rung = lambda rung_model, rung_training: run_finetune(plan.with_arguments(rung_model, rung_training))  # noqa: E731
     metrics = run_ladder(model_args, training_args, rung, clock=FakeClock())
     out = tmp_path / "out"
     record = json.loads((out / "ladder.json").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from transformers import ViTModel
 
-from vit_ft.arguments.recipes import parse_args
+from vit_ft.arguments.recipes import build_plan
 from vit_ft.training.checkpoints import CHECKPOINT_RECORD, SETTINGS_KEY, checkpoint_is_complete
 from vit_ft.training.resume import FREE, GROW
 from vit_ft.training.stages import run_finetune
@@ -102,8 +102,8 @@ def test_resuming_a_finished_run_changes_nothing(run, tmp_path, capfd):
                          "To train it again, pass --overwrite_output_dir without --resume, or another --output_dir."]
         assert snapshot(out) == before
     # from Python: the same, and the metrics the finished run recorded
-    args = parse_args(["--recipe", str(run.recipe), "--output_dir", str(out), "--resume_from_checkpoint", "last"])
-    assert run_finetune(*args) == read_run_record(out)["metrics"] and snapshot(out) == before
+    plan = build_plan(["--recipe", str(run.recipe), "--output_dir", str(out), "--resume_from_checkpoint", "last"])
+    assert run_finetune(plan) == read_run_record(out)["metrics"] and snapshot(out) == before
     # without --resume it is refused, and nothing advises --resume for it
     line = error_line(run.finetune(capfd, "--output_dir", str(out)))
     assert "holds a finished run" in line and "--overwrite_output_dir" in line and "--resume" not in line

@@ -109,7 +109,7 @@ def test_a_recipe_that_pretrains_gets_one_checkpoint_per_seed_unless_one_is_name
     for run, seed in zip(
         sweep_runs(["--recipe", "digits"], "seed", ["0", "1"], tmp_path), (0, 1), strict=True
     ):
-        model_args, _, training_args = run.args
+        model_args, _, training_args = run.plan.arguments
         assert training_args.seed == seed and run.folder == tmp_path / f"seed-{seed}"
         assert training_args.output_dir == str(tmp_path / f"seed-{seed}")
         assert model_args.model_name_or_path == str(tmp_path / f"pretrained-seed-{seed}")
@@ -118,14 +118,14 @@ def test_a_recipe_that_pretrains_gets_one_checkpoint_per_seed_unless_one_is_name
                                   "--pretrain_if_missing", "digits")  # fmt: skip
         assert model_args.pretrain_if_missing == "digits"
     (named,) = sweep_runs(["--recipe", "digits", "--model_name_or_path", "ckpt"], "seed", ["0"], tmp_path)
-    assert named.args[0].model_name_or_path == "ckpt" and "--model_name_or_path" not in named.flags
-    assert named.args[0].pretrain_if_missing is None  # the recipe's pre-training builds its own checkpoint only
+    assert named.plan.model_args.model_name_or_path == "ckpt" and "--model_name_or_path" not in named.flags
+    assert named.plan.model_args.pretrain_if_missing is None  # the recipe's pre-training builds its own checkpoint only
     # pre-training turned off: every seed starts from the recipe's checkpoint
     (off,) = sweep_runs(["--recipe", "digits", "--pretrain_if_missing", "none"], "seed", ["0"], tmp_path)
     assert "--model_name_or_path" not in off.flags
     # any other sweep shares the recipe's pre-training
     (other,) = sweep_runs(["--recipe", "digits"], "learning_rate", ["0.01"], tmp_path)
-    assert "pretrained-seed" not in other.args[0].model_name_or_path
+    assert "pretrained-seed" not in other.plan.model_args.model_name_or_path
 
 
 def test_mistakes_are_one_line_before_any_run(tmp_path, capsys, monkeypatch):

@@ -24,14 +24,14 @@ def test_choose_takes_the_best_score_and_breaks_ties_on_validation_loss():
 def test_summary_chooses_on_validation_not_on_test(tmp_path):
     recipe = write_tiny_recipe(tmp_path)  # parsed only: nothing trains here
     runs = sweep_runs(["--recipe", str(recipe)], "learning_rate", ["0.001", "0.01", "0.1"], tmp_path / "out")
-    assert [run.args[2].learning_rate for run in runs] == [0.001, 0.01, 0.1]
+    assert [run.plan.training_args.learning_rate for run in runs] == [0.001, 0.01, 0.1]
     validation, test = [0.50, 0.80, 0.70], [0.90, 0.60, 0.95]  # the test split would choose otherwise
     for run, eval_accuracy, test_accuracy in zip(runs, validation, test, strict=True):
         run.folder.mkdir(parents=True)
         write_run_record(
             run.folder, {"metrics": {"eval_accuracy": eval_accuracy, "test_accuracy": test_accuracy}}
         )
-    summary = summarize("learning_rate", runs, runs[0].args[2])
+    summary = summarize("learning_rate", runs, runs[0].plan.training_args)
     assert summary["metric"] == "eval_accuracy" and summary["greater_is_better"] is True
     assert summary["chosen"] == {"value": 0.01, "text": "0.01", "folder": "sweep-learning_rate-0.01"}
     assert [row["test_accuracy"] for row in summary["runs"]] == test

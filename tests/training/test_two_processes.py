@@ -28,7 +28,7 @@ from transformers import AutoImageProcessor
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.tasks.feature_bank import bank_features, normalized, read_feature_bank
-from vit_ft.training.outputs import evaluation_transform
+from vit_ft.training.inputs import model_input_spec
 
 from ..cli_runner import run_script
 from ..conftest import logged_losses, write_tiny_recipe
@@ -108,7 +108,7 @@ def test_the_banks_passes_are_split_and_process_zero_gathers_them_in_order(share
     assert bank is not None, why
     assert bank.rows.tolist() == list(range(96)) and len(set(bank.sources)) == 96
     model = ViTFTForImageClassification.from_pretrained(out).eval()
-    transform = evaluation_transform(AutoImageProcessor.from_pretrained(out), model.config)
+    transform = model_input_spec(AutoImageProcessor.from_pretrained(out), model.config).eval_transform()
     with torch.no_grad():
         found, kept = bank_features(model, transform, list(bank.sources))
     assert kept == list(range(96))

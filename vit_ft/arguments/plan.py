@@ -52,6 +52,24 @@ class RunPlan:
     training_args: TrainingArguments
     sources: dict[str, str]  # every merged value's name -> where it came from (SOURCES)
     values: dict[str, Any]  # the merged values the argument dataclasses were built from
+    # the family defaults taken over the recipe's values, and why (`family_defaults.choose_family_defaults`)
+    family_defaults: dict[str, Any] | None = None
+    recorded: dict[str, Any] | None = None  # `record()` as the plan was decided, before the run changed anything
+
+    @property
+    def arguments(self) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
+        return self.model_args, self.data_args, self.training_args
+
+    def decided(self) -> RunPlan:
+        """This plan with its record taken now, before the run writes anything (the run record keeps it)."""
+        return dataclasses.replace(self, recorded=self.record())
+
+    def with_arguments(self, model_args: Any = None, training_args: Any = None) -> RunPlan:
+        """The plan of a run that differs in its model or training arguments, already checked (a ladder's rung, a
+        sweep's run resumed), its record taken anew."""
+        return dataclasses.replace(
+            self, model_args=model_args or self.model_args, training_args=training_args or self.training_args
+        ).decided()
 
     @property
     def data(self) -> str:

@@ -354,20 +354,8 @@ def build_plan(argv: list[str] | None = None) -> RunPlan:
     except ValueError as error:
         raise RecipeError(str(error)) from error
     validate(model_args, data_args, training_args)
-    # not a key (no field): which family defaults were taken and why, for the run's first log lines and record
-    training_args.family_defaults = family_decision
-    plan = RunPlan(
-        name,
-        model_args,
-        data_args,
-        training_args,
-        value_sources(recipe_values, family_values, flags, values),
-        values,
-    )
-    training_args.run_plan = (
-        plan.record()
-    )  # not a key either: the run record keeps the plan as it was decided
-    return plan
+    sources = value_sources(recipe_values, family_values, flags, values)
+    return RunPlan(name, model_args, data_args, training_args, sources, values, family_decision).decided()
 
 
 __all__ = [

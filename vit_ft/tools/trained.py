@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..data.images import DEFAULT_MAX_PIXELS
+from ..data.input_spec import InputSpec, input_spec
 from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
 from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
@@ -30,7 +31,6 @@ from ..model.checks import check_image_size
 from ..model.conversion import HEAD_KEYS
 from ..model.formats import checkpoint_normalization
 from ..model.modeling_vit_ft import ViTFTForImageClassification
-from ..model.naflex import naflex_budget
 from ..model.timm_format import read_safetensors_shapes
 from ..tasks import Task, task_for
 from ..utils.hardware import inference_device
@@ -45,7 +45,6 @@ from ..utils.run_record import (
     run_folder,
 )
 from .inference import check_finite_pixels, use_bf16
-from .preprocessing import Preprocessing, preprocessing_from
 
 logger = logging.getLogger("vit_ft")
 
@@ -233,7 +232,7 @@ class Trained:
     it came from (`origin`: folder, adapter, Hub id, and the fine-tune's run record)."""
 
     model: torch.nn.Module
-    preprocessing: Preprocessing
+    preprocessing: InputSpec
     id2label: dict[int, str]
     origin: Origin
     device: torch.device
@@ -241,7 +240,7 @@ class Trained:
     transform: ImageClassificationTransform = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.transform = self.preprocessing.transform()
+        self.transform = self.preprocessing.eval_transform()
 
     @property
     def source(self) -> str:
@@ -322,21 +321,16 @@ def load_trained(
             f"{origin.name} has no classification head (no labels in its config); pass a fine-tuned model folder."
         )
     size = check_image_size(image_size, config.patch_hw, max_tokens, default=tuple(config.image_hw))
-    preprocessing = preprocessing_from(origin.processor, size, max_pixels, origin.name)
-    budget = naflex_budget(config)
-    if budget is not None:  # NaFlex: the model's patch budget, not crops
-        preprocessing = replace(preprocessing, **budget)
+    preprocessing = input_spec(origin.processor, config, size, max_pixels, origin.name)
     id2label = {int(k): str(v) for k, v in config.id2label.items()} if has_head else {}
     return Trained(loaded.to(device).eval(), preprocessing, id2label, origin, device, bf16)
 
 
 __all__ = [
     "Origin",
-    "Preprocessing",
     "Trained",
     "check_image_size",
     "load_model",
     "load_trained",
     "locate",
-    "preprocessing_from",
 ]

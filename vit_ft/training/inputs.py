@@ -11,9 +11,9 @@ from transformers import TrainingArguments, ViTImageProcessorPil
 from ..arguments.data_loading import data_seed
 from ..arguments.fields import DataArguments
 from ..data.bad_images import decode_error
+from ..data.input_spec import InputSpec, input_spec
 from ..data.training_split import first_images, set_transforms
-from ..data.transforms import ImageClassificationTransform, build_transforms
-from .outputs import evaluation_transform
+from ..data.transforms import ImageClassificationTransform
 
 AUGMENTATIONS_FIGURE = "augmentations.png"
 
@@ -22,26 +22,27 @@ def attach_transforms(
     splits: dict[str, Any], processor: ViTImageProcessorPil, data_args: DataArguments, seed: int, config: Any = None
 ) -> ImageClassificationTransform:
     """Random-resized-crop + flip (+ the recipe's RandAugment, colour jitter, random erasing) for training,
-    resize + center crop for evaluation (`outputs.evaluation_transform`, the one the tools read back), normalised
-    by the processor.
+    resize + center crop for evaluation (`model_input_spec`, the spec the tools read back), normalised by the
+    processor.
 
     The train split gains `INDEX_COLUMN` (its row positions) and its augmentation becomes a function of (seed,
     epoch, index); returns the train transform, whose epoch `AugmentationEpochCallback` sets. It returns uint8
     crops: the rest runs per batch on the training device (`build_trainer`'s `BatchAugmentation`). With the model's
     `config` asking for NaFlex (`max_num_patches`), NaFlex patches instead, everything in the workers.
     """
-    eval_transform = evaluation_transform(processor, config)
-    budget = eval_transform.max_num_patches
-    spec = data_args.augmentation_spec()  # None: no per-image augmentation asked for
-    train_transform = build_transforms(
-        eval_transform.image_size, processor.image_mean, processor.image_std, train=True,
+    spec = model_input_spec(processor, config)
+    train_transform = spec.train_transform(
         crop_scale=(data_args.crop_scale_min, 1.0), horizontal_flip=data_args.horizontal_flip, seed=seed,
-        rescale_factor=processor.rescale_factor, **({} if spec is None else {"augmentation": spec}),
-        # uint8 crops, the rest per batch on the device (BatchAugmentation); NaFlex grids differ: in the workers
-        device_augmentation=budget is None, max_num_patches=budget, patch_size=eval_transform.patch_size,
+        augmentation=data_args.augmentation_spec(),  # None: no per-image augmentation asked for
     )  # fmt: skip
-    set_transforms(splits, train_transform, eval_transform)
+    set_transforms(splits, train_transform, spec.eval_transform())
     return train_transform
+
+
+def model_input_spec(processor: ViTImageProcessorPil, config: Any = None) -> InputSpec:
+    """The fine-tuned model's InputSpec: its processor's size and normalisation, the NaFlex patch budget of its
+    `config` where it has one; what the saved folder's tools read back (`tools.trained`)."""
+    return input_spec(processor, config, (processor.size["height"], processor.size["width"]))
 
 
 def build_mixup(data_args: DataArguments, training_args: TrainingArguments, num_classes: int) -> Any | None:

@@ -14,27 +14,25 @@ from typing import Any
 import numpy as np
 from transformers import Trainer, TrainingArguments
 
-from ..arguments.fields import DataArguments, ModelArguments
+from ..arguments.fields import DataArguments
 from ..arguments.global_batch import batch_record
-from ..arguments.plan import run_compute
+from ..arguments.plan import RunPlan, run_compute
 from ..reports.examples import write_examples
 from ..utils.distributed import gather_to_zero
 from ..utils.files import usual_modes
 from ..utils.progress import waiting
 from ..utils.run_record import LABELS_FILE, write_run_record
 from .callbacks import BadImageCallback
+from .inputs import model_input_spec
 
 logger = logging.getLogger("vit_ft")
 
 
 def save_outputs(
     trainer: Trainer,
-    model_args: ModelArguments,
-    data_args: DataArguments,
-    training_args: TrainingArguments,
+    plan: RunPlan,
     names: list[str],
     metrics: dict[str, float],
-    recipe: str | None,
     task: Any,
     fitted: dict[str, Any] | None = None,
     splits: Any = None,
@@ -47,6 +45,7 @@ def save_outputs(
     from ..tasks.card import write_model_card
     from .lora import save_lora_outputs
 
+    model_args, data_args, training_args = plan.arguments
     output_dir = Path(training_args.output_dir)
     if model_args.use_lora:
         save_lora_outputs(trainer, model_args, output_dir)
@@ -71,7 +70,7 @@ def save_outputs(
     bank, calibration = bank if shared else (bank[0], calibration)  # shared: the bank's pass fitted T
     feature_bank = _save_feature_bank(bank, output_dir)
     run_info = {
-        **_settings_record(model_args, data_args, training_args, recipe),
+        **_settings_record(plan),
         "image_size": [trainer.processing_class.size["height"], trainer.processing_class.size["width"]],
         "metrics": metrics,
         "bad_images": _bad_images(trainer),  # the training images skipped because they do not decode
@@ -86,12 +85,11 @@ def save_outputs(
     logger.info(run_summary(training_args.output_dir, metrics, task.best_metric, _sizes(splits)))
 
 
-def _settings_record(
-    model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, recipe: str | None
-) -> dict[str, Any]:
+def _settings_record(plan: RunPlan) -> dict[str, Any]:
     """The run record's settings: what the arguments and the launch decided, before any result."""
+    model_args, data_args, training_args = plan.arguments
     return {
-        "recipe": recipe,
+        "recipe": plan.recipe,
         "base_model": model_args.model_name_or_path,
         "lora": model_args.use_lora,
         "method": model_args.method,  # full, lora, or a probe on the frozen backbone (linear, knn)
@@ -102,8 +100,8 @@ def _settings_record(
         "batch": batch_record(training_args),  # world size, per device, accumulation, global batch
         "compute": run_compute(training_args).record(),  # device, precision, kernels and why (utils.hardware)
         # the family defaults taken over the recipe's values, and why (arguments.family_defaults)
-        "family_defaults": getattr(training_args, "family_defaults", None),
-        "plan": getattr(training_args, "run_plan", None),  # arguments.plan: what the run decided before training
+        "family_defaults": plan.family_defaults,
+        "plan": plan.recorded,  # arguments.plan: what the run decided before training
         "written_by_process": training_args.process_index,
     }
 
@@ -221,7 +219,7 @@ def _feature_bank(trainer: Trainer, data_args: DataArguments, seed: int, shared:
     count, why = _bank_size(trainer, data_args)
     if not count:
         return why, None
-    transform = evaluation_transform(trainer.processing_class, getattr(trainer.model, "config", None))
+    transform = model_input_spec(trainer.processing_class, getattr(trainer.model, "config", None)).eval_transform()
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # class ids, or multi-hot rows
     rows = stratified_rows(labels, count, seed)
@@ -298,19 +296,6 @@ def _shared_validation_pass(
     return (found, kept), temperature_of_logits(logits, np.asarray(labels)[kept])
 
 
-def evaluation_transform(processor: Any, config: Any = None) -> Any:
-    """The evaluation transform of `processor`, as attach_transforms builds it and the tools read it back; NaFlex
-    patches under the budget of the model's `config` when it has one (`max_num_patches`)."""
-    from ..data.transforms import build_transforms
-
-    budget = getattr(config, "max_num_patches", None)
-    naflex = {} if budget is None else {"max_num_patches": budget, "patch_size": config.patch_hw[0]}
-    return build_transforms(
-        (processor.size["height"], processor.size["width"]), processor.image_mean, processor.image_std,
-        train=False, rescale_factor=processor.rescale_factor, **naflex,
-    )  # fmt: skip
-
-
 def _bad_images(trainer: Trainer) -> dict[str, Any] | None:
     """The training images skipped because they do not decode (`BadImageCallback.record`), if it counted them."""
     for callback in trainer.callback_handler.callbacks:
@@ -338,4 +323,4 @@ def _plot_curves(trainer: Trainer, training_args: TrainingArguments, output_dir:
     )
 
 
-__all__ = ["evaluation_transform", "run_summary", "save_outputs"]
+__all__ = ["run_summary", "save_outputs"]

@@ -24,7 +24,7 @@ from ..data.training_split import reads_whole
 from ..model.knn_head import KNN_K, KNN_TEMPERATURE, make_head
 from ..tasks.feature_bank import BANK_MAX_IMAGES, FrozenFeatures, bank_features, stratified_rows
 from ..tasks.probes import PROBE_C, choose_probe_c, fit_linear_probe
-from .outputs import evaluation_transform
+from .inputs import model_input_spec
 
 logger = logging.getLogger("vit_ft")
 
@@ -45,7 +45,7 @@ def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
     train = trainer.train_dataset.with_format(None)  # the stored images, not the training transform's crops
     labels = np.asarray(train["label"])  # (n,) class ids or (n, labels) multi-hot rows
     rows = stratified_rows(labels, BANK_MAX_IMAGES, seed) if method == "knn" else np.arange(len(labels))
-    transform = evaluation_transform(trainer.processing_class, model.config)
+    transform = model_input_spec(trainer.processing_class, model.config).eval_transform()
     logger.info("%s probe: frozen features of %d training images, one forward pass each (the feature bank reuses "
                 "them).", method.capitalize(), len(rows))  # fmt: skip
     features, kept = bank_features(model, transform, train.select(rows)["image"], desc="Probe features")

@@ -21,7 +21,7 @@ from ..arguments.checks import check_naflex
 from ..arguments.family_defaults import describe_family_defaults
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.global_batch import describe_batch
-from ..arguments.plan import run_compute
+from ..arguments.plan import RunPlan, run_compute
 from ..data.datasets import problem_type_of
 from ..data.training_split import images_to_count, row_names, skips_trained_batches
 from ..tasks import task_for
@@ -52,14 +52,9 @@ from .workers import check_data_loading
 logger = logging.getLogger("vit_ft")
 
 
-def run_finetune(
-    model_args: ModelArguments,
-    data_args: DataArguments,
-    training_args: TrainingArguments,
-    recipe: str | None = None,
-    overwrite_output_dir: bool = False,
-) -> dict[str, float]:
-    """Fine-tune as the recipe says and write the output folder; returns the final metrics.
+def run_finetune(plan: RunPlan, overwrite_output_dir: bool = False) -> dict[str, float]:
+    """Fine-tune as the run `plan` says (`arguments.recipes.build_plan`) and write the output folder; returns the
+    final metrics. The stages read the plan; none of them re-parses or re-checks what it decided.
 
     Refused before any work: an output_dir that is or lies inside an input (the starting checkpoint, an image
     folder), and a folder holding a finished run unless `overwrite_output_dir` is set; resuming a finished run
@@ -69,13 +64,14 @@ def run_finetune(
     record written last (`"finished": true`) marks it finished. A full disk while saving is one line (OSError)
     naming the last complete checkpoint; a preemption signal saves a checkpoint and raises Preempted.
     """
+    model_args, data_args, training_args = plan.arguments
     if model_args.method == "auto":  # the ladder: one run_finetune per rung, into OUTPUT/ladder/<rung>/
         from .ladder import run_ladder
 
         prepare_builtin_data(data_args, training_args)  # once, before the ladder's clock starts
         prepare_builtin_checkpoint(model_args, data_args, training_args)
         def rung(rung_model: ModelArguments, rung_training: TrainingArguments) -> dict[str, float]:
-            return run_finetune(rung_model, data_args, rung_training, recipe, overwrite_output_dir)
+            return run_finetune(plan.with_arguments(rung_model, rung_training), overwrite_output_dir)
 
         return run_ladder(model_args, training_args, rung, overwrite_output_dir)
     finished = finished_run_message(training_args)
@@ -90,21 +86,17 @@ def run_finetune(
             training_args, overwrite_output_dir, inputs
         )  # again: no other run can change it now
         try:
-            return _finetune(model_args, data_args, training_args, recipe)
+            return _finetune(plan)
         except Exception as error:
             if is_disk_full(error, training_args.output_dir):
                 raise disk_full_error(error, training_args.output_dir) from error
             raise
 
 
-def _finetune(
-    model_args: ModelArguments,
-    data_args: DataArguments,
-    training_args: TrainingArguments,
-    recipe: str | None,
-) -> dict[str, float]:
+def _finetune(plan: RunPlan) -> dict[str, float]:
     """`run_finetune`'s stages, in the locked output folder."""
-    resume = _start(training_args)
+    model_args, data_args, training_args = plan.arguments
+    resume = _start(plan)
 
     # data and checkpoint
     prepare_builtin_data(data_args, training_args)
@@ -150,15 +142,16 @@ def _finetune(
     fitted = task.finish(trainer)
     reuse = trainer.compute_metrics is during_training  # else the metrics changed with what was fitted
     metrics = {**train_metrics, **evaluate_final_model(trainer, splits, reuse=reuse)}
-    save_outputs(trainer, model_args, data_args, training_args, names, metrics, recipe, task, fitted, splits)
+    save_outputs(trainer, plan, names, metrics, task, fitted, splits)
     return metrics
 
 
-def _start(training_args: TrainingArguments) -> str | None:
+def _start(plan: RunPlan) -> str | None:
     """The run's protocol in the log (the family defaults taken over the recipe's values, the global batch, the
     device and precision: the run record states them too), the seed set, and the checkpoint to resume from (its
     pickled code refused), if any."""
-    for line in describe_family_defaults(getattr(training_args, "family_defaults", None)):
+    training_args = plan.training_args
+    for line in describe_family_defaults(plan.family_defaults):
         logger.info(line)
     logger.info(describe_batch(training_args))
     run_compute(training_args).log()  # device, precision, kernels: a warning where bf16 runs emulated

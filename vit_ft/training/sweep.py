@@ -112,12 +112,11 @@ def plan_runs(runs: list[SweepRun], resume: bool) -> list[str]:
     return plan
 
 
-def _with_resume(args: tuple[Any, Any, TrainingArguments], checkpoint: str | None) -> tuple[Any, ...]:
-    """The run's arguments resuming from `checkpoint` ("last" or None); a copy, as run_finetune copies them."""
-    model_args, data_args, training_args = args
-    training_args = copy.copy(training_args)  # not dataclasses.replace: that would run __post_init__ again
+def _with_resume(plan: Any, checkpoint: str | None) -> Any:
+    """The run's plan resuming from `checkpoint` ("last" or None); its training arguments a copy."""
+    training_args = copy.copy(plan.training_args)  # not dataclasses.replace: that would run __post_init__ again
     training_args.resume_from_checkpoint = checkpoint
-    return model_args, data_args, training_args
+    return plan.with_arguments(training_args=training_args)
 
 
 def _resumes(training_args: TrainingArguments) -> bool:
@@ -139,7 +138,7 @@ def _agreed_plan(
         plan = broadcast_object(plan)  # every process must take the same decisions
     for run, action in zip(runs, plan, strict=True):
         if action == "start":  # a finished run without --resume is refused here, before any run starts
-            check_run_output_dir(_with_resume(run.args, None)[2], overwrite_output_dir, in_sweep=True)
+            check_run_output_dir(_with_resume(run.plan, None).training_args, overwrite_output_dir, in_sweep=True)
     return plan
 
 
@@ -188,7 +187,7 @@ def _run_as_process(name: str, run: SweepRun, action: str, command: FinetuneComm
     line = [sys.executable, "-m", FINETUNE_MODULE, *_command_line(command.flags, _RUN_OWN)]
     line += [*run.flags, *(["--resume"] if action == "resume" else [])]
     line += ["--overwrite_output_dir"] if command.overwrite_output_dir else []
-    line += ["--push_to_hub", "false"] if run.args[2].push_to_hub else []  # the sweep pushes its winner only
+    line += ["--push_to_hub", "false"] if run.plan.training_args.push_to_hub else []  # the sweep pushes its winner only
     logger.info("%s=%s: %s (output in %s)", name, run.text, " ".join(line[1:]), log)
     with open(log, "w") as output:
         returncode = subprocess.run(line, stdout=output, stderr=subprocess.STDOUT).returncode
@@ -216,10 +215,9 @@ def _run_all(name: str, runs: list[SweepRun], plan: list[str], command: Finetune
         if command.process_per_run:
             _run_as_process(name, run, action, command, log)
         else:
-            with _logging_to(log if run.args[2].process_index == 0 else None):
+            with _logging_to(log if run.plan.training_args.process_index == 0 else None):
                 run_finetune(
-                    *_with_resume(run.args, "last" if action == "resume" else None),
-                    recipe=command.recipe,
+                    _with_resume(run.plan, "last" if action == "resume" else None),
                     overwrite_output_dir=command.overwrite_output_dir,
                 )
         seconds.append(time.perf_counter() - start)
@@ -290,7 +288,7 @@ def run_sweep(command: FinetuneCommand) -> dict[str, Any]:
     _check_sweep_kind(name, command, training_args)
     output_dir = Path(training_args.output_dir)
     runs = sweep_runs(list(command.flags), name, texts, output_dir)  # each run's resume is set from the plan
-    inputs = sorted({folder for run in runs for folder in run_inputs(*run.args)})
+    inputs = sorted({folder for run in runs for folder in run_inputs(*run.plan.arguments)})
     checks = (training_args, resume, command.overwrite_output_dir, inputs, name != SEED)
     check_sweep_output_dir(*checks)
     index, world_size = training_args.process_index, training_args.world_size

@@ -35,17 +35,17 @@ Seconds = list[float | None]  # each run's wall time, None for a run a resumed s
 
 @dataclasses.dataclass(frozen=True)
 class SweepRun:
-    """One value of the sweep: its text as given, its folder, its parsed arguments, and the flags that make it
-    this run (added to the sweep's own command line when the run is a command of its own)."""
+    """One value of the sweep: its text as given, its folder, its run plan (`recipes.build_plan`), and the flags
+    that make it this run (added to the sweep's own command line when the run is a command of its own)."""
 
     text: str
     folder: Path
-    args: tuple[Any, Any, TrainingArguments]  # (ModelArguments, DataArguments, TrainingArguments)
+    plan: Any  # arguments.plan.RunPlan
     flags: tuple[str, ...] = ()  # --<argument>=<value>, --output_dir <folder>, ...
 
     def value(self, name: str) -> Any:
         """The run's parsed value of the argument `name` (an enum as its value: SchedulerType.COSINE -> "cosine")."""
-        for group in self.args:
+        for group in self.plan.arguments:
             if name in {field.name for field in dataclasses.fields(group)}:
                 value = getattr(group, name)
                 return value.value if isinstance(value, enum.Enum) else value

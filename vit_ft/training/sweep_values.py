@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments.command_line import SWEEP_FLAG, given_as_flag
-from ..arguments.recipes import RecipeError, argument_fields, build_parser, parse_args, suggest
+from ..arguments.recipes import RecipeError, argument_fields, build_parser, build_plan, parse_args, suggest
 from .seeds import SEED, pretraining_folder, seed_folder
 from .sweep_results import RUN_PREFIX, SweepRun
 
@@ -90,10 +90,10 @@ def sweep_runs(argv: list[str], name: str, texts: list[str], output_dir: str | P
             checkpoint = str(pretraining_folder(output_dir, text))
             flags += ["--model_name_or_path", checkpoint, "--pretrain_if_missing", pretrains]
         try:
-            args = parse_args([*argv, *flags])
+            plan = build_plan([*argv, *flags])
         except ValueError as error:
             raise RecipeError(f"{SWEEP_FLAG} {name}={text}: {error}") from None
-        run = SweepRun(text, folder, args, tuple(flags))
+        run = SweepRun(text, folder, plan, tuple(flags))
         key = json.dumps(run.value(name), sort_keys=True, default=str)
         if key in seen or any(run.folder == folder for run in runs):
             raise RecipeError(

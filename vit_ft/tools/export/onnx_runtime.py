@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ...model.naflex import naflex_budget
 from ...tasks import task_for
 from ...utils.run_record import PROCESSOR_FILE
 from ..trained import Trained, load_trained
@@ -59,19 +57,17 @@ class OnnxClassifier:
         normalisation, config.json's resolution, and for a NaFlex model its patch budget: the transform then makes
         NaFlex batches; kept as `preprocessing`) and its task (`graph_task`); `max_pixels` bounds the images the
         transform decodes (default `DEFAULT_MAX_PIXELS`)."""
+        from ...data.input_spec import input_spec
         from ...model.configuration_vit_ft import ViTFTConfig
         from ...utils.limits import DEFAULT_MAX_PIXELS
-        from ..preprocessing import preprocessing_from
 
         folder = Path(folder)
         config = ViTFTConfig.from_pretrained(folder)
         processor_file = folder / PROCESSOR_FILE
         settings = json.loads(processor_file.read_text(encoding="utf-8")) if processor_file.is_file() else None
         bound = DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels
-        preprocessing = preprocessing_from(settings, tuple(config.image_hw), bound, str(folder))
-        budget = naflex_budget(config)
-        preprocessing = preprocessing if budget is None else replace(preprocessing, **budget)
-        graph = cls(folder / file, preprocessing.transform(), threads, graph_task(folder))
+        preprocessing = input_spec(settings, config, None, bound, str(folder))
+        graph = cls(folder / file, preprocessing.eval_transform(), threads, graph_task(folder))
         graph.preprocessing = preprocessing
         return graph
 
@@ -153,9 +149,9 @@ def check_evaluation(trained: Trained, flag: str = "--evaluate") -> None:
     task = trained.task
     if "accuracy" not in task.metric_names:
         raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type, flag=flag))
-    budget = naflex_budget(trained.model.config)
-    if flag == "--report" and budget is not None:
-        raise ValueError(NAFLEX_REPORT.format(model=trained.source, budget=budget["max_num_patches"]))
+    spec = trained.preprocessing
+    if flag == "--report" and spec.naflex:
+        raise ValueError(NAFLEX_REPORT.format(model=trained.source, budget=spec.max_num_patches))
 
 
 def load_for_export(model: str | os.PathLike | Trained) -> Trained:

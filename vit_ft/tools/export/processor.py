@@ -29,7 +29,7 @@ def vit_image_processor(origin: Origin):
 
 def _normalisation(settings: dict[str, Any] | None) -> dict[str, Any]:
     """The rescale / normalisation / resampling of image processor `settings` (ViT's mean and std 0.5 where
-    none are stated, as `tools.preprocessing.preprocessing_from` reads them)."""
+    none are stated, as `data.input_spec.input_spec` reads them)."""
     from ...data.images import VIT_MEAN, VIT_STD
 
     found = {key: settings[key] for key in NORMALISATION_KEYS if key in (settings or {})}
