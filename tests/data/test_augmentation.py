@@ -19,6 +19,8 @@ from vit_ft.data.transforms import INDEX_COLUMN, augmentation_seed, build_transf
 
 from ..sample_images import encoded, photo
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run): kornia's floor
+
 MEAN, STD = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
 ZERO, ONE = torch.zeros(3, 1, 1), torch.ones(3, 1, 1)
 
