@@ -46,8 +46,8 @@ def bench_deployment(
     trained = SimpleNamespace(model=model)  # what build_runners reads
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
-        _, difference, sizes = export_model(model, Path(folder) / ONNX_FILE)
-        int8_difference = quantize_int8(model, Path(folder) / ONNX_FILE, Path(folder) / INT8_FILE, sizes[:1])
+        trace, difference = export_model(model, Path(folder) / ONNX_FILE)
+        int8_difference = quantize_int8(model, Path(folder) / ONNX_FILE, Path(folder) / INT8_FILE, trace.checks[:1])
         export_seconds = time.perf_counter() - start
 
         def calibration() -> list[torch.Tensor]:

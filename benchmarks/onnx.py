@@ -42,8 +42,9 @@ def bench_onnx(
     per pair. onnxruntime runs as many threads as torch. The graphs are written under `folder`."""
     graphs = Path(folder) / "onnx"
     graphs.mkdir(exist_ok=True)
-    dynamic, difference, sizes = export_model(ours, graphs / "model.onnx")
-    int8_difference = quantize_int8(ours, graphs / "model.onnx", graphs / "model.int8.onnx", sizes)
+    trace, difference = export_model(ours, graphs / "model.onnx")
+    dynamic = trace.dynamic_size
+    int8_difference = quantize_int8(ours, graphs / "model.onnx", graphs / "model.int8.onnx", trace.checks)
     batch = settings.infer_batch_size
     pixels, _ = random_batch(ours.config, batch, settings.seed)
     compiled = torch.compile(ours, backend=settings.compile_backend)

@@ -207,12 +207,13 @@ def test_onnx_side_files_keep_the_head_and_evaluate_is_refused(tmp_path, monkeyp
     logits, and --evaluate (top-1 accuracy) is refused before anything loads. The graph itself is stubbed: its
     export and its logits against PyTorch are test_onnx_export's (seconds each)."""
     pytest.importorskip("onnxruntime")
+    from vit_ft.data.input_spec import graph_traces
     from vit_ft.tools.export import onnx as onnx_export
     from vit_ft.tools.export.onnx_runtime import compare_accuracy
 
     def stub_graph(model, path):
         path.write_bytes(b"graph")
-        return False, 0.0, [tuple(model.config.image_hw)]
+        return graph_traces(model.config)[-1], 0.0
 
     monkeypatch.setattr(onnx_export, "export_model", stub_graph)
     thresholds = [0.3, 0.4, 0.45, 0.5, 0.55, 0.6]

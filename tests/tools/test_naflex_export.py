@@ -1,4 +1,4 @@
-"""Exports of a NaFlex model (SigLIP 2). ONNX (`tools.export.onnx.export_naflex_model`): the graph takes the three
+"""Exports of a NaFlex model (SigLIP 2). ONNX (`tools.export.onnx.export_model`): the graph takes the three
 NaFlex inputs with a dynamic batch and patch count, and onnxruntime gives PyTorch's logits (fp32, <= 1e-4) on batches
 of several aspect ratios made by transformers' `Siglip2ImageProcessor` (the one the export folder carries) and by our
 transform (`OnnxClassifier.from_folder`); the per-image position resize (antialiased bilinear) is in the graph. The
@@ -96,8 +96,9 @@ def test_naflex_graph_with_the_attention_pooling_head(tmp_path):
     randomize(references()["vision"], seed=4).save_pretrained(tmp_path / "vision")
     model = randomize(ViTFTForImageClassification.from_pretrained(tmp_path / "vision", **LABELS), seed=5)
     assert model.config.max_num_patches is not None
-    dynamic, difference, sizes = export_model(model, tmp_path / "model.onnx")
-    assert dynamic and difference <= 1e-4 and len(set(sizes)) == len(sizes) >= 4  # several aspect ratios
+    trace, difference = export_model(model, tmp_path / "model.onnx")
+    sizes = trace.sizes
+    assert trace.dynamic_size and difference <= 1e-4 and len(set(sizes)) == len(sizes) >= 4  # several aspect ratios
     batch = dict(Siglip2ImageProcessorPil(patch_size=4, max_num_patches=16)(images=images(), return_tensors="pt"))
     with torch.no_grad():
         expected = model(**batch).logits

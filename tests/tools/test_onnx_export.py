@@ -97,8 +97,8 @@ def test_a_full_disk_while_exporting_is_the_full_disk_line_not_the_dynamic_size(
     """ENOSPC from the dynamic-size export goes through its fallback's `except` as what it is."""
     tried = []
 
-    def full_disk(model, path, pixels, dynamic_size):
-        tried.append(dynamic_size)
+    def full_disk(model, path, trace):
+        tried.append(trace.dynamic_size)
         path.write_bytes(b"half a graph")
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 

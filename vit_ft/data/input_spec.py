@@ -2,19 +2,25 @@
 (SigLIP 2: each image at its own aspect ratio, resized to at most `max_num_patches` patches), with the
 normalisation its image processor states. The fine-tune, the tools and the exports build their transforms from it
 (`eval_transform`, `train_transform`) and from nothing else; `input_spec` reads it from a model's config and its
-image processor (the object, or its `preprocessor_config.json` settings)."""
+image processor (the object, or its `preprocessor_config.json` settings).
+
+The batches a model takes, for exporting and checking a graph of it, are decided here too: `check_batches` (what
+an export is compared with PyTorch on) and `graph_traces` (how its ONNX graph is traced: the inputs, their dynamic
+axes and the checks, in order of preference), so that the exporters hold no branch on the kind of input."""
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from PIL import Image
 
 from ..utils.run_record import PROCESSOR_FILE
 from .images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
+from .naflex import collate_patches, image_size_for_max_num_patches
 from .random_crops import CROP_SCALE
 from .transforms import ImageClassificationTransform, build_transforms
 
@@ -108,4 +114,71 @@ def input_spec(
     )
 
 
-__all__ = ["InputSpec", "input_spec"]
+# (height, width) shapes of the images a NaFlex model is checked on: wide, tall, square, a strip, 2:3
+NAFLEX_ASPECTS = ((1, 3), (3, 1), (1, 1), (1, 8), (2, 3))
+
+
+def check_batches(config: Any, sizes: list[tuple[int, int]] | None = None) -> list[dict[str, torch.Tensor]]:
+    """Random batches of what the model `config` describes takes, for checking an export (an ONNX graph,
+    transformers' class) against it: two images at each of `sizes` (default: its resolution); for a NaFlex model
+    (`max_num_patches`) images of the shapes `NAFLEX_ASPECTS` at its budget (`Siglip2ImageProcessor`'s rule), all
+    padded to the budget as that processor pads, then two of them padded to the longer one as the tools'
+    collation pads (another batch size and patch count; zeros in the padding)."""
+    budget, channels = getattr(config, "max_num_patches", None), config.num_channels
+    if budget is None:
+        return [
+            {"pixel_values": torch.randn(2, channels, h, w, generator=torch.Generator().manual_seed(index))}
+            for index, (h, w) in enumerate(sizes or [tuple(config.image_hw)])
+        ]
+    patch, grids = config.patch_hw[0], []
+    for height, width in NAFLEX_ASPECTS:
+        height, width = image_size_for_max_num_patches(100 * height, 100 * width, patch, budget)
+        grids.append((height // patch, width // patch))
+    generator = torch.Generator().manual_seed(0)
+    patches = [torch.randn(rows * columns, patch * patch * channels, generator=generator) for rows, columns in grids]
+    return [collate_patches(patches, grids, length=budget), collate_patches(patches[:2], grids[:2])]
+
+
+@dataclass(frozen=True)
+class GraphTrace:
+    """One way to export a model's graph: the batch it is traced on (its inputs, in the graph's order), their
+    dynamic axes, the batches the graph must then give PyTorch's logits on, and the image sizes those are."""
+
+    inputs: dict[str, torch.Tensor]
+    dynamic_axes: dict[str, dict[int, str]]
+    checks: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    sizes: list[tuple[int, int]] = field(default_factory=list)  # (height, width) in pixels of the checked images
+
+    @property
+    def dynamic_size(self) -> bool:
+        """Whether the graph takes images of any size (height and width, or the patch count, are dynamic)."""
+        return any(len(axes) > 1 for axes in self.dynamic_axes.values())
+
+
+def graph_traces(config: Any) -> list[GraphTrace]:
+    """The ways to export the graph of the model `config` describes, in order of preference (the exporter keeps the
+    first whose graph passes its checks). A model of fixed-size images: dynamic height and width, traced one patch
+    above its size so that the position embeddings' resampling is in the graph and checked at both sizes; else
+    fixed at its size. A NaFlex model: its three inputs, batch and patch count dynamic, traced on three images
+    padded to their longest (neither the size nor the length of a check batch)."""
+    if getattr(config, "max_num_patches", None) is None:
+        (height, width), (ph, pw) = config.image_hw, config.patch_hw
+        sizes = [(height, width), (height + ph, width + pw)]
+        batch = {0: "batch"}
+        return [
+            GraphTrace(check_batches(config, sizes[1:])[0], {"pixel_values": {**batch, 2: "height", 3: "width"}},
+                       check_batches(config, sizes), sizes),
+            GraphTrace(check_batches(config)[0], {"pixel_values": batch}, check_batches(config), sizes[:1]),
+        ]  # fmt: skip
+    checks, patch = check_batches(config), config.patch_hw[0]
+    trace = {name: values[1:4] for name, values in checks[0].items()}
+    length = int(trace["pixel_attention_mask"].sum(-1).max())
+    trace = {**trace, "pixel_values": trace["pixel_values"][:, :length],
+             "pixel_attention_mask": trace["pixel_attention_mask"][:, :length]}  # fmt: skip
+    patches = {0: "batch", 1: "patches"}
+    axes = {"pixel_values": patches, "pixel_attention_mask": patches, "spatial_shapes": {0: "batch"}}
+    sizes = [(int(rows) * patch, int(columns) * patch) for rows, columns in checks[0]["spatial_shapes"].tolist()]
+    return [GraphTrace(trace, axes, checks, sizes)]
+
+
+__all__ = ["NAFLEX_ASPECTS", "GraphTrace", "InputSpec", "check_batches", "graph_traces", "input_spec"]

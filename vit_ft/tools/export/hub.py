@@ -27,7 +27,6 @@ from huggingface_hub import HfApi
 
 from ...data.images import image_extensions
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
-from ...model.naflex import naflex_budget
 from ...tasks.card import model_card
 from ...tasks.temperature import fold_temperature, folded_temperature_of
 from ...utils.hub_ids import check_hub_id
@@ -118,7 +117,7 @@ def _stage_model(origin: Origin, staging: Path, format: str):
         trained = load_trained(origin, device="cpu", merge_lora=True)  # merged first, then folded
         model = fold_temperature(trained.model, trained.task)  # pipeline() gives the calibrated scores
         export_to_transformers(model, staging, image_processor=vit_image_processor(origin))
-        write_image_processor(origin, staging, model.config.image_hw, naflex_budget(model.config))  # as we evaluate
+        write_image_processor(origin, staging, model.config)  # as we evaluate
         return model
     ours, complete = _our_code_files(), _has_complete_model(folder)
     _check_code(folder, _code_files(folder) if complete else [], ours)  # before anything is staged

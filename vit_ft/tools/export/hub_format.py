@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import PretrainedConfig
 
-from ...data.naflex import collate_patches, image_size_for_max_num_patches
+from ...data.input_spec import check_batches
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from .formats import AUTO, FORMAT_CHOICES, FORMATS
 
@@ -53,37 +53,12 @@ def transformers_export_class(config: PretrainedConfig) -> str | None:
 EXPORT_LOGITS_TOLERANCE = 1e-4
 
 
-# (height, width) shapes of the images a NaFlex export is checked on: wide, tall, square, a strip, 2:3
-NAFLEX_ASPECTS = ((1, 3), (3, 1), (1, 1), (1, 8), (2, 3))
-
-
-def naflex_check_batches(config: Any) -> list[dict[str, torch.Tensor]]:
-    """Random NaFlex batches (`pixel_values`, `pixel_attention_mask`, `spatial_shapes`) for checking an export (the
-    ONNX graph, transformers' class) against the model `config` describes: images of the shapes `NAFLEX_ASPECTS` at
-    its patch budget (`Siglip2ImageProcessor`'s rule), all of them padded to the budget as that processor pads, then
-    two of them padded to the longer one as the tools' collation pads (another batch size and patch count). The
-    padding is zeros, as collated."""
-    budget, patch, channels = config.max_num_patches, config.patch_hw[0], config.num_channels
-    grids = []
-    for height, width in NAFLEX_ASPECTS:
-        height, width = image_size_for_max_num_patches(100 * height, 100 * width, patch, budget)
-        grids.append((height // patch, width // patch))
-    generator = torch.Generator().manual_seed(0)
-    patches = [torch.randn(rows * columns, patch * patch * channels, generator=generator) for rows, columns in grids]
-    return [collate_patches(patches, grids, length=budget), collate_patches(patches[:2], grids[:2])]
-
-
 def check_same_logits(reference: Any, staged: Any, staging: Path) -> None:
-    """`staged` (loaded from `staging`) gives `reference`'s logits on two random images at its resolution (a NaFlex
-    model: on `naflex_check_batches`), within `EXPORT_LOGITS_TOLERANCE`; else a ValueError: the export would not be
-    the model that was fine-tuned."""
-    height, width = reference.config.image_hw
-    pixels = torch.randn(
-        2, reference.config.num_channels, height, width, generator=torch.Generator().manual_seed(0)
-    )
-    batches = [{"pixel_values": pixels}]
-    if getattr(reference.config, "max_num_patches", None) is not None:
-        batches = naflex_check_batches(reference.config)
+    """`staged` (loaded from `staging`) gives `reference`'s logits on the batches its model takes
+    (`data.input_spec.check_batches`: two random images at its resolution, or NaFlex batches of several aspect
+    ratios), within `EXPORT_LOGITS_TOLERANCE`; else a ValueError: the export would not be the model that was
+    fine-tuned."""
+    batches = check_batches(reference.config)
     with torch.inference_mode():
         expected = torch.cat([reference.eval()(**batch).logits.float() for batch in batches])
         got = torch.cat([staged.eval()(**batch).logits.float() for batch in batches])
@@ -160,7 +135,6 @@ __all__ = [
     "check_same_head",
     "check_same_logits",
     "choose_format",
-    "naflex_check_batches",
     "remote_code_reasons",
     "transformers_export_class",
 ]

@@ -39,14 +39,13 @@ from typing import Any
 
 import torch
 
+from ...data.input_spec import GraphTrace, graph_traces
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
-from ...model.naflex import naflex_budget
 from ...tasks.temperature import fold_temperature
 from ...utils.files import is_disk_full
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..trained import Trained
-from .hub_format import naflex_check_batches
-from .onnx_runtime import INT8_FILE, NAFLEX_INPUTS, ONNX_FILE, load_for_export, logits_difference
+from .onnx_runtime import INT8_FILE, ONNX_FILE, load_for_export, logits_difference
 from .processor import write_image_processor
 
 logger = logging.getLogger("vit_ft")
@@ -79,12 +78,13 @@ class OnnxExport:
     checked_sizes: list[tuple[int, int]] = field(default_factory=list)
     threshold: Any = None  # a multi-label model's decision threshold (its task's `threshold_summary`), else None
     max_num_patches: int | None = None  # a NaFlex graph's patch budget (its inputs are patches), else None
+    inputs: tuple[str, ...] = ("pixel_values",)  # the graph's inputs, in order
 
     def summary(self) -> str:
         size = "any height and width (multiples of the patch size)" if self.dynamic_size else (
             f"{self.image_size[0]}x{self.image_size[1]} only (the fine-tuned resolution)")  # fmt: skip
         if self.max_num_patches is not None:
-            size = (f"NaFlex inputs ({', '.join(NAFLEX_INPUTS)}) of any aspect ratio and patch count, its processor "
+            size = (f"NaFlex inputs ({', '.join(self.inputs)}) of any aspect ratio and patch count, its processor "
                     f"making at most {self.max_num_patches} patches")  # fmt: skip
         text = (f"Exported {', '.join(self.files)} to {self.folder}: dynamic batch, {size}; onnxruntime fp32 logits "
                 f"within {self.fp32_difference:.1e} of PyTorch")  # fmt: skip
@@ -121,123 +121,73 @@ def check_export_dir(
 
 
 class _Logits(torch.nn.Module):
-    """The classifier as the graph exposes it: pixel_values -> logits."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return self.model(pixel_values=pixel_values).logits
-
-
-class _NaFlexLogits(torch.nn.Module):
-    """A NaFlex classifier as the graph exposes it: (pixel_values, pixel_attention_mask, spatial_shapes) -> logits.
-    The model checks the batch's values only when it runs eagerly (`model.naflex.naflex_token_mask`)."""
+    """The classifier as the graph exposes it: its inputs (`pixel_values`, and a NaFlex batch's mask and grid
+    shapes) -> logits. The model checks a batch's values only when it runs eagerly."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(
-        self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor, spatial_shapes: torch.Tensor
-    ) -> torch.Tensor:
-        return self.model(
-            pixel_values=pixel_values, pixel_attention_mask=pixel_attention_mask, spatial_shapes=spatial_shapes
-        ).logits
+        self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
+        spatial_shapes: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        given = {"pixel_attention_mask": pixel_attention_mask, "spatial_shapes": spatial_shapes}
+        return self.model(pixel_values=pixel_values, **{k: v for k, v in given.items() if v is not None}).logits
 
 
-def _export_graph(model: torch.nn.Module, path: Path, pixels: torch.Tensor | dict, dynamic_size: bool) -> None:
-    """torch.onnx's dynamo exporter (the CPU kernels step aside while it traces: `kernels.kernels_enabled`);
-    its progress lines and warnings go to the debug log, not the user's terminal. `pixels` a NaFlex batch (dict):
-    its three inputs, batch and patch count dynamic."""
-    if isinstance(pixels, dict):
-        module, inputs = _NaFlexLogits(model), tuple(pixels[name] for name in NAFLEX_INPUTS)
-        patches = {0: "batch", 1: "patches"}
-        dynamic_shapes = {"pixel_values": patches, "pixel_attention_mask": patches, "spatial_shapes": {0: "batch"}}
-    else:
-        axes = {0: "batch", 2: "height", 3: "width"} if dynamic_size else {0: "batch"}
-        module, inputs, dynamic_shapes = _Logits(model), (pixels,), {"pixel_values": axes}
+def _export_graph(model: torch.nn.Module, path: Path, trace: GraphTrace) -> None:
+    """torch.onnx's dynamo exporter on `trace`'s inputs and dynamic axes (the CPU kernels step aside while it
+    traces: `kernels.kernels_enabled`); its progress lines and warnings go to the debug log, not the user's
+    terminal."""
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     out = io.StringIO()
     with contextlib.redirect_stdout(out), warnings.catch_warnings(), _quiet("torch.onnx"):
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module.eval(),
-            inputs,
+            _Logits(model).eval(),
+            (),
             str(path),
+            kwargs=trace.inputs,
             dynamo=True,
-            input_names=list(dynamic_shapes),
+            input_names=list(trace.inputs),
             output_names=["logits"],
-            dynamic_shapes=dynamic_shapes,
+            dynamic_shapes=trace.dynamic_axes,
             external_data=size > EXTERNAL_DATA_BYTES,
             verbose=False,
         )
     logger.debug("torch.onnx.export: %s", out.getvalue())
 
 
-def export_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[tuple[int, int]]]:
+def export_model(model: torch.nn.Module, path: Path) -> tuple[GraphTrace, float]:
     """Write `model` (a vit_ft classifier) as the ONNX graph `path`, checked against PyTorch with onnxruntime.
 
-    Exported with dynamic height and width, traced one patch above the model's size so that the position
-    embeddings' resampling is in the graph; kept if onnxruntime then gives PyTorch's logits at both sizes, else
-    exported again at the model's size. Returns (dynamic height and width, max difference, sizes checked); a
-    graph further than FP32_TOLERANCE from PyTorch is a ValueError. A NaFlex model (`max_num_patches`): its
-    three inputs (`export_naflex_model`).
+    Each way `data.input_spec.graph_traces` gives, in order, until one passes: exported, then kept if onnxruntime
+    gives PyTorch's logits on its check batches (fixed-size models: dynamic height and width first, else the
+    fine-tuned size; NaFlex models: three inputs, any patch count). Returns the trace kept and the graph's max
+    logit difference from PyTorch; a graph further than FP32_TOLERANCE in every way is a ValueError.
     """
-    config = model.config
-    if getattr(config, "max_num_patches", None) is not None:
-        return export_naflex_model(model, path)
-    (height, width), (ph, pw) = config.image_hw, config.patch_hw
-    channels = config.num_channels
-    sizes = [(height, width), (height + ph, width + pw)]
-    try:
-        _export_graph(model, path, torch.randn(2, channels, *sizes[1]), dynamic_size=True)
-        difference = logits_difference(model, path, sizes)
-        if difference <= FP32_TOLERANCE:
-            return True, difference, sizes
-        reason = f"its logits at {sizes[1][0]}x{sizes[1][1]} were {difference:.2g} from PyTorch's"
-    except Exception as error:  # the exporter could not trace the resampling with symbolic sizes
-        if is_disk_full(error, path.parent):
-            raise  # not the dynamic size's fault: the caller says it in the one full-disk line
-        reason = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
-    logger.info("Height and width stay fixed at %dx%d: the dynamic-size export failed its check (%s).",
-                height, width, reason)  # fmt: skip
-    for leftover in path.parent.glob(f"{path.name}*"):
-        leftover.unlink()
-    _export_graph(model, path, torch.randn(2, channels, height, width), dynamic_size=False)
-    difference = logits_difference(model, path, sizes[:1])
-    if difference > FP32_TOLERANCE:
-        raise ValueError(
-            f"the ONNX graph's logits are {difference:.2g} from PyTorch's (tolerance {FP32_TOLERANCE}); the export "
-            "is not written. Report it with the model's config.json."
-        )
-    return False, difference, sizes[:1]
+    traces = graph_traces(model.config)
+    for trace in traces:
+        try:
+            _export_graph(model, path, trace)
+            difference = logits_difference(model, path, trace.checks)
+            if difference <= FP32_TOLERANCE:
+                return trace, difference
+            reason = f"its logits were {difference:.2g} from PyTorch's (tolerance {FP32_TOLERANCE})"
+        except Exception as error:  # the exporter could not trace the resampling with symbolic sizes
+            if is_disk_full(error, path.parent) or trace is traces[-1]:
+                raise  # a full disk is not the trace's fault: the caller says it in the one full-disk line
+            reason = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        if trace is not traces[-1]:
+            logger.info("The graph's inputs stay fixed (%s): the dynamic-size export failed its check (%s).",
+                        ", ".join(f"{k} {tuple(v.shape[1:])}" for k, v in traces[-1].inputs.items()), reason)  # fmt: skip
+            for leftover in path.parent.glob(f"{path.name}*"):
+                leftover.unlink()
+    raise ValueError(f"the ONNX graph's {reason}; the export is not written. Report it with the model's config.json.")
 
 
-def export_naflex_model(model: torch.nn.Module, path: Path) -> tuple[bool, float, list[tuple[int, int]]]:
-    """Write the NaFlex classifier `model` as the ONNX graph `path` taking `NAFLEX_INPUTS`, batch and patch count
-    dynamic, traced on three images padded to their longest (neither the size nor the length of a check batch) and
-    checked with onnxruntime on `naflex_check_batches`. Returns (True, max difference, the checked images' sizes in
-    pixels); a graph further than FP32_TOLERANCE from PyTorch is a ValueError."""
-    patch = model.config.patch_hw[0]
-    full, _ = naflex_check_batches(model.config)
-    shapes = full["spatial_shapes"]
-    trace = {name: values[1:4] for name, values in full.items()}
-    length = int(trace["pixel_attention_mask"].sum(-1).max())
-    trace = {**trace, "pixel_values": trace["pixel_values"][:, :length],
-             "pixel_attention_mask": trace["pixel_attention_mask"][:, :length]}  # fmt: skip
-    _export_graph(model, path, trace, dynamic_size=True)
-    difference = logits_difference(model, path, [])
-    if difference > FP32_TOLERANCE:
-        raise ValueError(
-            f"the NaFlex ONNX graph's logits are {difference:.2g} from PyTorch's (tolerance {FP32_TOLERANCE}); the "
-            "export is not written. Report it with the model's config.json."
-        )
-    return True, difference, [(int(rows) * patch, int(columns) * patch) for rows, columns in shapes.tolist()]
-
-
-def quantize_int8(model: torch.nn.Module, source: Path, target: Path, sizes: list[tuple[int, int]]) -> float:
+def quantize_int8(model: torch.nn.Module, source: Path, target: Path, checks: list[dict[str, torch.Tensor]]) -> float:
     """onnxruntime's dynamic int8 quantisation (weights int8, activations quantised per batch at run time) of the
     graph at `source`; returns its max logit difference from PyTorch (not a bound: int8 rounds)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -250,7 +200,7 @@ def quantize_int8(model: torch.nn.Module, source: Path, target: Path, sizes: lis
             weight_type=QuantType.QInt8,
             use_external_data_format=(source.parent / f"{source.name}.data").exists(),
         )
-    return logits_difference(model, target, sizes)
+    return logits_difference(model, target, checks)
 
 
 @contextlib.contextmanager
@@ -295,17 +245,17 @@ def export_onnx(
     origin = trained.origin
     model = fold_temperature(trained.model, trained.task)  # onnxruntime's softmax is then the calibrated one
     with EXPORT_FILES.staged(output, overwrite) as staging:
-        dynamic, difference, sizes = export_model(model, staging / ONNX_FILE)
-        int8 = quantize_int8(model, staging / ONNX_FILE, staging / INT8_FILE, sizes) if quantize else None
-        image_size = tuple(model.config.image_hw)
-        write_image_processor(origin, staging, image_size, naflex_budget(model.config))
+        trace, difference = export_model(model, staging / ONNX_FILE)
+        int8 = quantize_int8(model, staging / ONNX_FILE, staging / INT8_FILE, trace.checks) if quantize else None
+        write_image_processor(origin, staging, model.config)
         (staging / "config.json").write_text(json.dumps(_config_dict(model.config), indent=2) + "\n")
         if report is not None:
             report(trained, staging)
         files = sorted(p.name for p in staging.iterdir())
     threshold = trained.task.threshold_summary(trained.id2label)
-    return OnnxExport(output, files, image_size, dynamic, difference, int8, sizes, threshold=threshold,
-                      max_num_patches=getattr(model.config, "max_num_patches", None))  # fmt: skip
+    return OnnxExport(output, files, tuple(model.config.image_hw), trace.dynamic_size, difference, int8, trace.sizes,
+                      threshold=threshold, max_num_patches=getattr(model.config, "max_num_patches", None),
+                      inputs=tuple(trace.inputs))  # fmt: skip
 
 
 __all__ = [
@@ -314,7 +264,6 @@ __all__ = [
     "QUANTIZE_CHOICES",
     "check_export_dir",
     "export_model",
-    "export_naflex_model",
     "export_onnx",
     "quantize_int8",
     "require_onnxruntime",

@@ -21,7 +21,6 @@ import torch
 from ...tasks import task_for
 from ...utils.run_record import PROCESSOR_FILE
 from ..trained import Trained, load_trained
-from .hub_format import naflex_check_batches
 
 ONNX_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
 NAFLEX_INPUTS = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
@@ -108,23 +107,13 @@ def graph_task(folder: str | os.PathLike) -> Any:
     return task_for(PretrainedConfig.from_dict(config), None)
 
 
-def logits_difference(model: torch.nn.Module, path: Path, sizes: list[tuple[int, int]]) -> float:
-    """Max |onnxruntime - PyTorch| logits over two random images at each of `sizes`, or for a NaFlex model over its
-    check batches (`naflex_check_batches`)."""
+def logits_difference(model: torch.nn.Module, path: Path, batches: list[dict[str, torch.Tensor]]) -> float:
+    """Max |onnxruntime - PyTorch| logits over `batches` (`data.input_spec.check_batches`)."""
     graph, worst = OnnxClassifier(path), 0.0
-    if getattr(model.config, "max_num_patches", None) is not None:
-        for batch in naflex_check_batches(model.config):
-            with torch.inference_mode():
-                expected = model(**batch).logits.float()
-            worst = max(worst, (graph.logits(batch) - expected).abs().max().item())
-        return worst
-    for index, (height, width) in enumerate(sizes):
-        pixels = torch.randn(
-            2, model.config.num_channels, height, width, generator=torch.Generator().manual_seed(index)
-        )
+    for batch in batches:
         with torch.inference_mode():
-            expected = model(pixel_values=pixels).logits.float()
-        worst = max(worst, (graph.logits(pixels) - expected).abs().max().item())
+            expected = model(**batch).logits.float()
+        worst = max(worst, (graph.logits(batch) - expected).abs().max().item())
     return worst
 
 

@@ -76,20 +76,17 @@ def write_staged_processor(origin: Origin, staging: Path) -> None:
     """The processor, resizing to the staged model's resolution whatever the folder's processor said."""
     from ...model.configuration_vit_ft import ViTFTConfig
 
-    config = ViTFTConfig.from_pretrained(staging)
-    write_image_processor(origin, staging, config.image_hw, naflex_budget(config))
+    write_image_processor(origin, staging, ViTFTConfig.from_pretrained(staging))
 
 
-def write_image_processor(
-    origin: Origin, folder: Path, size: tuple[int, int], naflex: dict[str, int] | None = None
-) -> None:
+def write_image_processor(origin: Origin, folder: Path, config: Any) -> None:
     """The image processor a shared or exported model carries in `folder`: the fine-tune's normalisation (ViT's
-    defaults when the folder has none), resizing and centre-cropping to `size` (height, width), the model's
-    resolution, or for a NaFlex model its patch budget (`naflex`), as our evaluation does
-    (`evaluation_image_processor`)."""
+    defaults when the folder has none), resizing and centre-cropping to the resolution of the model's `config`, or
+    for a NaFlex model its patch budget, as our evaluation does (`evaluation_image_processor`)."""
     if origin.processor is None:
         logger.warning("No %s in %s: sharing ViT's default normalisation.", PROCESSOR_FILE, origin.name)
-    evaluation_image_processor(origin.processor, tuple(size), naflex).save_pretrained(folder)
+    processor = evaluation_image_processor(origin.processor, tuple(config.image_hw), naflex_budget(config))
+    processor.save_pretrained(folder)
 
 
 __all__ = [
