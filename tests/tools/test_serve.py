@@ -3,6 +3,7 @@ OOD scores and flags as `vit-ft predict`, batched or not; every bad request a 4x
 /info and /health; SIGTERM exits 0. The refusals before the server starts are one `error:` line."""
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -40,16 +41,16 @@ def png(size=(40, 40), mode="RGB", color=0) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture(scope="module")
-def server(tiny_finetuned_dir, tmp_path_factory):
-    """`python -m vit_ft serve` on a free loopback port: (base url, the process)."""
-    port, cwd = free_port(), tmp_path_factory.mktemp("serve")
-    command = [sys.executable, "-m", "vit_ft", "serve", str(tiny_finetuned_dir), "--port", str(port),
-               "--bf16", "false", "--device", "cpu", "--max_batch", "8", "--batch_timeout_ms", "50",
-               "--max_pixels", str(MAX_PIXELS), "--max_upload_mb", str(MAX_UPLOAD_MB)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    log = (cwd / "serve.log").open("w")
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+@contextlib.contextmanager
+def serving(model, cwd: Path, *flags: str, env: dict[str, str] | None = None):
+    """`python -m vit_ft serve MODEL FLAGS` (float32 on the CPU) on a free loopback port in `cwd`, once it answers
+    /health: (base url, the process, its log); killed at the end if still running. `env`: the process's."""
+    port = free_port()
+    command = [sys.executable, "-m", "vit_ft", "serve", str(model), "--port", str(port),
+               "--bf16", "false", "--device", "cpu", *flags]  # fmt: skip
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    log = cwd / "serve.log"
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
@@ -61,26 +62,51 @@ def server(tiny_finetuned_dir, tmp_path_factory):
         time.sleep(0.3)
     else:
         process.kill()
-        pytest.fail(f"the server did not start: {(cwd / 'serve.log').read_text()[-3000:]}")
-    yield url, process, cwd / "serve.log"
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+        pytest.fail(f"the server did not start: {log.read_text()[-3000:]}")
+    try:
+        yield url, process, log
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture(scope="module")
-def expected(tiny_finetuned_dir):
-    """`vit-ft predict`'s own function on the example images: {file name: Prediction}."""
-    files = sorted((tiny_finetuned_dir / "examples").glob("*.png"))
-    trained = load_trained(tiny_finetuned_dir, device="cpu", bf16=False)
+def server(tiny_finetuned_dir, tmp_path_factory):
+    """The tiny fine-tune served, batches of up to 8 requests: (base url, the process, its log)."""
+    flags = ["--max_batch", "8", "--batch_timeout_ms", "50", "--max_pixels", str(MAX_PIXELS),
+             "--max_upload_mb", str(MAX_UPLOAD_MB)]  # fmt: skip
+    with serving(tiny_finetuned_dir, tmp_path_factory.mktemp("serve"), *flags) as started:
+        yield started
+
+
+def predictions_of(model, files: list[Path]) -> dict:
+    """`vit-ft predict`'s own function (float32, CPU, its OOD scorer) on `files`: {file name: Prediction}."""
+    trained = load_trained(model, device="cpu", bf16=False)
     found = predict_files(trained, files, top_k_labels=5, progress=False, scorer=OODScorer.of(trained))
     return {Path(p.path).name: p for p in found}
 
 
-def check_same(answer: dict, expected: dict) -> None:
+@pytest.fixture(scope="module")
+def expected(tiny_finetuned_dir):
+    """predict's answers on the fine-tune's example images."""
+    return predictions_of(tiny_finetuned_dir, sorted((tiny_finetuned_dir / "examples").glob("*.png")))
+
+
+def uploads(files: list[Path]) -> list[tuple]:
+    """`files` as one multipart request's image fields."""
+    return [("image", (f.name, f.read_bytes(), "image/png")) for f in files]
+
+
+def check_same(answer: dict, expected: dict, tolerance: float = 1e-5, scored: bool = True) -> None:
+    """The server's answer for one image is predict's: its labels, its probabilities within `tolerance`, and
+    (`scored`) its OOD flag and score; else no score (a runtime or a model without the feature bank)."""
     prediction = expected[answer["name"]]
     assert answer["labels"] == prediction.labels
-    assert answer["scores"] == pytest.approx(prediction.scores, abs=1e-5)
+    assert answer["scores"] == pytest.approx(prediction.scores, abs=tolerance)
+    if not scored:
+        assert answer["unsure"] is None and answer["ood_score"] is None
+        return
     assert answer["unsure"] == prediction.unlike_training
     # a k-th neighbour distance over a threshold: another batch composition (the CPU kernels' blocking) moves the
     # features' last digits, and the score up to ~5e-4 relative; the probabilities hold to 1e-5
@@ -89,7 +115,7 @@ def check_same(answer: dict, expected: dict) -> None:
 
 def test_one_request_of_many_images_equals_predict(server, expected, tiny_finetuned_dir):
     url = server[0]
-    files = [("image", (name, (tiny_finetuned_dir / "examples" / name).read_bytes(), "image/png")) for name in expected]
+    files = uploads([tiny_finetuned_dir / "examples" / name for name in expected])
     response = httpx.post(f"{url}/predict", files=files, timeout=30)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -184,6 +210,8 @@ def test_sigterm_drains_and_exits_0(server, tiny_finetuned_dir):
     [
         (["no/such/folder"], "no/such/folder"),
         (["{model}", "--runtime", "onnx"], "model.onnx"),
+        (["{model}", "--runtime", "openvino"], "model.onnx"),
+        (["no/such/export", "--runtime", "onnx"], "no/such/export"),
         (["{model}", "--port", "80"], "--port 80"),
         (["{model}", "--max_batch", "0"], "--max_batch"),
         (["{model}", "--runtime", "tensorrt"], "--runtime"),

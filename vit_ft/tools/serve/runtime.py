@@ -11,13 +11,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ...data.images import DEFAULT_MAX_PIXELS
 from ..export.onnx_runtime import ONNX_FILE, OnnxClassifier
-from ..export.runtimes import DEPLOY_HINT, openvino_fp32
+from ..export.runtimes import DEPLOY_HINT
 from ..ood import OODScorer
 from ..trained import load_trained
 from .payload import RUNTIMES
@@ -47,6 +50,11 @@ def check_runtime(model: str, runtime: str) -> None:
     if runtime not in RUNTIMES:
         raise ValueError(f"--runtime {runtime} is not one of {', '.join(RUNTIMES)}.")
     if runtime == "torch":
+        if (Path(model) / ONNX_FILE).is_file() and not _has_torch_weights(Path(model)):
+            raise ValueError(
+                f"{model} is an export folder ({ONNX_FILE}, no PyTorch weights); pass --runtime onnx or --runtime "
+                "openvino, or serve the model folder it was exported from."
+            )
         return
     if not (Path(model) / ONNX_FILE).is_file():
         raise ValueError(
@@ -56,6 +64,34 @@ def check_runtime(model: str, runtime: str) -> None:
     package = "onnxruntime" if runtime == "onnx" else "openvino"
     if importlib.util.find_spec(package) is None:
         raise ValueError(f"--runtime {runtime} needs {package}, which is not installed here ({DEPLOY_HINT}).")
+
+
+def _has_torch_weights(folder: Path) -> bool:
+    """Whether `folder` holds weights PyTorch loads (a model's, sharded or not, or a LoRA adapter's)."""
+    return (
+        any(folder.glob("*.safetensors"))
+        or any(folder.glob("pytorch_model*.bin"))
+        or any((folder / name).is_file() for name in ("adapter_config.json", "adapter/adapter_config.json"))
+    )
+
+
+def openvino_logits(graph: OnnxClassifier) -> Callable[[Any], torch.Tensor]:
+    """The exported graph of `graph` compiled by OpenVINO for the CPU in fp32 (without the hint it runs bf16 where
+    the CPU has it), as `graph.logits` takes its inputs: plain pixels, or a NaFlex batch's three inputs by name."""
+    import numpy as np
+    import openvino as ov
+
+    settings = {"INFERENCE_NUM_THREADS": torch.get_num_threads(), "INFERENCE_PRECISION_HINT": "f32"}
+    compiled = ov.Core().compile_model(ov.convert_model(str(graph.path)), "CPU", settings)
+    request, types = compiled.create_infer_request(), dict(graph.input_types)
+
+    def logits(pixel_values: Any) -> torch.Tensor:
+        inputs = pixel_values if isinstance(pixel_values, dict) else {"pixel_values": pixel_values}
+        feed = {name: np.ascontiguousarray(torch.as_tensor(inputs[name]).cpu().numpy(), dtype=dtype)
+                for name, dtype in types.items()}  # fmt: skip
+        return torch.from_numpy(np.array(request.infer(feed)[compiled.output(0)]))
+
+    return logits
 
 
 def model_revision(folder: Path | None, name: str) -> str:
@@ -112,7 +148,7 @@ def load_served(
 ) -> Served:  # fmt: skip
     """`model` loaded for `runtime` (checked first: `check_runtime`), with its /info record. PyTorch reads any
     folder or Hub id `load_trained` reads, with its feature bank's OOD score; onnx / openvino read an export
-    folder (the calibration temperature is folded into its head), on the CPU."""
+    folder (the calibration temperature is folded into its head; a NaFlex graph's three inputs too), on the CPU."""
     check_runtime(model, runtime)
     path = Path(model)
     if runtime == "torch":
@@ -126,7 +162,7 @@ def load_served(
 
     graph = OnnxClassifier.from_folder(path, max_pixels=max_pixels)
     if runtime == "openvino":
-        graph.logits = openvino_fp32(path / ONNX_FILE)  # the same transform and task, OpenVINO's arithmetic
+        graph.logits = openvino_logits(graph)  # the same transform and task, OpenVINO's arithmetic
     id2label = ViTFTConfig.from_pretrained(path).id2label
     served = Served(graph, {int(k): str(v) for k, v in id2label.items()}, None)
     note = (f"No out-of-distribution score: the {runtime} runtime gives logits only; serve the model folder with "
