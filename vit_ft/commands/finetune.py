@@ -4,13 +4,17 @@ vit-ft finetune --recipe digits                                   # one process,
 vit-ft finetune --recipe digits --overwrite_output_dir            # replace a finished run in the output folder
 vit-ft finetune --recipe digits --sweep learning_rate=0.0003,0.003  # one run per value, best on validation
 vit-ft finetune --list-recipes
-accelerate launch -m vit_ft.commands.finetune --recipe dogs       # one process per GPU (or scripts/finetune.py)
+vit-ft finetune --num_processes 8 --recipe dogs                   # one process per GPU, started by accelerate
+accelerate launch -m vit_ft.commands.finetune --recipe dogs       # the same, the launcher's own process
 accelerate launch -m vit_ft.commands.finetune --recipe dogs --learning_rate 0.01 --image_size 448
 accelerate launch -m vit_ft.commands.finetune --recipe dogs --resume  # continue an interrupted run
 
 A mistake prints one line, `error: <what is wrong>. <what to do>`, and exits 1; `--debug` (or VIT_FT_DEBUG=1)
 shows the traceback instead. Ctrl-C exits 130. SIGTERM or SIGUSR1 (preemption) saves a checkpoint at the next
-step, prints where it is and exits 75 (EX_TEMPFAIL): run the same command with --resume to continue.
+step, prints where it is and exits 75 (EX_TEMPFAIL): run the same command with --resume to continue. With
+`--num_processes N` (and `--launch_config FILE`) this process starts the N processes through accelerate's
+launcher and exits with their status, their `error:` line the last one (`processes`); under `accelerate launch`
+the launcher's own handling follows (docs/fine-tuning.md, "Many nodes").
 
 The command's own switches are read here, by one argparse pass (`parse_command`), and nowhere else: `--recipe`
 (its name goes into the run record), `--resume` (continue from the last complete checkpoint-*: it becomes
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..utils.cli import DEBUG_FLAG, run_tool
 from ..utils.logs import setup_logging
 from .model_flags import check_sources
+from .processes import LAUNCH_CONFIG_FLAG, NUM_PROCESSES_FLAG, launch, split_launch_flags
 
 if TYPE_CHECKING:  # the rest is imported where it is used: `--help` imports neither torch nor transformers
     from transformers import TrainingArguments
@@ -47,8 +52,8 @@ PROCESS_PER_RUN_FLAG = "--process_per_run"
 HELP_ALL_FLAG = "--help-all"
 DESCRIPTION = (
     "Fine-tune a ViT from a recipe; every flag below is also a recipe key, and a flag overrides the recipe's "
-    "value. The same command runs as python scripts/finetune.py or, one process per GPU, accelerate launch -m "
-    "vit_ft.commands.finetune."
+    "value. The same command runs as python scripts/finetune.py or, one process per GPU, with --num_processes N "
+    "(or under accelerate launch -m vit_ft.commands.finetune)."
 )
 RESUME_LAST = ("--resume_from_checkpoint", "last")
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -62,6 +67,8 @@ SWITCHES = [
     (f"{SWEEP_FLAG} ARG=V1,V2,...", "one fine-tune per value into output_dir/sweep-ARG-V/, the best on validation "
      f"copied to output_dir ({SWEEP_FLAG} seed=0,1,2 summarises the seeds in seeds.md instead)"),
     (PROCESS_PER_RUN_FLAG, "each run of the sweep as its own command"),
+    (f"{NUM_PROCESSES_FLAG} N", f"N processes (one per GPU) started through accelerate's launcher, its status and "
+     f"error line ours; {LAUNCH_CONFIG_FLAG} FILE: its config (recipes/accelerate_configs/)"),
     (DEBUG_FLAG, "a traceback instead of the one-line error"),
     ("--help", "this help; --help-all: every flag with its default and help, the Trainer's included"),
 ]  # fmt: skip
@@ -234,7 +241,7 @@ def print_recipes(file: TextIO | None = None) -> None:
         print(f"{info.name:<{name_width}}  {info.dataset:<{data_width}}  {info.description}", file=file)
     print(
         "\nLaunch one with: vit-ft finetune --recipe <RECIPE> [--flag value ...] (several processes or GPUs: "
-        "accelerate launch -m vit_ft.commands.finetune --recipe <RECIPE> ...)",
+        "vit-ft finetune --num_processes N --recipe <RECIPE> ..., or accelerate launch -m vit_ft.commands.finetune)",
         file=file,
     )
 
@@ -327,9 +334,24 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     return metrics
 
 
+def launch_processes(argv: list[str], debug: bool) -> None:
+    """`--num_processes N [--launch_config FILE]`: the fine-tune on N processes (`processes.launch`); exits with
+    their status."""
+    number, config_file, rest = split_launch_flags(argv)
+    status, line = launch(number, config_file, [*rest, DEBUG_FLAG] if debug else rest)
+    if line is not None:
+        print(line, file=sys.stderr)
+    sys.exit(status)
+
+
 def main(argv: list[str] | None = None) -> None:
     """`vit-ft finetune ARGS` (and `python -m vit_ft.commands.finetune`, `scripts/finetune.py`): exits 0, 1, 130
-    (Ctrl-C) or 75 (preempted by SIGTERM / SIGUSR1, saved: continue with --resume)."""
+    (Ctrl-C) or 75 (preempted by SIGTERM / SIGUSR1, saved: continue with --resume); with `--num_processes N`,
+    the status of the N processes it starts."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    launched = {item.partition("=")[0] for item in argv} & {NUM_PROCESSES_FLAG, LAUNCH_CONFIG_FLAG}
+    if launched and not {"-h", "--help", HELP_ALL_FLAG} & set(argv):
+        run_tool(launch_processes, argv, debug=DEBUG_FLAG in argv)
     on_interrupt: list[Callable[[], str]] = []
 
     def interrupted() -> str:
