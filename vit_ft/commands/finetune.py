@@ -294,14 +294,15 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
     if command.print_plan:  # the plan alone: no data, no model, nothing written (and no training layer imported)
         print_plan(command)
         return {}
-    from ..arguments.recipes import parse_args
+    from ..arguments.recipes import build_plan
     from ..training.checkpoints import finished_run_message, interrupted_message
     from ..training.preemption import PREEMPTED_EXIT, Preempted
     from ..training.stages import run_finetune
     from ..training.sweep import run_sweep, sweep_interrupted_message
     from ..utils.distributed import end_process_group
 
-    model_args, data_args, training_args = parse_args(list(command.flags))  # validated before any work
+    plan = build_plan(list(command.flags))  # validated before any work
+    model_args, data_args, training_args = plan.arguments
     check_sources(model_args, data_args, training_args)  # a missing or unfinished model, a dataset that is nowhere: one line
     setup_training_logging(training_args)
     finished = finished_run_message(training_args) if command.sweep is None else None
@@ -316,13 +317,7 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
             metrics = run_sweep(command)
         else:
             on_interrupt.append(lambda: interrupted_message(training_args.output_dir))
-            metrics = run_finetune(
-                model_args,
-                data_args,
-                training_args,
-                recipe=command.recipe,
-                overwrite_output_dir=command.overwrite_output_dir,
-            )
+            metrics = run_finetune(plan, overwrite_output_dir=command.overwrite_output_dir)
     except Preempted as stop:  # saved at a step boundary: say where, and exit for a requeue (not an error)
         sys.stdout.flush()
         print(f"error: {stop}", file=sys.stderr)
