@@ -1,4 +1,4 @@
-"""`utils.progress`: plain lines where stderr is not a terminal (a bounded number: the first batch's, each 10 %
+"""`utils.progress`: plain lines where stderr is not a terminal (a bounded number: the start's after a second, each 10 %
 but not sooner than 10 s apart, once a minute, the closing line; count, rate, time left, no escape codes or carriage
 returns), a tqdm bar on a terminal, nothing when off; a waiting process says why."""
 
@@ -31,10 +31,15 @@ def _timed_pass(monkeypatch, total: int, seconds_each: float, batch: int = 1, de
 
 
 def test_a_short_pass_writes_its_start_and_its_end_with_name_count_and_rate(monkeypatch):
-    # 20 images one at a time in 2 s: each is 5 % of the pass, and none after the first is worth a line of its own
-    lines = _timed_pass(monkeypatch, 20, 0.1)
-    assert lines == ["Feature bank: 1/20 img (5 %), 10 img/s, 1.9 s left",
-                     "Feature bank: 20/20 img in 2.0 s (10 img/s)"]  # fmt: skip
+    # 20 images one at a time in 5 s: the start's line once a second has passed, none after it worth its own
+    lines = _timed_pass(monkeypatch, 20, 0.25)
+    assert lines == ["Feature bank: 4/20 img (20 %), 4 img/s, 4.0 s left",
+                     "Feature bank: 20/20 img in 5.0 s (4 img/s)"]  # fmt: skip
+
+
+def test_a_pass_done_within_a_second_writes_its_closing_line_alone(monkeypatch):
+    # the examples of a small run: 10 images in 10 ms; a rate from its first image alone would read 1000s img/s
+    assert _timed_pass(monkeypatch, 10, 0.001, desc="Examples") == ["Examples: 10/10 img in 0.0 s (1000 img/s)"]
 
 
 def test_a_pass_of_a_minute_writes_a_line_each_10_percent_but_not_sooner_than_the_gap(monkeypatch):

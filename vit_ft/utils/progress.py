@@ -4,10 +4,11 @@ and the tools' batched loops show it through `Progress`.
 
 On a terminal it is one tqdm bar on stderr. Elsewhere (Slurm, nohup, `accelerate launch`'s pipe) a bar writes
 cursor escape codes and carriage returns into the log, so it is plain lines instead, a bounded number of them:
-one after the first batch (the start: its rate and the time left), then one each 10 % of the pass but no sooner
-than 10 s after the last (a pass of a few seconds writes no more), at least one a minute (a slow pass never looks
-hung), each with the count, the rate and the time left, and one when the pass ends with the count, the time and
-the rate (a pass done in one batch writes that line alone):
+one once the pass has run a second (the start: a rate measured over a second, and the time left), then one each
+10 % of the pass but no sooner than 10 s after the last (a pass of a few seconds writes no more), at least one a
+minute (a slow pass never looks hung), each with the count, the rate and the time left, and one when the pass ends
+with the count, the time and the rate (a pass done within its first second, or in one batch, writes that line
+alone):
 
     with Progress(len(images), "Feature bank") as progress:
         for batch in batches:
@@ -30,6 +31,7 @@ from typing import Any, TextIO
 LINE_EVERY = 0.10  # a plain line each 10 % of the pass: at most 10 for any size, besides the minute's
 LINE_GAP = 10.0  # seconds: none sooner after the last (or the start), so a short pass writes its closing line alone
 LINE_INTERVAL = 60.0  # seconds: and at least once a minute, so a slow pass never looks hung
+FIRST_LINE_AFTER = 1.0  # seconds: the start's line waits for a rate worth reading (not 60000 img/s from 1 image)
 
 
 def is_terminal(stream: Any = None) -> bool:
@@ -90,7 +92,8 @@ class Progress:
         steps = int(self.count / self.total / LINE_EVERY + 1e-9) if self.total else 0
         since = now - self._last_line
         stepped = steps > self._steps_shown and since >= LINE_GAP
-        if stepped or since >= LINE_INTERVAL or self._steps_shown < 0:  # < 0: the first batch's line, the start
+        started = self._steps_shown < 0 and now - self.start >= FIRST_LINE_AFTER  # the start's line
+        if stepped or since >= LINE_INTERVAL or started:
             self._line(self._status(now))
             self._last_line, self._steps_shown = now, steps
 
@@ -116,7 +119,8 @@ class Progress:
         if seconds <= 0:
             return f"- {self.unit}/s"
         rate = self.count / seconds  # three figures, never an exponent: "0.412", "31.2", "1780"
-        return f"{rate:.3g} {self.unit}/s" if rate < 1000 else f"{rate:.0f} {self.unit}/s"
+        # (.3g rounds 999.5 up to "1e+03": from there whole numbers)
+        return f"{rate:.3g} {self.unit}/s" if rate < 999.5 else f"{rate:.0f} {self.unit}/s"
 
     def _status(self, now: float) -> str:
         seconds = now - self.start
