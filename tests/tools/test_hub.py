@@ -216,6 +216,45 @@ def test_received_repos_load_in_a_clean_process(pushed, tiny_finetuned_dir, tmp_
         assert np.allclose([e["score"] for e in theirs], prediction.scores, atol=1e-5), (theirs, prediction)
 
 
+# vit-ft's own reader on a Hub id: the temperature it divides by, and predict's top label and scores on the images
+HUB_READER = textwrap.dedent(
+    """
+    import json, sys
+    from vit_ft.tools.predict.run import predict_files
+    from vit_ft.tools.trained import load_trained
+    out = {}
+    for repo in sys.argv[1:3]:
+        trained = load_trained(repo, device="cpu")
+        found = predict_files(trained, sys.argv[4:], progress=False)
+        out[repo] = [trained.temperature, [[p.labels[0], p.scores[0]] for p in found]]
+    json.dump(out, open(sys.argv[3], "w"))
+    """
+)
+
+
+def test_both_formats_read_from_the_hub_predict_calibrated_as_the_folder(pushed, tiny_finetuned_dir, tmp_path):
+    """`--format vit_ft` carries the run record, whose calibration temperature the reader takes from the Hub (the
+    default push folds it into the head): predict on either Hub id gives the folder's calibrated scores."""
+    hub, _ = pushed
+    images = sorted(map(str, (tiny_finetuned_dir / "examples").iterdir()))[:3]
+    result = subprocess.run(
+        [sys.executable, "-c", HUB_READER, "me/vit-digits", "tester/vit-digits-hf", str(tmp_path / "out.json"),
+         *images],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=push_env(hub, tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert not hub.unexpected, f"calls the fake Hub does not know: {hub.unexpected}"
+    out = json.loads((tmp_path / "out.json").read_text())
+    trained = load_trained(tiny_finetuned_dir, device="cpu")
+    expected = [[p.labels[0], p.scores[0]] for p in predict_files(trained, images, progress=False)]
+    assert trained.temperature != 1.0
+    assert out["me/vit-digits"][0] == pytest.approx(trained.temperature)  # read from the pushed run record
+    assert out["tester/vit-digits-hf"][0] == 1.0  # folded into the head
+    for repo in out:
+        assert [label for label, _ in out[repo][1]] == [label for label, _ in expected], repo
+        assert np.allclose([s for _, s in out[repo][1]], [s for _, s in expected], atol=1e-5), (repo, out[repo])
+
+
 def write_lora_run(base_checkpoint: str | Path, output_dir: Path) -> PeftModel:
     """An output folder as a LoRA fine-tune at 24x24 leaves it with merge_lora=False: only `adapter/`."""
     model = ViTFTForImageClassification.from_pretrained(str(base_checkpoint), image_size=24)

@@ -37,6 +37,7 @@ from ..utils.hardware import inference_device
 from ..utils.hub_ids import TRAINED_MODEL, check_reference, looks_like_path
 from ..utils.run_record import (
     ADAPTER_DIR,
+    CALIBRATION_KEY,
     EXAMPLES_DIR,
     PROCESSOR_FILE,
     RUN_RECORD_FILE,
@@ -106,6 +107,23 @@ class Origin:
         except (OSError, ValueError) as error:
             logger.warning("No image processor for %s (%s).", self.name, error)
             return None
+
+    @cached_property
+    def hub_calibration(self) -> dict[str, Any] | None:
+        """A Hub model's calibration as its pushed run record states it (`--format vit_ft` carries the record; the
+        transformers format folds the temperature into the head instead), `{CALIBRATION_KEY: ...}`, or None. Only
+        the calibration: the record's data paths are another machine's."""
+        if self.path is not None:
+            return None
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError
+
+        try:
+            record = json.loads(Path(hf_hub_download(self.name, RUN_RECORD_FILE)).read_text(encoding="utf-8"))
+        except (OSError, ValueError, EntryNotFoundError):  # no record pushed (or none cached offline): none
+            return None
+        found = record.get(CALIBRATION_KEY) if isinstance(record, dict) else None
+        return None if found is None else {CALIBRATION_KEY: found}
 
 
 def locate(model: str | os.PathLike) -> Origin:
@@ -258,8 +276,8 @@ class Trained:
     def task(self) -> Task:
         """The model's task (`vit_ft.tasks`, from its config's `problem_type`) with what the model holds of it: a
         single-label model's calibration temperature (fitted on the fine-tune's validation split, in its run
-        record), a multi-label model's decision threshold (tuned there, in its config)."""
-        return task_for(self.model.config, self.run_record)
+        record, or a Hub model's pushed one), a multi-label model's decision threshold (tuned there, in its config)."""
+        return task_for(self.model.config, self.run_record or self.origin.hub_calibration)
 
     @property
     def temperature(self) -> float:
