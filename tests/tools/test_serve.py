@@ -44,13 +44,16 @@ def png(size=(40, 40), mode="RGB", color=0) -> bytes:
 @contextlib.contextmanager
 def serving(model, cwd: Path, *flags: str, env: dict[str, str] | None = None):
     """`python -m vit_ft serve MODEL FLAGS` (float32 on the CPU) on a free loopback port in `cwd`, once it answers
-    /health: (base url, the process, its log); killed at the end if still running. `env`: the process's."""
+    /health: (base url, the process, its log); its process group (LitServe's workers too) killed at the end, so
+    that no server outlives the tests. `env`: the process's."""
     port = free_port()
     command = [sys.executable, "-m", "vit_ft", "serve", str(model), "--port", str(port),
                "--bf16", "false", "--device", "cpu", *flags]  # fmt: skip
     env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
     log = cwd / "serve.log"
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
@@ -61,14 +64,19 @@ def serving(model, cwd: Path, *flags: str, env: dict[str, str] | None = None):
             pass
         time.sleep(0.3)
     else:
-        process.kill()
+        _kill_group(process)
         pytest.fail(f"the server did not start: {log.read_text()[-3000:]}")
     try:
         yield url, process, log
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to the server's process group (the main process may have exited and left its workers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 @pytest.fixture(scope="module")
