@@ -24,6 +24,7 @@ from vit_ft.tools.ood import OODScorer
 from vit_ft.tools.predict.run import predict_files
 from vit_ft.tools.serve.payload import MAX_IMAGES
 from vit_ft.tools.trained import load_trained
+from vit_ft.utils.hardware import cpu_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PIXELS, MAX_UPLOAD_MB = 1_000_000, 0.5
@@ -198,6 +199,7 @@ def test_info_and_health(server, tiny_finetuned_dir):
     assert info["calibration"]["temperature"] == pytest.approx(trained.temperature)
     assert info["input"]["image_size"] == list(trained.preprocessing.image_size)
     assert info["runtime"] == "torch" and info["versions"]["litserve"] != "not installed"
+    assert info["threads"] == max(1, cpu_cores() - 1)  # the worker's: a core left to decoding and HTTP
     assert httpx.get(f"{url}/openapi.json", timeout=10).status_code == 200
 
 
@@ -222,6 +224,7 @@ def test_sigterm_drains_and_exits_0(server, tiny_finetuned_dir):
         (["no/such/export", "--runtime", "onnx"], "no/such/export"),
         (["{model}", "--port", "80"], "--port 80"),
         (["{model}", "--max_batch", "0"], "--max_batch"),
+        (["{model}", "--threads", "0"], "--threads 0 must be positive"),
         (["{model}", "--runtime", "tensorrt"], "--runtime"),
     ],
 )

@@ -45,6 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="bf16 autocast (torch; auto: where measured faster). false keeps float32, as predict's default.")  # fmt: skip
     parser.add_argument("--max_pixels", type=optional_int, default=DEFAULT_MAX_PIXELS,
                         help="Images with more pixels are a 422 (decompression-bomb guard); 'none' disables.")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads of the model's forward pass (torch, onnxruntime, OpenVINO). Default: every "
+                             "core this process may use but one, which decoding and the HTTP side need (1 on 2 cores: "
+                             "a second thread on a shared core waits on it at every op).")  # fmt: skip
     parser.add_argument("--max_upload_mb", type=float, default=DEFAULT_MAX_UPLOAD_MB, help="Bodies over this are a 413.")
     parser.add_argument("--log_level", default="warning", choices=("debug", "info", "warning", "error"),
                         help="The HTTP server's log level (uvicorn, LitServe).")  # fmt: skip

@@ -30,16 +30,20 @@ class ClassifierAPI(ls.LitAPI):
 
     def __init__(
         self, model: str, runtime: str = "torch", top_k: int = 5, bf16: str | bool = False,
-        max_pixels: int | None = None, revision: str | None = None, **batching: Any,
+        max_pixels: int | None = None, revision: str | None = None, threads: int | None = None, **batching: Any,
     ) -> None:  # fmt: skip
         super().__init__(**batching)
         self.model_ref, self.runtime, self.top_k = model, runtime, top_k
-        self.bf16, self.max_pixels, self.revision = bf16, max_pixels, revision
+        self.bf16, self.max_pixels, self.revision, self.threads = bf16, max_pixels, revision, threads
         self.served: Any = None
 
     def setup(self, device: str) -> None:
+        import torch
+
         from .runtime import load_served
 
+        if self.threads:  # onnxruntime and OpenVINO take torch's count too
+            torch.set_num_threads(self.threads)
         device = None if self.runtime != "torch" else device
         self.served = load_served(self.model_ref, self.runtime, device, self.bf16, self.max_pixels)
         self.revision = self.revision or self.served.info["revision"]

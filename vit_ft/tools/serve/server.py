@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...data.images import DEFAULT_MAX_PIXELS
+from ...utils.hardware import cpu_cores
 from .payload import DEFAULT_MAX_UPLOAD_MB, BodyGuard, error_body
 
 logger = logging.getLogger("vit_ft")
@@ -55,17 +56,18 @@ def check_serving(host: str, port: int, max_batch: int, batch_timeout_ms: float,
 def build_server(
     model: str, info: dict[str, Any], runtime: str = "torch", max_batch: int = 8, batch_timeout_ms: float = 5.0,
     top_k: int = 5, bf16: str | bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB, device: str | None = None,
+    max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB, device: str | None = None, threads: int = 1,
 ) -> Any:  # fmt: skip
     """The LitServer: one inference worker on `device` (cpu, cuda; None: LitServe's choice, the CPU for an ONNX
-    runtime), dynamic batching of up to `max_batch` requests, the body guard and one-line JSON errors."""
+    runtime) with `threads` CPU threads, dynamic batching of up to `max_batch` requests, the body guard and
+    one-line JSON errors."""
     import litserve as ls
     from fastapi.responses import Response
     from starlette.exceptions import HTTPException  # FastAPI's is one too
 
     from .api import ClassifierAPI
 
-    api = ClassifierAPI(model, runtime, top_k, bf16, max_pixels, info["revision"],
+    api = ClassifierAPI(model, runtime, top_k, bf16, max_pixels, info["revision"], threads,
                         max_batch_size=max_batch, batch_timeout=batch_timeout_ms / 1000)  # fmt: skip
     accelerator = "cpu" if runtime != "torch" else (device or "auto").split(":")[0]
     server = ls.LitServer(
@@ -99,25 +101,28 @@ def run_server(
     model: str, runtime: str = "torch", host: str = "127.0.0.1", port: int = 8000, max_batch: int = 8,
     batch_timeout_ms: float = 5.0, top_k: int = 5, device: str | None = None, bf16: str | bool = False,
     max_pixels: int | None = DEFAULT_MAX_PIXELS, max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB,
-    log_level: str = "warning",
+    log_level: str = "warning", threads: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Check the flags and the model (loaded here once, so that a bad one is one line before the server starts),
     then serve until SIGTERM / Ctrl-C; returns the model's /info record."""
     if top_k < 1:
         raise ValueError(f"--top_k {top_k} must be positive.")
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads {threads} must be positive; leave it out for every core but one.")
+    threads = threads or max(1, cpu_cores() - 1)
     check_serving(host, port, max_batch, batch_timeout_ms, max_upload_mb)
     from .runtime import load_served
 
     served = load_served(model, runtime, device, bf16, max_pixels)
-    info = served.info
+    info = {**served.info, "threads": threads}
     del served
     gc.collect()  # the worker loads its own copy
     server = build_server(model, info, runtime, max_batch, batch_timeout_ms, top_k, bf16, max_pixels,
-                          max_upload_mb, device)  # fmt: skip
+                          max_upload_mb, device, threads)  # fmt: skip
     logger.info(
-        "Serving %s (%s, revision %s) at http://%s:%d: POST /predict, GET /health, /info, /docs; batches of up to "
-        "%d requests within %g ms. SIGTERM or Ctrl-C stops it.",
-        model, runtime, info["revision"], host, port, max_batch, batch_timeout_ms,
+        "Serving %s (%s, revision %s, %d CPU thread(s)) at http://%s:%d: POST /predict, GET /health, /info, /docs; "
+        "batches of up to %d requests within %g ms. SIGTERM or Ctrl-C stops it.",
+        model, runtime, info["revision"], threads, host, port, max_batch, batch_timeout_ms,
     )  # fmt: skip
     previous = signal.signal(signal.SIGTERM, _on_sigterm(os.getpid()))
     try:
