@@ -115,7 +115,11 @@ def test_the_run_ends_with_the_result_in_words_where_everything_is_and_what_next
 
 
 @pytest.mark.parametrize("progress", [True, False])
-def test_pretraining_shows_a_progress_bar_with_its_eta_unless_disabled(image_folder, tmp_path, capfd, progress):  # noqa: F811
+def test_pretraining_shows_a_progress_bar_with_its_eta_unless_disabled(image_folder, tmp_path, capfd, progress,  # noqa: F811
+                                                                        monkeypatch):
+    from vit_ft.utils import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "FIRST_LINE_AFTER", 0.0)  # this pass takes 0.1 s: its start's line at once
     pretrain_digits(tmp_path / "vit", image_folder, epochs=2, batch_size=8, progress=progress)
     err = capfd.readouterr().err  # not a terminal: plain lines with the time left, no bar's escape codes
     assert ("Pre-training: 1/4 step (25 %), " in err and " left" in err and "Pre-training: 4/4 step in " in err) is (
