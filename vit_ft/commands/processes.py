@@ -107,7 +107,10 @@ def exit_status(error: BaseException | None) -> tuple[int, str | None]:
         raise error
     if PREEMPTED_EXIT in statuses.values():
         return PREEMPTED_EXIT, None
-    rank, status = next(iter(statuses.items()))
+    # torch elastic SIGTERMs the processes still running once one has failed: those deaths follow the failure, the
+    # status of a process that ended on its own (or was killed otherwise: SIGKILL, the OOM killer) says why
+    causes = {rank: status for rank, status in statuses.items() if status != -signal.SIGTERM} or statuses
+    rank, status = next(iter(causes.items()))
     if status >= 0:
         return status, None
     name = _signal_name(-status)
