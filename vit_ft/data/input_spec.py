@@ -47,11 +47,6 @@ class InputSpec:
         than `(batch, channels, height, width)` pixels."""
         return self.max_num_patches is not None
 
-    def describe(self) -> str:
-        if self.naflex:
-            return f"NaFlex: up to {self.max_num_patches} patches of {self.patch_size} px per image at its own aspect ratio"
-        return f"{self.image_size[0]}x{self.image_size[1]} px"
-
     def _transform(self, train: bool, **options: Any) -> ImageClassificationTransform:
         return build_transforms(
             self.image_size, mean=self.mean, std=self.std, train=train, rescale_factor=self.rescale_factor,
@@ -164,12 +159,11 @@ def graph_traces(config: Any) -> list[GraphTrace]:
     if getattr(config, "max_num_patches", None) is None:
         (height, width), (ph, pw) = config.image_hw, config.patch_hw
         sizes = [(height, width), (height + ph, width + pw)]
-        batch = {0: "batch"}
+        checks, batch = check_batches(config, sizes), {0: "batch"}  # traced on a check batch: any batch would do
         return [
-            GraphTrace(check_batches(config, sizes[1:])[0], {"pixel_values": {**batch, 2: "height", 3: "width"}},
-                       check_batches(config, sizes), sizes),
-            GraphTrace(check_batches(config)[0], {"pixel_values": batch}, check_batches(config), sizes[:1]),
-        ]  # fmt: skip
+            GraphTrace(checks[1], {"pixel_values": {**batch, 2: "height", 3: "width"}}, checks, sizes),
+            GraphTrace(checks[0], {"pixel_values": batch}, checks[:1], sizes[:1]),
+        ]
     checks, patch = check_batches(config), config.patch_hw[0]
     trace = {name: values[1:4] for name, values in checks[0].items()}
     length = int(trace["pixel_attention_mask"].sum(-1).max())
