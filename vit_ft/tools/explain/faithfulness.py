@@ -1,0 +1,157 @@
+"""Whether a map shows what the model used: deletion and insertion curves (Petsiuk et al. 2018, RISE) and the
+model-randomisation sanity check (Adebayo et al. 2018).
+
+- Deletion: the patches are removed in the map's order, most relevant first, each replaced by the image's mean
+  colour (its per-channel mean over the valid pixels: "mean-filled", not blurred); the target's probability is
+  read after each step and the area under that curve over the removed fraction 0..1 is the score (lower is
+  more faithful). Insertion starts from the fully mean-filled image and puts the patches back in the same order
+  (higher is better). A random order is the floor either way.
+- Randomisation: the top blocks and the head are re-initialised (truncated normal, the model's
+  `initializer_range`; norms to 1 and 0) and the Spearman rank correlation between each image's map before and
+  after is taken; a map that does not depend on the weights (an edge detector) keeps a high correlation.
+
+    auc = perturbation_auc(model, pixels, maps, target, "deletion")     # (batch,)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .methods import Inputs, _as_inputs, check_target
+
+STEPS = 16  # points of a curve after the start (the patches are removed in STEPS near-equal groups)
+
+
+def _mean_fill(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Each image's per-channel mean, broadcastable to its pixel values (NaFlex: over its valid patches)."""
+    pixels = inputs["pixel_values"]
+    if pixels.dim() == 4:
+        return pixels.mean(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
+    channels = inputs["_channels"]
+    mask = inputs["pixel_attention_mask"].to(pixels.dtype)[:, :, None, None]  # (B, N, 1, 1)
+    values = pixels.reshape(*pixels.shape[:2], -1, channels)  # (B, N, patch_h * patch_w, C)
+    mean = (values * mask).sum(dim=(1, 2), keepdim=True) / (
+        mask.sum(dim=(1, 2), keepdim=True) * values.shape[2]
+    )
+    return mean.expand_as(values).reshape(pixels.shape)  # (B, N, patch_h * patch_w * C)
+
+
+def _keep_pixels(keep: torch.Tensor, pixels: torch.Tensor, patch_hw: tuple[int, int]) -> torch.Tensor:
+    """A `(steps, num_patches)` patch mask -> a mask broadcastable to one image's pixel values (`pixels`: its
+    `(channels, height, width)`, or NaFlex patches `(num_patches, patch_h * patch_w * channels)`)."""
+    if pixels.dim() == 2:  # NaFlex
+        return keep[:, :, None]
+    grid = (pixels.shape[-2] // patch_hw[0], pixels.shape[-1] // patch_hw[1])
+    pixel_mask = keep.reshape(-1, *grid).repeat_interleave(patch_hw[0], 1).repeat_interleave(patch_hw[1], 2)
+    return pixel_mask[:, None]  # (steps, 1, H, W)
+
+
+def probability_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The task's probability of each class from logits: the sigmoid for a multi-label model, else the softmax."""
+    if getattr(config, "problem_type", None) == "multi_label_classification":
+        return torch.sigmoid
+    return lambda logits: torch.softmax(logits, dim=-1)
+
+
+@torch.no_grad()
+def perturbation_curves(
+    model: torch.nn.Module, inputs: Inputs, maps: torch.Tensor, target: Any, mode: str = "deletion",
+    steps: int = STEPS, batch_size: int = 32,
+) -> torch.Tensor:  # fmt: skip
+    """The target's probability as patches are deleted (or inserted) in the order of `maps` `(batch,
+    num_patches)`, most relevant first: `(batch, steps + 1)`, the first point the untouched (or fully
+    mean-filled) image. NaFlex padding never counts as a patch."""
+    if mode not in ("deletion", "insertion"):
+        raise ValueError(f"mode must be 'deletion' or 'insertion', got {mode!r}.")
+    device = next(model.parameters()).device
+    given = _as_inputs(inputs, device)
+    pixels = given["pixel_values"]
+    target = check_target(target, model.config.num_labels, pixels.shape[0])
+    probability = probability_function(model.config)
+    fill = _mean_fill({**given, "_channels": model.config.num_channels})
+    valid = given.get("pixel_attention_mask")
+    curves = []
+    for i in range(pixels.shape[0]):
+        count = int(valid[i].sum()) if valid is not None else maps.shape[1]
+        order = torch.argsort(maps[i, :count].float(), descending=True, stable=True)
+        removed = torch.zeros(steps + 1, maps.shape[1], dtype=torch.bool)
+        for step in range(1, steps + 1):  # the first round(step / steps * count) patches of the order
+            removed[step, order[: round(step * count / steps)]] = True
+        keep = ~removed if mode == "deletion" else removed
+        keep = _keep_pixels(keep.to(device), pixels[i], model.config.patch_hw).to(pixels.dtype)
+        images = pixels[i] * keep + fill[i] * (1 - keep)  # (steps + 1, ...)
+        extra = {
+            k: v[i : i + 1].expand(len(images), *v.shape[1:]) for k, v in given.items() if k != "pixel_values"
+        }
+        points = []
+        for start in range(0, len(images), batch_size):
+            part = {k: v[start : start + batch_size] for k, v in extra.items()}
+            logits = model(pixel_values=images[start : start + batch_size], **part).logits.float()
+            points.append(probability(logits)[:, int(target[i])].cpu())
+        curves.append(torch.cat(points))
+    return torch.stack(curves)
+
+
+def curve_auc(curves: torch.Tensor) -> torch.Tensor:
+    """The area under each `(batch, steps + 1)` curve over the fraction 0..1 (trapezoids): `(batch,)`."""
+    return torch.from_numpy(np.trapezoid(curves.numpy(), dx=1.0 / (curves.shape[1] - 1), axis=1)).float()
+
+
+def perturbation_auc(model: torch.nn.Module, inputs: Inputs, maps: torch.Tensor, target: Any, mode: str = "deletion",
+                     steps: int = STEPS) -> torch.Tensor:  # fmt: skip
+    """Deletion (lower is better) or insertion (higher is better) AUC per image, `(batch,)`."""
+    return curve_auc(perturbation_curves(model, inputs, maps, target, mode, steps))
+
+
+def random_maps(maps: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Maps of the same shape whose order is random (each image its own permutation): the floor of both curves."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(maps.shape, generator=generator)
+
+
+@torch.no_grad()
+def randomized_copy(model: torch.nn.Module, top_blocks: int = 1, seed: int = 0) -> torch.nn.Module:
+    """A copy of the classifier with its head and its last `top_blocks` blocks re-initialised (Adebayo et al.'s
+    cascading randomisation from the top): linear weights truncated normal with the model's
+    `initializer_range`, biases 0, norms 1 and 0. The head is drawn, not zeroed, so that gradients still flow."""
+    copied = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    std = copied.config.initializer_range
+    modules = [*copied.vit.layers[len(copied.vit.layers) - top_blocks :], copied.classifier]
+    for parameter_owner in modules:
+        for name, parameter in parameter_owner.named_parameters():
+            if name.endswith("bias"):
+                parameter.zero_()
+            elif parameter.dim() == 1:  # norm weights and layer scale
+                parameter.fill_(1.0)
+            else:
+                drawn = torch.randn(parameter.shape, generator=generator).clamp_(-2, 2) * std
+                parameter.copy_(drawn.to(parameter.dtype))
+    return copied.eval()
+
+
+def spearman(maps: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    """Spearman's rank correlation between each pair of maps `(batch, num_patches)`: `(batch,)` (scipy's)."""
+    from scipy.stats import spearmanr
+
+    values = [
+        spearmanr(a.numpy(), b.numpy()).statistic for a, b in zip(maps.float(), others.float(), strict=True)
+    ]
+    return torch.tensor(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0)).float()
+
+
+__all__ = [
+    "STEPS",
+    "curve_auc",
+    "perturbation_auc",
+    "perturbation_curves",
+    "probability_function",
+    "random_maps",
+    "randomized_copy",
+    "spearman",
+]
