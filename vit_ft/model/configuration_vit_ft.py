@@ -76,7 +76,9 @@ class ViTFTConfig(PretrainedConfig):
             padded and masked (`naflex.py`); None for `image_size` crops. The model takes either input; this says
             which one its data path, evaluation and prediction make.
         head_type: "linear" (the classifier layer) or "knn" (`knn_head.KNNHead`: DINOv2's weighted kNN vote over
-            a bank of `knn_bank_size` training features stored in the weights, `knn_k` neighbours, `knn_temperature`).
+            a bank of `knn_bank_size` training features stored in the weights, `knn_k` neighbours, `knn_temperature`)
+            or "zeroshot" (`knn_head.ZeroShotHead`: an image-text model's classifier, the pooled feature projected
+            to `projection_dim` (CLIP's visual projection; None: SigLIP's, none), L2-normalised, then linear).
     """
 
     model_type = "vit_ft"
@@ -118,6 +120,7 @@ class ViTFTConfig(PretrainedConfig):
     knn_bank_size: int = 0
     knn_k: int = 20
     knn_temperature: float = 0.07
+    projection_dim: int | None = None
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._validate()
@@ -153,8 +156,8 @@ class ViTFTConfig(PretrainedConfig):
             raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}.")
         if self.norm_type not in NORM_TYPES:
             raise ValueError(f"norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}.")
-        if self.head_type not in ("linear", "knn"):
-            raise ValueError(f"head_type must be 'linear' or 'knn', got {self.head_type!r}.")
+        if self.head_type not in ("linear", "knn", "zeroshot"):
+            raise ValueError(f"head_type must be 'linear', 'knn' or 'zeroshot', got {self.head_type!r}.")
         if self.head_type == "knn" and (self.knn_bank_size < 1 or self.knn_k < 1 or not self.knn_temperature > 0):
             raise ValueError("a kNN head needs knn_bank_size >= 1, knn_k >= 1 and knn_temperature > 0.")
         if self.fc_norm and self.pooling == "cls+mean":

@@ -4,6 +4,10 @@ with weights softmax(similarity / T) over the k, T = 0.07. The bank is a pair of
 `model.safetensors` and an ONNX export carry it; a saved folder copies this file with the model file.
 
     votes = knn_votes(queries, bank, bank_labels, k=20, temperature=0.07)   # (batch, num_labels), rows sum to 1
+
+The zero-shot head (`head_type: zeroshot`, `ZeroShotHead`) lives here too, as the other head that is more than a
+linear layer: an image-text model's classifier (CLIP paper), whose L2 normalisation of the image embedding no
+linear layer can hold; its weights come from the text tower (`model.zeroshot`), and it fine-tunes as any head.
 """
 
 from __future__ import annotations
@@ -61,16 +65,35 @@ class KNNHead(nn.Module):
         return torch.log(votes.clamp_min(VOTE_FLOOR))
 
 
+class ZeroShotHead(nn.Module):
+    """`(batch, hidden)` pooled features -> `(batch, num_labels)` logits of an image-text model's classifier, as
+    transformers' `CLIPModel` / `SiglipModel` compute `logits_per_image`: the image embedding (`projection`: CLIP's
+    and MetaCLIP 2's visual projection; SigLIP's pooled feature is its embedding) L2-normalised, then `logits`, a
+    linear layer whose rows are the classes' text embeddings times the logit scale and whose bias is SigLIP's logit
+    bias (zero for CLIP). The temperature fold and fine-tuning act on `logits` as on a linear head."""
+
+    def __init__(self, hidden: int, num_labels: int, projection_dim: int | None = None) -> None:
+        super().__init__()
+        self.projection = nn.Identity() if projection_dim is None else nn.Linear(hidden, projection_dim, bias=False)
+        self.logits = nn.Linear(projection_dim or hidden, num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        embeds = nn.functional.normalize(self.projection(pooled), dim=-1)  # (B, projection_dim), unit norm
+        return self.logits(embeds)
+
+
 def make_head(config, features: int) -> nn.Module:
-    """The classifier of `config`: a linear layer, or the kNN head for `head_type: knn` (its bank size from
-    `knn_bank_size`), or nothing (Identity) without labels."""
+    """The classifier of `config`: a linear layer, the kNN head for `head_type: knn` (its bank size from
+    `knn_bank_size`), the zero-shot head for `head_type: zeroshot`, or nothing (Identity) without labels."""
     labels = config.num_labels
     if labels <= 0:
         return nn.Identity()
+    if getattr(config, "head_type", "linear") == "zeroshot":
+        return ZeroShotHead(features, labels, getattr(config, "projection_dim", None))
     if getattr(config, "head_type", "linear") == "knn":
         multi = config.problem_type == "multi_label_classification"
         return KNNHead(features, labels, config.knn_bank_size, config.knn_k, config.knn_temperature, multi)
     return nn.Linear(features, labels)
 
 
-__all__ = ["KNN_K", "KNN_TEMPERATURE", "KNNHead", "knn_votes", "make_head"]
+__all__ = ["KNN_K", "KNN_TEMPERATURE", "KNNHead", "ZeroShotHead", "knn_votes", "make_head"]
