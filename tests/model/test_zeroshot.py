@@ -34,7 +34,7 @@ from ..conftest import randomize
 VISION = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
           "image_size": 16, "patch_size": 4}  # fmt: skip
 SPECIAL = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3}
-WORDS = ["a", "photo", "of", "the", "small", "large", ".", "ant", "bee", "wasp", "red", "insect"]
+WORDS = ["a", "photo", "of", "the", "small", "large", ".", "ant", "bee", "wasp", "red", "insect", *"0123456789"]
 MAX_TOKENS = 12  # the text tower's positions
 TEXT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
         "vocab_size": len(SPECIAL) + len(WORDS), "max_position_embeddings": MAX_TOKENS, "pad_token_id": 0,
@@ -43,7 +43,7 @@ NAMES = ["ant", "bee", "wasp"]
 NAFLEX = {**{k: v for k, v in VISION.items() if k != "image_size"}, "num_patches": 16}
 
 
-def tokenizer() -> PreTrainedTokenizerFast:
+def tokenizer() -> PreTrainedTokenizerFast:  # also the digits' classes: tests/training/test_zeroshot_finetune.py
     """A word-level tokenizer over WORDS with CLIP's framing (<s> text </s>), built with `tokenizers`."""
     tok = Tokenizer(models.WordLevel({**SPECIAL, **{w: i + len(SPECIAL) for i, w in enumerate(WORDS)}}, "<unk>"))
     tok.normalizer = normalizers.Lowercase()

@@ -31,8 +31,9 @@ from .ranges import check_ranges
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 # how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
 # ladder that tries them cheapest first (training/ladder.py)
-METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto")
+METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot")
 BUILTIN_PRETRAININGS = ("digits", "digits-small")
+HEAD_INITS = ("zero", "zeroshot")  # the new head at zero (the paper), or an image-text model's zero-shot classifier
 
 # A module name as peft matches it: dotted path segments of letters, digits and underscores.
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
@@ -104,7 +105,8 @@ class ModelArguments:
         "How the model learns: 'full' (all weights), 'lora' (= use_lora: true), 'linear' (a logistic "
         "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
         "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
-        "then full, each taken while the one before gained more than ladder_min_gain). Unset: 'lora' when "
+        "then full, each taken while the one before gained more than ladder_min_gain), or 'zeroshot' (an image-text "
+        "checkpoint's classifier from the class names, no training: zeroshot_templates). Unset: 'lora' when "
         "use_lora is true, else 'full'.",
     )
     ladder_min_gain: float = option(
@@ -135,6 +137,19 @@ class ModelArguments:
         "when that local path does not exist. A recipe's builds the recipe's own checkpoint: a "
         "--model_name_or_path flag names one that must exist, unless this flag is given too.",
     )
+    head_init: str = option(
+        "zero",
+        "How the new head starts: 'zero' (the ViT paper's) or 'zeroshot' (an image-text checkpoint's classifier "
+        "from the class names: CLIP, MetaCLIP 2, SigLIP, SigLIP 2; WiSE-FT's and LP-FT's start).",
+    )
+    zeroshot_templates: str = option(
+        "openai",
+        "method zeroshot / head_init zeroshot: the prompts each class name fills, averaged: 'openai' (the CLIP "
+        "paper's 80), 'simple' (its 7), 'photo' ('a photo of a {}.') or a text file of one template a line.",
+    )
+    class_prompts: str | None = option(
+        None, "A JSON file {class name: [prompt, ...]}: those classes' own prompts in place of the templates."
+    )
     cache_dir: str | None = option(None, "Where to cache checkpoints and datasets downloaded from the Hub.")
 
     def __post_init__(self):
@@ -150,6 +165,10 @@ class ModelArguments:
             )
         self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
         self._resolve_method()
+        _check_choice("head_init", self.head_init, HEAD_INITS)
+        if "zeroshot" not in (self.method, self.head_init) and self.class_prompts:
+            raise ValueError("class_prompts are the prompts of a zero-shot head: add --method zeroshot or "
+                             "--head_init zeroshot, or drop class_prompts.")  # fmt: skip
         _check_choice("pretrain_if_missing", self.pretrain_if_missing, BUILTIN_PRETRAININGS, allow_none=True)
         if self.image_size is not None:  # against the checkpoint's patch (read only when local) and the bound
             patch = config_patch(read_local_config(self.model_name_or_path, self.cache_dir))

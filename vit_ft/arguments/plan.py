@@ -206,7 +206,7 @@ def _bank_pass(plan: RunPlan) -> Pass:
     if not limit:
         return Pass("feature bank", "skipped", NO_BANK, key)
     steps = plan.training_args.max_steps
-    trained = steps * plan.batch["global_batch"] if steps > 0 and plan.method not in ("linear", "knn") else None
+    trained = steps * plan.batch["global_batch"] if steps > 0 and plan.method not in ("linear", "knn", "zeroshot") else None
     count, _ = bank_images(limit, plan.data_args.max_train_samples or limit, trained)
     return Pass("feature bank", "training images, class-stratified, 2 feature vectors each",
                 f"up to {count} images", key)  # fmt: skip
@@ -226,6 +226,9 @@ def run_passes(plan: RunPlan) -> tuple[Pass, ...]:
         passes.append(
             Pass("probe features", "training and validation images, frozen backbone", "every image")
         )
+    if "zeroshot" in (plan.method, plan.model_args.head_init):
+        passes.append(Pass("zero-shot head", "each class's prompts, the checkpoint's text tower", "every class",
+                           "zeroshot_templates"))  # fmt: skip
     passes.append(Pass("evaluation", "validation split, each eval step", evals, "max_eval_samples"))
     passes.append(Pass("calibration", "validation split (temperature or threshold fit)", evals))
     passes.append(_bank_pass(plan))

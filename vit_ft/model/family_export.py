@@ -169,6 +169,8 @@ def _match(config: PretrainedConfig) -> tuple[str | None, str]:
         return None, f"model_type={config.model_type!r} is not vit-ft's ViT"
     if getattr(config, "num_labels", 0) < 1:
         return None, "it has no classification head (num_labels=0)"
+    if getattr(config, "head_type", "linear") != "linear":  # the kNN vote, the zero-shot head's normalisation
+        return None, f"its {config.head_type} head is no linear layer on the pooled feature, as transformers' are"
     target = next((name for test, name in TARGET_RULES if test(config)), VIT_CLASS)
     if target in WHY_NOT:
         return None, WHY_NOT[target]

@@ -240,6 +240,21 @@ def install_zeroshot_head(model: nn.Module, weights: ZeroShotWeights) -> None:
     config.head_type, config.projection_dim = "zeroshot", dim
 
 
+def zeroshot_head(
+    model: nn.Module, checkpoint: str, names: list[str], templates: str = "openai",
+    class_prompts: str | None = None, cache_dir: str | None = None,
+) -> None:  # fmt: skip
+    """The fine-tune's zero-shot head (`method: zeroshot`, `head_init: zeroshot`): `model`, built from
+    `checkpoint` with the labels `names`, gets the checkpoint's zero-shot classifier of those names."""
+    if model.config.problem_type == "multi_label_classification":
+        raise ValueError("a zero-shot head ranks the classes of one label per image (softmax over the class "
+                         "texts); multi-label data takes head_init zero or another method.")  # fmt: skip
+    weights = zeroshot_weights(checkpoint, names, templates, class_prompts, cache_dir)
+    install_zeroshot_head(model, weights)
+    logger.info("Zero-shot head installed: logit scale %.4g, bias %.4g, %s.", weights.logit_scale, weights.logit_bias,
+                "the visual projection kept" if weights.projection is not None else "no visual projection")  # fmt: skip
+
+
 __all__ = [
     "TEMPLATE_SETS",
     "ZeroShotWeights",
@@ -247,5 +262,6 @@ __all__ = [
     "install_zeroshot_head",
     "read_class_prompts",
     "read_templates",
+    "zeroshot_head",
     "zeroshot_weights",
 ]

@@ -46,6 +46,13 @@ def folded_temperature_of(config: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+def _linear_head(model: torch.nn.Module, name: str) -> torch.nn.Linear | None:
+    """The linear layer of head `name`: the head itself, or a zero-shot head's `logits` (after its normalisation)."""
+    head = getattr(model, name, None)
+    head = getattr(head, "logits", head)
+    return head if isinstance(head, torch.nn.Linear) else None
+
+
 def fold_temperature(model: torch.nn.Module, task: Any) -> torch.nn.Module:
     """`model` with the `task`'s calibration temperature T folded into its classifier head: a copy whose head
     weights and biases (`classifier`, and DeiT's `distillation_classifier`) are divided by T, so its logits are
@@ -57,14 +64,14 @@ def fold_temperature(model: torch.nn.Module, task: Any) -> torch.nn.Module:
         return model
     if hasattr(model, "get_base_model"):
         raise ValueError("fold the temperature into a merged model: merge the LoRA adapter first (merge_lora).")
-    heads = [getattr(model, name) for name in HEAD_NAMES if isinstance(getattr(model, name, None), torch.nn.Linear)]
+    heads = [head for head in map(lambda name: _linear_head(model, name), HEAD_NAMES) if head is not None]
     if not heads:
         raise ValueError(f"{type(model).__name__} has no linear classifier head to fold a temperature into.")
     folded = copy.deepcopy(model)
     with torch.no_grad():
         for name in HEAD_NAMES:
-            head = getattr(folded, name, None)
-            if isinstance(head, torch.nn.Linear):
+            head = _linear_head(folded, name)
+            if head is not None:
                 head.weight.div_(temperature)
                 if head.bias is not None:
                     head.bias.div_(temperature)

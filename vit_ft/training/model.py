@@ -54,6 +54,11 @@ def build_model(
             "fine-tuning starts from a complete pre-trained ViT; check that model_name_or_path is a ViTModel / "
             "ViTForImageClassification checkpoint of the same size."
         )
+    if "zeroshot" in (model_args.method, getattr(model_args, "head_init", "zero")):  # from the text tower
+        from ..model.zeroshot import zeroshot_head
+
+        zeroshot_head(model, model_args.model_name_or_path, names, model_args.zeroshot_templates,
+                      model_args.class_prompts, model_args.cache_dir)  # fmt: skip
     # transformers' image processor, timm's pretrained_cfg or the paper's [-1, 1] for a JAX .npz
     settings = checkpoint_normalization(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
     if not settings:

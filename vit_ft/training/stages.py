@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainingArguments, set_seed
+from transformers.trainer_utils import TrainOutput
 
 from ..arguments.checks import check_naflex
 from ..arguments.family_defaults import describe_family_defaults
@@ -200,6 +201,8 @@ def _train(
     try:
         if model_args.method in PROBE_METHODS:
             result = fit_probe(trainer, model_args.method, training_args.seed)
+        elif model_args.method == "zeroshot":  # the head came from the text tower (build_model): nothing to train
+            result = TrainOutput(0, 0.0, {"train_runtime": 0.0, "train_samples": 0})
         else:
             result = trainer.train(resume_from_checkpoint=resume)
     finally:
