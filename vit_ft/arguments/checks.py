@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from vit_ft.metrics import METRIC_NAMES
 from vit_ft.metrics.multilabel import MULTILABEL_METRIC_NAMES
 
+from ..data.naflex import refuse_batch_mixes
+
 if TYPE_CHECKING:
     from transformers import TrainingArguments
 
@@ -237,17 +239,6 @@ def check_distillation(training_args: Any) -> None:
             )
 
 
-def check_naflex(max_num_patches: int | None, data_args: Any) -> None:
-    """Refuse batch-level mixes with NaFlex batches (`max_num_patches`, the model's after loading): their images
-    have different patch grids, which mixup and CutMix cannot blend."""
-    if max_num_patches is not None and getattr(data_args, "mixes_batches", False):
-        raise RecipeError(
-            f"mixup / cutmix with max_num_patches={max_num_patches} (NaFlex): images of different aspect ratios "
-            "cannot be mixed; set mixup_alpha and cutmix_alpha to 0, or fine-tune on square crops (leave "
-            "max_num_patches unset for a checkpoint without it)."
-        )
-
-
 def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) -> None:
     """Every check across the arguments, once, cheapest first-to-fail order: pooling against the checkpoint,
     schedule, launch, global batch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
@@ -263,7 +254,7 @@ def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) 
     check_global_batch(training_args)
     check_push(training_args)
     check_evaluation(data_args, training_args)
-    check_naflex(getattr(model_args, "max_num_patches", None), data_args)
+    refuse_batch_mixes(getattr(model_args, "max_num_patches", None), getattr(data_args, "mixes_batches", False))
     if hasattr(training_args, "ema_decay"):  # a FineTuneTrainingArguments, as parse_args makes
         check_early_stopping(training_args)
         check_ema(training_args)
@@ -279,7 +270,6 @@ __all__ = [
     "check_evaluation",
     "check_global_batch",
     "check_imbalance",
-    "check_naflex",
     "check_pooling",
     "check_push",
     "check_schedule",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..data.naflex import describe_inputs
 from ..utils.hardware import Compute, compute_for
 from .global_batch import batch_record
 from .merge import TRAINING_DEFAULTS
@@ -87,12 +88,8 @@ class RunPlan:
 
     @property
     def inputs(self) -> str:
-        """The input spec: a square resolution, or a NaFlex patch budget (SigLIP 2)."""
-        patches = self.model_args.max_num_patches
-        if patches is not None:
-            return f"NaFlex: up to {patches} patches per image at its own aspect ratio"
-        size = self.model_args.image_size
-        return f"square {size}x{size} px" if size else "square, the checkpoint's resolution"
+        """The input spec: a square resolution, or a patch budget (`data.input_spec.describe_inputs`)."""
+        return describe_inputs(self.model_args.image_size, self.model_args.max_num_patches)
 
     @property
     def task(self) -> str:

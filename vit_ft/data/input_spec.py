@@ -20,7 +20,7 @@ from PIL import Image
 
 from ..utils.run_record import PROCESSOR_FILE
 from .images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
-from .naflex import collate_patches, image_size_for_max_num_patches
+from .naflex import collate_patches, image_size_for_max_num_patches, refuse_batch_mixes
 from .random_crops import CROP_SCALE
 from .transforms import ImageClassificationTransform, build_transforms
 
@@ -46,6 +46,17 @@ class InputSpec:
         """Whether batches are NaFlex patches (`pixel_values`, `pixel_attention_mask`, `spatial_shapes`) rather
         than `(batch, channels, height, width)` pixels."""
         return self.max_num_patches is not None
+
+    def check_batch_mixes(self, mixes_batches: bool) -> None:
+        """Refuse mixup / CutMix (`mixes_batches`) where this spec's images cannot be blended
+        (`refuse_batch_mixes`)."""
+        refuse_batch_mixes(self.max_num_patches, mixes_batches)
+
+    def record(self) -> dict[str, Any]:
+        """What a record of the model states of its input (`vit-ft serve`'s /info)."""
+        return {"image_size": list(self.image_size), "mean": list(self.mean), "std": list(self.std),
+                "resample": int(self.resample), "max_pixels": self.max_pixels,
+                "max_num_patches": self.max_num_patches}  # fmt: skip
 
     def _transform(self, train: bool, **options: Any) -> ImageClassificationTransform:
         return build_transforms(

@@ -91,7 +91,28 @@ def is_naflex_batch(batch: Any) -> bool:
     return isinstance(batch, dict) and "spatial_shapes" in batch
 
 
+def refuse_batch_mixes(max_num_patches: int | None, mixes_batches: bool) -> None:
+    """Batch-level mixes (mixup / CutMix) need one pixel grid per batch: a NaFlex budget (`max_num_patches`, a
+    flag's or the checkpoint's own) gives each image its own, so the two are refused together in one line."""
+    if max_num_patches is not None and mixes_batches:
+        raise ValueError(
+            f"mixup / cutmix with max_num_patches={max_num_patches} (NaFlex): images of different aspect ratios "
+            "cannot be mixed; set mixup_alpha and cutmix_alpha to 0, or fine-tune on square crops (leave "
+            "max_num_patches unset for a checkpoint without it)."
+        )
+
+
+def describe_inputs(image_size: int | None, max_num_patches: int | None) -> str:
+    """The input a run's settings ask for, in words, before the checkpoint is read: a square resolution (the
+    checkpoint's when `image_size` is None), or a NaFlex patch budget (SigLIP 2)."""
+    if max_num_patches is not None:
+        return f"NaFlex: up to {max_num_patches} patches per image at its own aspect ratio"
+    return f"square {image_size}x{image_size} px" if image_size else "square, the checkpoint's resolution"
+
+
 __all__ = [
+    "describe_inputs",
+    "refuse_batch_mixes",
     "collate_patches",
     "from_patches",
     "image_size_for_max_num_patches",

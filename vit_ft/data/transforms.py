@@ -40,7 +40,7 @@ from .images import (
     to_normalized_tensor,
     to_uint8_tensor,
 )
-from .naflex import collate_patches, resize_to_budget, to_patches
+from .naflex import collate_patches, from_patches, resize_to_budget, to_patches
 from .random_crops import CROP_RATIO, CROP_SCALE, random_resized_crop
 
 __all__ = [
@@ -152,6 +152,14 @@ class ImageClassificationTransform:
         parts += ["flip"] if self.horizontal_flip else []
         parts += [self.augmentation.describe()] if self._augments else []
         return " + ".join(parts)
+
+    def to_image(self, pixels: torch.Tensor) -> Image.Image:
+        """One output of this transform (normalised `(channels, height, width)` pixels, or an image's patches) back
+        to 8-bit RGB: pixels * std + mean, over the rescale (figures)."""
+        if self.max_num_patches is not None:
+            pixels = from_patches(pixels, self.patch_size)
+        values = (pixels * self._std_t + self._mean_t) / (255 * self.rescale_factor)  # [0, 1] whatever the rescale
+        return Image.fromarray((values.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy())
 
     def on_workers(self) -> ImageClassificationTransform:
         """This transform with everything in the workers again (float32 output, as without

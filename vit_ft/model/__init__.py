@@ -6,6 +6,8 @@ Importing the package installs the loading hooks (`loading.py`) on the model and
 them with transformers' Auto classes (`import vit_ft` alone imports nothing heavy: see vit_ft/__init__.py).
 """
 
+from pathlib import Path
+
 from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
 
 from . import loading  # noqa: F401
@@ -19,3 +21,15 @@ AutoModelForImageClassification.register(ViTFTConfig, ViTFTForImageClassificatio
 ViTFTConfig.register_for_auto_class()
 ViTFTModel.register_for_auto_class("AutoModel")
 ViTFTForImageClassification.register_for_auto_class("AutoModelForImageClassification")
+
+
+def code_files() -> dict[str, Path]:
+    """name -> file of the model code a saved folder carries (what `save_pretrained` copies beside the weights):
+    the config and model files with their relative imports, as transformers resolves them."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    from . import configuration_vit_ft, modeling_vit_ft
+
+    files = [Path(configuration_vit_ft.__file__), Path(modeling_vit_ft.__file__)]
+    files += [Path(p) for f in list(files) for p in get_relative_import_files(str(f))]
+    return {path.name: path for path in sorted(set(files))}

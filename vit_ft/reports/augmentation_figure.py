@@ -18,7 +18,6 @@ from PIL import Image
 
 from ..data.images import load_image
 from ..data.mixup import MixupCutmix
-from ..data.naflex import from_patches
 from ..data.transforms import INDEX_COLUMN, ImageClassificationTransform, augmentation_seed
 from ..utils.files import staged_file
 from .figures import plot_image_grid
@@ -56,7 +55,7 @@ def write_augmentation_figure(
             generator = torch.Generator().manual_seed(augmentation_seed(seed, draw, index))
             pixels = transform.transform_image(image, generator)
             first_draws += [pixels] if draw == 0 else []
-            panels.append(_shown(pixels, transform))
+            panels.append(transform.to_image(pixels))
             titles.append(f"draw {draw + 1}")
     if mixer is not None:
         _mixed_row(torch.stack(first_draws), transform, mixer, draws + 1, panels, titles)
@@ -76,18 +75,6 @@ def _original(image: Any) -> Image.Image | None:
         return None
     width = max(1, round(PANEL_PIXELS * img.width / img.height))
     return img.resize((width, PANEL_PIXELS), Image.Resampling.BICUBIC)
-
-
-def _shown(pixels: torch.Tensor, transform: ImageClassificationTransform) -> Image.Image:
-    """A normalised (channels, height, width) tensor (or NaFlex patches) back to 8-bit RGB: pixels * std + mean,
-    over the rescale."""
-    if getattr(transform, "max_num_patches", None) is not None:
-        pixels = from_patches(pixels, transform.patch_size)
-    mean = torch.tensor(transform.mean).view(-1, 1, 1)
-    std = torch.tensor(transform.std).view(-1, 1, 1)
-    values = (pixels * std + mean) / (255 * transform.rescale_factor)  # [0, 1] whatever the rescale factor
-    array = (values.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
-    return Image.fromarray(array)
 
 
 def _mixed_row(
@@ -113,7 +100,7 @@ def _mixed_row(
     for i in range(min(count, columns)):
         shares = [(float(w), j) for j, w in enumerate(weights[i]) if w > 1e-6]
         text = " + ".join(f"{w:.2f}×#{j + 1}" for w, j in sorted(shares, reverse=True))
-        row.append((_shown(mixed["pixel_values"][i], transform), f"mixed: {text}"))
+        row.append((transform.to_image(mixed["pixel_values"][i]), f"mixed: {text}"))
     row += [(None, "")] * (columns - len(row))
     panels.extend(panel for panel, _ in row)
     titles.extend(title for _, title in row)

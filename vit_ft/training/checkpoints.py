@@ -31,6 +31,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainingArguments
 
+from ..model import code_files
 from ..utils.distributed import broadcast_object
 from ..utils.files import usual_modes, write_text_atomically
 from ..utils.output_dir import OutputFiles, check_output_dir, record_outputs, written_by
@@ -216,8 +217,7 @@ def run_inputs(model_args: Any, data_args: Any, training_args: Any = None) -> li
 FINETUNE_FILES = OutputFiles(
     "finetune",
     ("README.md", "config.json", "model.safetensors", "preprocessor_config.json", "labels.json",
-     "configuration_vit_ft.py", "modeling_vit_ft.py", "pos_embed.py", "rotary.py", "inputs.py", "norms.py",
-     "naflex.py", "knn_head.py", "sizes.py", "training_args.bin",
+     *code_files(), "training_args.bin",
      "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json", "test_results.json",
      "training_curves.png", "augmentations.png", "vit_ft_run.json", "sweep.json", "sweep.md", "seeds.json",
      "seeds.md", "feature_bank.safetensors",  # tasks.feature_bank.FEATURE_BANK_FILE (not imported: light)

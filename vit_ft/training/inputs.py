@@ -31,6 +31,7 @@ def attach_transforms(
     `config` asking for NaFlex (`max_num_patches`), NaFlex patches instead, everything in the workers.
     """
     spec = model_input_spec(processor, config)
+    spec.check_batch_mixes(data_args.mixes_batches)  # a checkpoint's own patch budget (a flag's: with the plan)
     train_transform = spec.train_transform(
         crop_scale=(data_args.crop_scale_min, 1.0), horizontal_flip=data_args.horizontal_flip, seed=seed,
         augmentation=data_args.augmentation_spec(),  # None: no per-image augmentation asked for

@@ -18,7 +18,6 @@ from typing import Any
 from transformers import TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
-from ..arguments.checks import check_naflex
 from ..arguments.family_defaults import describe_family_defaults
 from ..arguments.fields import DataArguments, ModelArguments
 from ..arguments.global_batch import describe_batch
@@ -115,8 +114,6 @@ def _finetune(plan: RunPlan) -> dict[str, float]:
 
     # model and inputs
     model, processor = build_model(model_args, names, task)
-    if model_args.max_num_patches is None:  # a checkpoint's own NaFlex (a flag's was checked with the plan)
-        check_naflex(model.config.max_num_patches, data_args)
     train_transform = attach_transforms(splits, processor, data_args, training_args.seed, model.config)
     mixup = build_mixup(data_args, training_args, len(names))
     if resume is None and training_args.process_index == 0:  # before its first file: the names are the run's

@@ -27,6 +27,7 @@ from huggingface_hub import HfApi
 
 from ...data.images import image_extensions
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
+from ...model import code_files
 from ...tasks.card import model_card
 from ...tasks.temperature import fold_temperature, folded_temperature_of
 from ...utils.hub_ids import check_hub_id
@@ -119,7 +120,7 @@ def _stage_model(origin: Origin, staging: Path, format: str):
         export_to_transformers(model, staging, image_processor=vit_image_processor(origin))
         write_image_processor(origin, staging, model.config)  # as we evaluate
         return model
-    ours, complete = _our_code_files(), _has_complete_model(folder)
+    ours, complete = code_files(), _has_complete_model(folder)
     _check_code(folder, _code_files(folder) if complete else [], ours)  # before anything is staged
     staging.mkdir(parents=True)
     if complete:
@@ -309,18 +310,6 @@ OUR_AUTO_MAP = {
     "modeling_vit_ft.ViTFTModel",
     "modeling_vit_ft.ViTFTForImageClassification",
 }
-
-
-def _our_code_files() -> dict[str, Path]:
-    """name -> file of the model code the installed vit_ft writes beside a model (as `save_pretrained` does):
-    the model and config files with their relative imports."""
-    from transformers.dynamic_module_utils import get_relative_import_files
-
-    from ...model import configuration_vit_ft, modeling_vit_ft
-
-    files = [Path(configuration_vit_ft.__file__), Path(modeling_vit_ft.__file__)]
-    files += [Path(p) for f in list(files) for p in get_relative_import_files(str(f))]
-    return {path.name: path for path in sorted(set(files))}
 
 
 def _check_code(folder: Path, names: list[str], ours: dict[str, Path]) -> None:

@@ -132,9 +132,7 @@ def _info(served: Served, model: str, runtime: str, folder: Path | None, preproc
         "runtime": runtime,
         "task": task.problem_type,
         "labels": [served.id2label[i] for i in sorted(served.id2label)],
-        "input": {"image_size": list(preprocessing.image_size), "mean": list(preprocessing.mean),
-                  "std": list(preprocessing.std), "resample": int(preprocessing.resample),
-                  "max_pixels": preprocessing.max_pixels, "max_num_patches": preprocessing.max_num_patches},
+        "input": preprocessing.record(),
         "calibration": {"temperature": getattr(task, "temperature", None),
                         "threshold": task.threshold_summary(served.id2label)},  # fmt: skip
         "ood": ood,
