@@ -81,6 +81,7 @@ LONG = [
     r"scripts/bench\.py( --quick)?$",  # the benchmark's sections (tests/test_benchmark.py's quick run: the suite's)
     r"scripts/seeds\.py",  # a fine-tune per seed, each its own process (tests/training/test_seeds.py: the suite's)
     r"--method auto",  # the ladder's rungs, one after another
+    r"--method (dora|vera|oft|boft|loha|lokr|adalora|ia3|ln_tuning)",  # a peft fine-tune (test_peft_methods' long)
 ]
 COMMANDS = documented_commands()
 PARAMS = [

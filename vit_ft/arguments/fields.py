@@ -31,7 +31,12 @@ from .ranges import check_ranges
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 # how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
 # ladder that tries them cheapest first (training/ladder.py)
-METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot")
+METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora",
+                  "ia3", "ln_tuning")  # fmt: skip
+# the methods that train a peft adapter (training/peft_methods.py holds each one's peft config and defaults);
+# LoRA's variants read the lora_* keys, the others peft_r and peft_target_modules
+PEFT_METHODS = ("lora", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora", "ia3", "ln_tuning")
+LORA_KEY_METHODS = ("lora", "dora", "adalora")
 BUILTIN_PRETRAININGS = ("digits", "digits-small")
 HEAD_INITS = ("zero", "zeroshot")  # the new head at zero (the paper), or an image-text model's zero-shot classifier
 
@@ -102,7 +107,8 @@ class ModelArguments:
     )
     method: str | None = option(
         None,
-        "How the model learns: 'full' (all weights), 'lora' (= use_lora: true), 'linear' (a logistic "
+        "How the model learns: 'full' (all weights), 'lora' (= use_lora: true) or another peft adapter ('dora', "
+        "'vera', 'oft', 'boft', 'loha', 'lokr', 'adalora', 'ia3', 'ln_tuning'; docs/fine-tuning.md), 'linear' (a logistic "
         "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
         "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
         "then full, each taken while the one before gained more than ladder_min_gain), or 'zeroshot' (an image-text "
@@ -128,8 +134,20 @@ class ModelArguments:
         "Where LoRA goes: 'attention' (attention projections), 'attention+mlp', or a comma-separated "
         "list of module names (e.g. 'query,value').",
     )
+    peft_r: int | None = option(
+        None,
+        "The rank of the peft methods other than LoRA's (vera, loha, lokr: r; oft and boft: the block size); "
+        "unset takes the method's default (docs/fine-tuning.md). lora, dora and adalora read lora_r.",
+    )
+    peft_target_modules: str | None = option(
+        None,
+        "Where the peft methods other than LoRA's go: 'attention', 'attention+mlp' or module names; unset takes "
+        "the method's default (ia3: qkv and fc2, ln_tuning: the LayerNorms). lora, dora and adalora read "
+        "lora_target_modules.",
+    )
     merge_lora: bool = option(
-        True, "Merge the LoRA weights into the base model before saving, so the output loads without peft."
+        True, "Merge the adapter (any peft method) into the base model before saving, so the output loads "
+        "without peft.",
     )
     pretrain_if_missing: str | None = option(
         None,
@@ -186,24 +204,57 @@ class ModelArguments:
                 f"({'method: lora means use_lora: true' if self.method == 'lora' else 'use_lora: true is method: lora'})."
             )
         self.use_lora = self.method == "lora"
+        self._check_method_keys()
         if self.budget_minutes is not None and self.method != "auto":
             raise ValueError(
                 f"budget_minutes={self.budget_minutes:g} limits the ladder of method: auto, not method: {self.method}; "
                 "add --method auto or leave budget_minutes unset."
             )
 
+    @property
+    def peft(self) -> bool:
+        """Whether the method trains a peft adapter (saved in `adapter/`, merged into the output by default)."""
+        return self.method in PEFT_METHODS
+
+    def _check_method_keys(self) -> None:
+        """The keys of one method family are not given to another: lora_* to lora / dora / adalora, peft_* to the
+        other peft methods (a key left at its default is not given)."""
+        given_lora = [key for key, default in _LORA_KEY_DEFAULTS.items() if getattr(self, key) != default]
+        given_peft = [key for key in ("peft_r", "peft_target_modules") if getattr(self, key) is not None]
+        if self.method in PEFT_METHODS and self.method not in LORA_KEY_METHODS and given_lora:
+            raise ValueError(
+                f"{', '.join(given_lora)} set LoRA's adapters, not method: {self.method}; use peft_r / "
+                "peft_target_modules for it, or leave the lora_* keys at their defaults."
+            )
+        if given_peft and self.method not in PEFT_METHODS:
+            raise ValueError(
+                f"{', '.join(given_peft)} set a peft method's adapters, not method: {self.method}; add --method "
+                f"with one of {', '.join(m for m in PEFT_METHODS if m not in LORA_KEY_METHODS)}, or drop them."
+            )
+        if given_peft and self.method in LORA_KEY_METHODS:
+            raise ValueError(
+                f"{', '.join(given_peft)} are not read by method: {self.method}, which takes lora_r and "
+                "lora_target_modules; use those instead."
+            )
+        if self.peft_target_modules is not None:
+            self.peft_target_modules = self._normalise_lora_targets(self.peft_target_modules, "peft_target_modules")
+
     @staticmethod
-    def _normalise_lora_targets(value: str) -> str:
+    def _normalise_lora_targets(value: str, name: str = "lora_target_modules") -> str:
         targets = parse_lora_target_modules(value.strip())
         if isinstance(targets, str):
             return targets
         bad = [name for name in targets if not _MODULE_NAME.match(name)]
         if bad:
             raise ValueError(
-                f"lora_target_modules={value!r} has invalid module name(s) {bad}; use one of "
+                f"{name}={value!r} has invalid module name(s) {bad}; use one of "
                 f"{', '.join(LORA_TARGET_PRESETS)}, or a comma-separated list of module names such as 'query,value'."
             )
         return ",".join(targets)
+
+
+# the LoRA keys' defaults: a key is "given" when it differs from its default
+_LORA_KEY_DEFAULTS = {"lora_r": 16, "lora_alpha": 16, "lora_dropout": 0.1, "lora_target_modules": "attention"}
 
 
 @dataclass

@@ -1,43 +1,29 @@
-"""LoRA fine-tuning with peft: apply, and save the adapter and the merged model (loading is `vit_ft.tools.inference`)."""
+"""peft adapters (LoRA and the other methods of `training.peft_methods`): apply, and save the adapter and the
+merged model (loading is `vit_ft.tools.trained`). The names say LoRA, the first of them; each function serves every
+method of the table alike."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel, get_peft_model
 from torch import nn
+from transformers import TrainerCallback
 
-from ..arguments.fields import ModelArguments, parse_lora_target_modules
+from ..arguments.fields import ModelArguments
 from ..kernels import PackedBitsDropout
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..utils.run_record import ADAPTER_DIR
+from .peft_methods import PEFT_METHOD_TABLE, peft_config
 
 logger = logging.getLogger("vit_ft")
-
-# our module names: the fused query/key/value projection (peft's ViT example adapts query and value);
-# "attention+mlp" adds the attention output projection and the MLP
-# The family members (DeiT, DINOv2, CLIP, SigLIP) load into the same modules, so the presets hold for all of them;
-# "attention+mlp" also adapts SigLIP's attention-pooling head (its proj and MLP), which it fine-tunes
-TARGET_PRESETS = {"attention": ["qkv"], "attention+mlp": ["qkv", "proj", "fc1", "fc2"]}
-# trained in full besides the head where the model has it: DeiT's second head, on the distillation token
-DISTILLATION_HEAD = "distillation_classifier"
-
-
-def lora_config(model_args: ModelArguments) -> LoraConfig:
-    """peft's ViT image-classification defaults (r=16, alpha=16, dropout 0.1), the new head trained in full."""
-    targets = parse_lora_target_modules(model_args.lora_target_modules)
-    targets = TARGET_PRESETS.get(targets, targets) if isinstance(targets, str) else targets
-    return LoraConfig(
-        r=model_args.lora_r,
-        lora_alpha=model_args.lora_alpha,
-        lora_dropout=model_args.lora_dropout,
-        target_modules=targets,
-        modules_to_save=["classifier"],
-        bias="none",
-    )
+# AdaLoRA's budget schedule as fractions of the run's optimizer steps: the first 10 % at init_r, the ranks pruned
+# to target_r until 70 %, then fixed (the paper's warm-up / final phases, scaled to our runs)
+ADALORA_TINIT, ADALORA_TFINAL = 0.1, 0.3
 
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
@@ -47,11 +33,9 @@ def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
 
 
 def apply_lora(model: ViTFTForImageClassification, model_args: ModelArguments) -> PeftModel:
-    """Wrap `model` with LoRA adapters; logs trainable vs total parameters."""
-    config = lora_config(model_args)
-    if hasattr(model, DISTILLATION_HEAD):
-        config.modules_to_save.append(DISTILLATION_HEAD)
-    peft_model = get_peft_model(model, config)
+    """Wrap `model` with the adapters of `model_args.method` (any peft method of the table); logs trainable vs
+    total parameters."""
+    peft_model = get_peft_model(model, peft_config(model_args, model))
     for module in peft_model.modules():  # peft's per-adapter input dropout, the same rule with fewer draws
         dropouts = getattr(module, "lora_dropout", None)
         if isinstance(dropouts, nn.ModuleDict):
@@ -60,7 +44,8 @@ def apply_lora(model: ViTFTForImageClassification, model_args: ModelArguments) -
                     dropouts[name] = PackedBitsDropout(dropout.p)
     trainable, total = count_parameters(peft_model)
     logger.info(
-        "LoRA: %s trainable of %s parameters (%.2f%%)",
+        "%s: %s trainable of %s parameters (%.2f%%)",
+        model_args.method if model_args.method != "lora" else "LoRA",
         f"{trainable:,}",
         f"{total:,}",
         100 * trainable / total,
@@ -68,8 +53,29 @@ def apply_lora(model: ViTFTForImageClassification, model_args: ModelArguments) -
     return peft_model
 
 
+class AdaLoraCallback(TrainerCallback):
+    """AdaLoRA's rank budget: its schedule set from the run's steps when training starts, and the ranks
+    reallocated after each optimizer step (before the gradients are cleared, which the allocation reads)."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        config = model.peft_config["default"]
+        config.total_step = max(state.max_steps, 3)
+        config.tinit = int(ADALORA_TINIT * config.total_step)
+        config.tfinal = int(ADALORA_TFINAL * config.total_step)
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        model.base_model.update_and_allocate(state.global_step)
+
+
+def peft_callbacks(model: Any) -> list[TrainerCallback]:
+    """The callbacks a method needs during training (AdaLoRA's rank allocation), none for the others."""
+    config = getattr(model, "peft_config", {}).get("default")
+    return [AdaLoraCallback()] if type(config).__name__ == "AdaLoraConfig" else []
+
+
 def save_lora_outputs(trainer: Any, model_args: ModelArguments, output_dir: Path) -> None:
-    """The adapter (with the head) in `output_dir/adapter`, and by default the merged model in `output_dir`."""
+    """The adapter (with the head) in `output_dir/adapter`, and by default the merged model in `output_dir`
+    (a method that cannot merge says so in one line and leaves the adapter alone)."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if not trainer.is_world_process_zero():
         return
@@ -79,23 +85,25 @@ def save_lora_outputs(trainer: Any, model_args: ModelArguments, output_dir: Path
         adapter_dir
     )  # the fine-tuned architecture, labels and resolution
     trainer.processing_class.save_pretrained(adapter_dir)
-    if model_args.merge_lora:
+    if model_args.merge_lora and not PEFT_METHOD_TABLE[model_args.method].mergeable:
+        logger.info("%s cannot be merged into the weights: the output is the adapter alone (adapter/).",
+                    model_args.method)  # fmt: skip
+    elif model_args.merge_lora:
         merged = merge_lora(model)
         merged.save_pretrained(output_dir)
         trainer.processing_class.save_pretrained(output_dir)
 
 
 def merge_lora(model: PeftModel) -> ViTFTForImageClassification:
-    """A plain ViTFTForImageClassification with the LoRA weights folded in (the adapter model is left intact)."""
-    import copy
-
+    """A plain ViTFTForImageClassification with the adapter folded in (the adapter model is left intact)."""
     return copy.deepcopy(model).merge_and_unload()
 
 
 __all__ = [
+    "AdaLoraCallback",
     "apply_lora",
     "count_parameters",
-    "lora_config",
     "merge_lora",
+    "peft_callbacks",
     "save_lora_outputs",
 ]

@@ -71,7 +71,7 @@ def build_model(
     processor = ViTImageProcessorPil(
         **settings, size={"height": height, "width": width}, resample=PILImageResampling.BICUBIC
     )
-    if model_args.use_lora:
+    if model_args.peft:  # LoRA or another peft method
         from .lora import apply_lora
 
         model = apply_lora(model, model_args)

@@ -47,7 +47,7 @@ def save_outputs(
 
     model_args, data_args, training_args = plan.arguments
     output_dir = Path(training_args.output_dir)
-    if model_args.use_lora:
+    if model_args.peft:
         save_lora_outputs(trainer, model_args, output_dir)
     else:
         trainer.save_model(str(output_dir))
@@ -91,7 +91,7 @@ def _settings_record(plan: RunPlan) -> dict[str, Any]:
     return {
         "recipe": plan.recipe,
         "base_model": model_args.model_name_or_path,
-        "lora": model_args.use_lora,
+        "lora": model_args.peft,  # an adapter in adapter/ (LoRA or another peft method: "method" says which)
         "method": model_args.method,  # full, lora, or a probe on the frozen backbone (linear, knn)
         "data": {k: v for k, v in vars(data_args).items()},
         "seed": training_args.seed,

@@ -183,6 +183,11 @@ def _add_callbacks(
     trainer.add_callback(preemption)
     trainer.add_callback(CheckpointRecordCallback(uuid.uuid4().hex, settings))
     trainer.add_callback(StepsFromArguments())
+    if getattr(trainer.model, "peft_config", None):  # a method's own step (AdaLoRA's rank allocation)
+        from .lora import peft_callbacks
+
+        for callback in peft_callbacks(trainer.model):
+            trainer.add_callback(callback)
     use_readable_console(trainer)  # one line per evaluation, not Trainer's log dicts
     return preemption
 
