@@ -52,8 +52,11 @@ _ENDS = 64 * 1024  # bytes read at each end of a file for its record
 
 def _digest(path: Path) -> str:
     """The SHA-256 of a whole file (the records of an older vit_ft)."""
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:  # hashlib.file_digest is Python 3.11's; pyproject allows 3.10
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fingerprint(path: Path) -> list[int | str]:
