@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...reports.reporting import copy_training_curves, write_report_lines
+from ...reports.robustness import write_shift_table
 from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..ood import OODScorer
@@ -31,6 +32,7 @@ from ..trained import Trained, load_trained
 from ..tta import NO_OOD_SCORE, TTARunner, with_tta
 from .data import EvalData, folders_read, resolve_eval_data
 from .outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
+from .shift import CORRUPTIONS_SHIFT, accuracy, check_shift, shift_evaluation
 
 logger = logging.getLogger("vit_ft")
 
@@ -39,7 +41,8 @@ EVALUATION_FILES = OutputFiles(
     "evaluate",
     ("report.md", "metrics.json", "per_class.csv", "per_class.md", "per_class.png", "predictions.csv",
      "mistakes.csv", "mistakes.png", "confusion_matrix.png", "confusion_matrix.csv", "confusion_matrix.npy",
-     "reliability.png", "pr_curves.png", "false_positives.png", "false_negatives.png", "training_curves.png"),
+     "reliability.png", "pr_curves.png", "false_positives.png", "false_negatives.png", "training_curves.png",
+     "shift.csv", "shift.md", "shift.png"),
     "an evaluation report",
 )  # fmt: skip
 
@@ -64,6 +67,7 @@ def run_evaluation(
     label_separator: str = ";",
     overwrite: bool = False,
     tta: str | None = None,
+    shift: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md/.png, confusion_matrix.png/.csv/.npy,
     reliability.png, mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has
@@ -83,13 +87,17 @@ def run_evaluation(
     A multi-label model needs multi-label data (a `data_dir` with labels.csv, its labels separated by
     `label_separator`); its files are its task's (`tasks.MultiLabel.write_evaluation`): pr_curves.png,
     false_positives.png and false_negatives.png instead of the confusion matrix, reliability and mistakes.
+
+    `shift` ("corruptions" or a folder of class folders, `shift.py`) adds accuracy under shift beside the clean
+    one: shift.csv / .md / .png, metrics.json's "shift" and a section of report.md (single-label models).
     """
-    given = [model, *([data_dir] if data_dir is not None else [])]
+    given = [model, *([data_dir] if data_dir is not None else []), *([shift] if shift not in (None, CORRUPTIONS_SHIFT) else [])]
     check_output_dir(output_dir, inputs=given, holds="report.md and its files")  # before the model loads
     output_dir = Path(output_dir)
     EVALUATION_FILES.check(output_dir, overwrite)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     runner = with_tta(trained, tta)  # a flip for a model trained without flips is refused here
+    check_shift(shift, trained)
     id2label, where = trained.id2label, (recipe, data_dir, split, seed, max_samples)
     data = resolve_eval_data(trained.origin, id2label, *where, trained.task.problem_type, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
@@ -101,8 +109,10 @@ def run_evaluation(
     outputs = predict_dataset(runner, data, batch_size, num_workers, progress, scorer)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
     tta_numbers = tta_comparison(runner, outputs, trained, top_k) if tta else None
+    shifted = None if shift is None else shift_evaluation(
+        trained, data, accuracy(outputs.logits, outputs.labels), shift, seed or 0, batch_size, num_workers, progress)
     return write_evaluation(
-        output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer, tta_numbers
+        output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer, tta_numbers, shifted
     )
 
 
@@ -128,6 +138,7 @@ def write_evaluation(
     overwrite: bool = False,
     scorer: OODScorer | None = None,
     tta: dict[str, Any] | None = None,
+    shift: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws, written
     aside and moved into `output_dir` (`EVALUATION_FILES.staged`: the folder's other files kept); returns
@@ -140,6 +151,8 @@ def write_evaluation(
         metrics["unlike_training"], ood_line = unlike_training_count(outputs, scorer)
     if tta is not None:  # test-time augmentation and its measured effect (`tta_comparison`)
         metrics["tta"] = tta
+    if shift is not None:  # accuracy under shift (`shift.shift_evaluation`)
+        metrics["shift"] = shift
 
     def images(rows: list[int]) -> list[Any]:
         return [data.dataset[row]["image"] for row in rows]
@@ -156,6 +169,7 @@ def write_evaluation(
             figures["training_curves"] = curves
         run_folder = trained.origin.run_folder  # linked from report.md, relative to where it will be read
         lines, notes = task.report_lines(output_dir, trained.source, metrics, table, figures, run_folder)
+        lines += write_shift_table(staging, shift) if shift is not None else []
         write_report_lines(staging, lines, [*data.notes, *notes, *([ood_line] if ood_line else []), *tta_notes(tta)])
     logger.info("%s; report in %s", task.summary(metrics, top_k), output_dir / "report.md")
     if ood_line:
