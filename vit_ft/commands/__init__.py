@@ -29,6 +29,7 @@ COMMANDS = {
     "push": "push a fine-tune output folder to the Hugging Face Hub",
     "export": "export a trained model to ONNX (and int8) for onnxruntime",
     "serve": "serve a trained model over HTTP with dynamic batching",
+    "wise": "WiSE-FT: interpolate a zero-shot model and its fine-tune (alpha chosen on validation)",
 }
 
 
