@@ -10,7 +10,7 @@ import pytest
 import torch
 from peft import PeftModel
 
-from vit_ft import ViTFTForImageClassification
+from vit_ft import ViTFTForImageClassification, kernels
 from vit_ft.arguments.fields import LORA_KEY_METHODS, PEFT_METHODS, ModelArguments
 from vit_ft.tools.trained import load_model
 from vit_ft.training.lora import apply_lora, count_parameters, merge_lora
@@ -114,6 +114,22 @@ def test_targets_the_method_cannot_adapt_are_one_line(method, keys, words):
     with pytest.raises(ValueError) as error:
         apply_lora(base_model(), ModelArguments(model_name_or_path="x", method=method, **keys))
     assert words in str(error.value)
+
+
+@pytest.mark.parametrize("method", ["adalora", "lora"])
+def test_training_step_on_the_cpu_kernels_equals_plain_torch(method, monkeypatch):
+    """AdaLoRA adds its branch in place (`result +=`) onto the kernels' Linear output: the same gradients as torch."""
+    grads = []
+    for on in ("1", "0"):
+        monkeypatch.setenv(kernels.KERNELS_ENV, on)
+        model = kernels.kernelize(base_model())
+        torch.manual_seed(0)  # the adapters' random start, the same in both
+        model = apply_lora(model, ModelArguments(model_name_or_path="x", method=method)).eval()  # no dropout draws
+        model(pixel_values=torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(5))).logits.sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_every_method_has_one_row_with_a_source():

@@ -26,7 +26,7 @@ def _onednn_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     """`act(x @ weight.T + bias)` in one oneDNN call, for any `(..., in)` x and `(out, in)` weight (transposed
     views included); act is "none" or "gelu" (exact, erf)."""
     out = _onednn_linear(x.reshape(-1, x.shape[-1]), weight, bias, act, [], "none" if act == "gelu" else "")
-    return out.view(*x.shape[:-1], weight.shape[0])  # (..., out)
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])  # (..., out)
 
 
 class _OneDNNLinearFunction(torch.autograd.Function):
@@ -39,7 +39,7 @@ class _OneDNNLinearFunction(torch.autograd.Function):
         needs_x_grad, needs_weight_grad = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if needs_weight_grad else None, weight if needs_x_grad else None)
         ctx.has_bias = bias is not None
-        return _onednn_matmul(x, weight, bias)
+        return _onednn_matmul(x, weight, bias)  # x is (rows, in): no view out, which an in-place add would refuse
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
@@ -79,7 +79,10 @@ def linear(
             return _onednn_matmul(*bf16, act=activation or "none")
         if not autocast and x.dtype == weight.dtype == torch.float32:
             if _needs_autograd(x, weight, bias):
-                out = _OneDNNLinearFunction.apply(x, weight, bias)
+                # (rows, in) into the Function and the view outside it, so that an in-place add on the output (AdaLoRA's
+                # `result +=`) is ordinary autograd; a custom Function's view output refuses it
+                rows = _OneDNNLinearFunction.apply(x.reshape(-1, x.shape[-1]), weight, bias)
+                out = rows.view(*x.shape[:-1], weight.shape[0])  # (..., out)
             else:
                 return _onednn_matmul(x, weight, bias, act=activation or "none")
             return F.gelu(out) if activation == "gelu" else out
