@@ -31,7 +31,7 @@ from .ranges import check_ranges
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 # how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
 # ladder that tries them cheapest first (training/ladder.py)
-METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora",
+METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot", "lp-ft", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora",
                   "ia3", "ln_tuning")  # fmt: skip
 # the methods that train a peft adapter (training/peft_methods.py holds each one's peft config and defaults);
 # LoRA's variants read the lora_* keys, the others peft_r and peft_target_modules
@@ -112,7 +112,8 @@ class ModelArguments:
         "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
         "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
         "then full, each taken while the one before gained more than ladder_min_gain), or 'zeroshot' (an image-text "
-        "checkpoint's classifier from the class names, no training: zeroshot_templates). Unset: 'lora' when "
+        "checkpoint's classifier from the class names, no training: zeroshot_templates), or 'lp-ft' (Kumar et al. "
+        "2022: the linear probe fitted first, then full fine-tuning from its head). Unset: 'lora' when "
         "use_lora is true, else 'full'.",
     )
     ladder_min_gain: float = option(
@@ -184,6 +185,9 @@ class ModelArguments:
         self.lora_target_modules = self._normalise_lora_targets(self.lora_target_modules)
         self._resolve_method()
         _check_choice("head_init", self.head_init, HEAD_INITS)
+        if self.method == "lp-ft" and self.head_init != "zero":
+            raise ValueError(f"method lp-ft fits its own head (the linear probe) before fine-tuning; head_init "
+                             f"{self.head_init} would be replaced: leave head_init unset, or use method full.")  # fmt: skip
         if "zeroshot" not in (self.method, self.head_init) and self.class_prompts:
             raise ValueError("class_prompts are the prompts of a zero-shot head: add --method zeroshot or "
                              "--head_init zeroshot, or drop class_prompts.")  # fmt: skip

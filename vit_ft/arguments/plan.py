@@ -219,7 +219,7 @@ def run_passes(plan: RunPlan) -> tuple[Pass, ...]:
         passes.append(
             Pass("bad-image scan", "every split's images, decoded once", "every image", "check_images")
         )
-    if plan.method in ("linear", "knn", "auto"):
+    if plan.method in ("linear", "knn", "auto", "lp-ft"):
         passes.append(
             Pass("probe features", "training and validation images, frozen backbone", "every image")
         )

@@ -75,6 +75,16 @@ def fit_probe(trainer: Any, method: str, seed: int = 0) -> TrainOutput:
     return TrainOutput(0, 0.0, metrics)
 
 
+def fit_lp_ft_head(trainer: Any, seed: int = 0) -> None:
+    """LP-FT's first stage (Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features"): the linear probe
+    fitted to convergence on the frozen features (`fit_probe`'s, C chosen on validation) and written into the head
+    that full fine-tuning then starts from. Its features are dropped: fine-tuning moves the backbone, so the
+    feature bank at the end reads the fine-tuned one."""
+    logger.info("LP-FT: the linear probe first, then full fine-tuning from its head.")
+    fit_probe(trainer, "linear", seed)
+    del trainer.frozen_features
+
+
 def _validated_c(trainer: Any, transform: Any, features: np.ndarray, labels: np.ndarray) -> float:
     """The linear probe's C, chosen by the validation split's log loss (`tasks.probes.choose_probe_c`); scikit-
     learn's default 1 where there is no validation split to choose on."""
@@ -95,4 +105,4 @@ def _validated_c(trainer: Any, transform: Any, features: np.ndarray, labels: np.
     return c
 
 
-__all__ = ["PROBE_METHODS", "fit_probe"]
+__all__ = ["PROBE_METHODS", "fit_lp_ft_head", "fit_probe"]

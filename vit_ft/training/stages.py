@@ -44,7 +44,7 @@ from .inputs import attach_transforms, build_mixup, write_augmentations
 from .model import build_model
 from .outputs import save_outputs
 from .preemption import PreemptionCallback
-from .probes import PROBE_METHODS, fit_probe
+from .probes import PROBE_METHODS, fit_lp_ft_head, fit_probe
 from .resume import check_resume, run_settings
 from .trainer import build_trainer, evaluate_final_model
 from .workers import check_data_loading
@@ -206,6 +206,8 @@ def _train(
         elif model_args.method == "zeroshot":  # the head came from the text tower (build_model): nothing to train
             result = TrainOutput(0, 0.0, {"train_runtime": 0.0, "train_samples": 0})
         else:
+            if model_args.method == "lp-ft" and resume is None:  # LP-FT's first stage; a resume has its head
+                fit_lp_ft_head(trainer, training_args.seed)
             result = trainer.train(resume_from_checkpoint=resume)
     finally:
         preemption.restore()
