@@ -42,43 +42,56 @@ def noisy_clusters(spread: float, n_per_class: int = 80, classes: int = 5, dim: 
     return features, truth, given, flipped
 
 
-def test_the_probe_of_lowest_out_of_fold_log_loss_is_chosen_and_every_candidate_reported():
+def calibrated_flags(labels: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
+    """The reference: cleanlab's calibrated estimate of the wrong labels (its estimate_joint's off-diagonal mass),
+    that many images of lowest p(given)."""
+    from cleanlab.count import compute_confident_joint, estimate_joint
+
+    joint = estimate_joint(labels, probabilities, confident_joint=compute_confident_joint(labels, probabilities, calibrate=True))
+    count = int(np.rint((1 - np.trace(joint)) * len(labels)))
+    flags = np.zeros(len(labels), bool)
+    flags[np.argsort(probabilities[np.arange(len(labels)), labels], kind="stable")[:count]] = True
+    return flags
+
+
+def test_the_candidate_of_lowest_out_of_fold_log_loss_is_chosen_among_spaces_and_every_one_reported():
     features, _, given, _ = noisy_clusters(spread=0.5)
-    probabilities, probe = best_probe(features, given, 5)
-    assert set(probe["candidates"]) == set(PROBES)
+    noise = np.random.default_rng(3).normal(size=features.shape)  # a weak backbone's features: no class signal
+    probabilities, probe = best_probe({"features": noise, "pixels": features}, given, 5)
+    assert set(probe["candidates"]) == {f"{space}/{name}" for space in ("features", "pixels") for name in PROBES}
     losses = {name: c["log_loss"] for name, c in probe["candidates"].items()}
-    assert probe["chosen"] == min(losses, key=losses.get)
+    assert probe["chosen"] == min(losses, key=losses.get) and probe["space"] == "pixels"
     assert log_loss(probabilities, given) == pytest.approx(losses[probe["chosen"]], abs=1e-4)
+    probabilities, probe = best_probe(features, given, 5)  # a bare array: the space "features"
+    assert probe["space"] == "features" and len(probe["candidates"]) == len(PROBES)
     for name in PROBES:  # each a distribution with no impossible class, right on separable clusters
         values = probe_probabilities(name, features, given, 5)
         np.testing.assert_allclose(values.sum(1), 1, atol=1e-6)
-        assert values.min() > 0 and probe["candidates"][name]["accuracy"] > 0.85, name
+        assert values.min() > 0 and probe["candidates"][f"features/{name}"]["accuracy"] > 0.85, name
 
 
 def test_on_features_with_little_class_signal_the_flags_stay_within_the_noise_bound_and_the_check_says_so():
-    from cleanlab.count import num_label_issues
-
     features, _, given, flipped = noisy_clusters(spread=6.0)
     found, record, probabilities = audit_labels(features, given, 5)
     quality = record["quality"]
     old_rule = int((probabilities[np.arange(len(given)), given] < 0.5).sum())  # the rule that flooded
-    assert len(found) == quality["estimated_issues"] == num_label_issues(given, probabilities) < old_rule
+    assert {f.index for f in found} == set(np.flatnonzero(calibrated_flags(given, probabilities)))
+    assert len(found) == quality["estimated_issues"] < old_rule
     true_precision = len({f.index for f in found} & set(flipped)) / len(found)
     assert true_precision < PRECISION_FLOOR and quality["low_precision"], (true_precision, quality)
+    assert quality["precision_low"] <= quality["precision"]  # the warning reads the lower bound
     assert quality["precision"] == pytest.approx(true_precision, abs=0.15)  # the estimate is near the truth
     assert quality["proposed"] < len(found)
 
 
 def test_the_self_checks_recall_and_precision_are_what_cleanlab_finds_on_the_known_flips():
-    from cleanlab.filter import find_label_issues
-
     features, truth, given, _ = noisy_clusters(spread=0.5)
     probabilities, probe = best_probe(features, given, 5)
     found, _ = label_issues(given, probabilities)
-    check = self_check(given, found, 5, lambda y: probe_probabilities(probe["chosen"], features, y, 5))
+    check = self_check(given, found, 5, lambda y: probe_probabilities(probe["probe"], features, y, 5))
     assert (check.labels[check.rows] != given[check.rows]).all() and len(check.rows) == 20  # 5 % flipped
     np.testing.assert_array_equal(np.delete(check.labels, check.rows), np.delete(given, check.rows))
-    again = find_label_issues(check.labels, check.probabilities, filter_by="low_self_confidence", n_jobs=1)
+    again = calibrated_flags(check.labels, check.probabilities)
     np.testing.assert_array_equal(check.flagged, again)  # cleanlab itself, on the check's probabilities
     hits = again[check.rows].sum()
     assert check.recall == pytest.approx(hits / len(check.rows))
@@ -134,9 +147,11 @@ def test_backbone_that_cannot_tell_the_classes_apart_warns_in_one_line_opens_its
     record = json.loads((out / "audit.json").read_text())
     quality = record["quality"]
     assert quality["low_precision"] and record["counts"]["label_issue"] == quality["estimated_issues"]
-    first = (out / "report.md").read_text().splitlines()[2:6]
-    assert first[0].startswith("**Warning: estimated precision") and "out-of-fold accuracy" in first[2], first
-    assert "estimated noise rate" in first[3]
+    lines = (out / "report.md").read_text().splitlines()
+    assert lines[2].startswith("**Warning: estimated precision"), lines[:8]
+    first = next(i for i, line in enumerate(lines) if line.startswith("- "))  # the quality figures, after warnings
+    assert all(line.startswith("**Warning") or not line for line in lines[2:first]), lines[:first]
+    assert "out-of-fold accuracy" in lines[first] and "estimated noise rate" in lines[first + 1]
     with open(out / "relabel.csv", newline="") as f:
         relabel = [r for r in csv.DictReader(f) if r["kind"] == "label_issue"]
     proposed = [r for r in relabel if r["action"] == "relabel"]

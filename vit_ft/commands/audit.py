@@ -11,8 +11,10 @@ folders (<split>/<class name>/<image>), a save_to_disk folder, or a Hub dataset 
 (path, kind, score, given_label, suggested_label, other), relabel.csv (edit its action / label column, then pass
 it as the fine-tune's --exclude), report.md with one image grid per kind, and audit.json; OUTPUT's other files
 are kept, and a file of these names that an earlier audit did not write there is replaced only with --overwrite.
-When the audit's self-check estimates its label issues' precision below 0.5 it prints one `warning:` line, and
-relabel.csv proposes only the label issues scored where the self-check's flags were mostly right.
+When the audit's self-check bounds its label issues' precision below 0.5 (or the model's features separate the
+labels worse than the images' raw pixels, whose probe then finds the label issues) it prints one `warning:` line,
+and with low precision relabel.csv proposes only the label issues scored where the self-check's flags were
+mostly right.
 """
 
 from __future__ import annotations
@@ -58,16 +60,32 @@ def audit(argv: list[str] | None = None) -> dict[str, Any]:
     record = run_audit(args.model, source, args.output_dir, options, overwrite=args.overwrite)
     counts = ", ".join(f"{count} {kind}" for kind, count in record["counts"].items())
     quality = record["quality"]
-    if quality["low_precision"]:  # one line, before anything else the command prints
-        print(f"warning: the audit's estimated precision on label issues is {quality['precision']:.2f}, below "
-              f"{quality['precision_floor']} (out-of-fold accuracy {quality['accuracy']:.2f}): most flagged labels are "
-              f"probably right; relabel.csv proposes {quality['proposed']} relabels, see report.md.", file=sys.stderr)  # fmt: skip
+    warning = warning_line(quality)
+    if warning:  # one line, before anything else the command prints
+        print(warning, file=sys.stderr)
     print(f"Label audit: out-of-fold accuracy {quality['accuracy']:.3f}, estimated noise rate "
           f"{quality['noise_rate']:.3f}, estimated precision {quality['precision']:.2f}.")  # fmt: skip
     print(f"Audit of {record['num_train_images']} training images: {counts}.")
     print(f"Wrote findings.csv, relabel.csv and report.md to {args.output_dir}; fine-tune without them with "
           f"--exclude {args.output_dir}/relabel.csv")  # fmt: skip
     return record
+
+
+def warning_line(quality: dict[str, Any]) -> str:
+    """The one `warning:` line of an audit whose label issues cannot be trusted as they are ("" when none): the
+    self-check's precision below the floor, or the model's features weaker than raw pixels (the flags then come
+    from a probe on the pixels)."""
+    reasons = []
+    if quality.get("weaker_than_pixels"):
+        reasons.append(f"the model's features separate these labels worse than raw pixels (out-of-fold log-loss "
+                       f"{quality['features_log_loss']:.2f}, pixels' chosen instead): a backbone that knows this data "
+                       "would audit it better")  # fmt: skip
+    if quality["low_precision"]:
+        reasons.append(f"the audit's estimated precision on label issues is {quality['precision']:.2f} (lower bound "
+                       f"{quality['precision_low']:.2f}, below {quality['precision_floor']}; out-of-fold accuracy "
+                       f"{quality['accuracy']:.2f}): most flagged labels are probably right; relabel.csv proposes "
+                       f"{quality['proposed']} relabels")  # fmt: skip
+    return f"warning: {'; '.join(reasons)}; see report.md." if reasons else ""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -119,19 +119,26 @@ def quality_lines(record: dict[str, Any]) -> list[str]:
         proposed = (f"relabel.csv proposes only the {quality['proposed']} label issues scored at least "
                     f"{quality['min_score']:.4f}" if quality["min_score"] is not None else
                     "relabel.csv proposes no relabel (every label issue's action is keep)")  # fmt: skip
-        lines += [f"**Warning: estimated precision {quality['precision']:.2f} is below {quality['precision_floor']}: "
-                  "most flagged labels are probably right; the features separate the classes too little to tell "
-                  f"(a backbone that knows this data better, or more images, would). {proposed}.**", ""]  # fmt: skip
+        lines += [f"**Warning: estimated precision {quality['precision']:.2f} (lower bound "
+                  f"{quality['precision_low']:.2f}) is below {quality['precision_floor']}: most flagged labels are "
+                  "probably right; the features separate the classes too little to tell (a backbone that knows this "
+                  f"data better, or more images, would). {proposed}.**", ""]  # fmt: skip
+    if quality.get("weaker_than_pixels"):
+        lines += [f"**Warning: the model's features separate these labels worse than the images' raw pixels "
+                  f"(best out-of-fold log-loss {quality['features_log_loss']:.4f} against the pixels' "
+                  f"{probe['log_loss']:.4f}): the label issues come from the probe on the pixels; a backbone that "
+                  "knows this data would audit it better.**", ""]  # fmt: skip
     lines += [
         f"- out-of-fold accuracy {100 * quality['accuracy']:.2f} % ({probe['chosen']} probe, log-loss "
         f"{probe['log_loss']:.4f})",
         f"- estimated noise rate {100 * quality['noise_rate']:.2f} % ({quality['estimated_issues']} labels: "
         "confident learning's estimate, which bounds the label issues flagged)",
-        f"- estimated precision {quality['precision']:.2f}, recall {quality['recall']:.2f} (self-check: "
+        f"- estimated precision {quality['precision']:.2f} (lower bound {quality['precision_low']:.2f}), recall "
+        f"{quality['recall']:.2f} (self-check: "
         f"{check['flipped']} labels flipped in a copy, the probe and the flagging run again, {check['flagged']} "
         "flagged)",
         "",
-        "| probe | out-of-fold log-loss | accuracy | seconds |",
+        "| space/probe | out-of-fold log-loss | accuracy | seconds |",
         "| --- | --- | --- | --- |",
         *(f"| {name}{' (chosen)' if name == probe['chosen'] else ''} | {c['log_loss']:.4f} | "
           f"{100 * c['accuracy']:.2f} % | {c['seconds']:.2f} |" for name, c in probe["candidates"].items()),
@@ -151,7 +158,8 @@ def report_markdown(record: dict[str, Any]) -> str:
         f"Model `{record['model']}` on {record['dataset']}: {record['num_train_images']} training images, held "
         f"out (searched for leaks): {held}{skipped}.",
         "",
-        f"Out-of-fold probabilities: {record['folds']}-fold probes on the frozen pooled features, the one of lowest "
+        f"Out-of-fold probabilities: {record['folds']}-fold probes on the frozen pooled features and on the raw "
+        "pixels (16x16 grey), the one of lowest "
         f"log-loss chosen ({record['disagreements']} images whose most probable class is not their label). Label "
         "issues: the images of lowest out-of-fold probability of their given label, as many as confident learning "
         "estimates wrong (cleanlab's low_self_confidence filter; its default filter flagged "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -171,24 +171,33 @@ def _audit_images(
 
 
 def audit_labels(
-    features: np.ndarray, labels: np.ndarray, num_classes: int, folds: int = FOLDS, seed: int = 0
-) -> tuple[list[Finding], dict[str, Any], np.ndarray]:
-    """The label issues of `(n, hidden)` features with given `labels`: the best probe's out-of-fold probabilities
-    (`probes.best_probe`), the flags bounded by confident learning's noise estimate, and the self-check on a
-    copy with known flips (`labels.self_check`, the chosen probe run again). Returns the flags, {"probe", "quality"}
-    for the record, and the out-of-fold probabilities."""
-    probabilities, probe = best_probe(features, labels, num_classes, folds, seed)
+    spaces: Mapping[str, np.ndarray] | np.ndarray, labels: np.ndarray, num_classes: int, folds: int = FOLDS,
+    seed: int = 0,
+) -> tuple[list[Finding], dict[str, Any], np.ndarray]:  # fmt: skip
+    """The label issues of images with given `labels`, from `{space: (n, d)}` features (a bare array: the pooled
+    "features"; "pixels": the raw-pixel anchor): the best candidate's out-of-fold probabilities
+    (`probes.best_probe`), the flags bounded by confident learning's noise estimate, and the self-check on a copy
+    with known flips (`labels.self_check`, the chosen probe run again on its space). Returns the flags,
+    {"probe", "quality"} for the record, and the out-of-fold probabilities."""
+    spaces = {"features": spaces} if isinstance(spaces, np.ndarray) else spaces
+    probabilities, probe = best_probe(spaces, labels, num_classes, folds, seed)
     found, estimate = label_issues(labels, probabilities)
 
     def rerun(flipped: np.ndarray) -> np.ndarray:
-        return probe_probabilities(str(probe["chosen"]), features, flipped, num_classes, folds, seed)
+        return probe_probabilities(str(probe["probe"]), spaces[str(probe["space"])], flipped, num_classes, folds, seed)
 
     check = self_check(labels, found, num_classes, rerun, seed=seed)
-    min_score = check.min_score if check.precision < PRECISION_FLOOR else 0.0  # all proposed when precise enough
+    low = check.precision_low < PRECISION_FLOOR
+    min_score = check.min_score if low else 0.0  # all proposed when precise enough
+    features = [c["log_loss"] for name, c in probe["candidates"].items() if name.startswith("features/")]
     quality = {
         "accuracy": probe["accuracy"], "noise_rate": round(estimate.rate, 4), "estimated_issues": estimate.issues,
-        "precision": round(check.precision, 4), "recall": round(check.recall, 4), "flipped": len(check.rows),
-        "precision_floor": PRECISION_FLOOR, "low_precision": check.precision < PRECISION_FLOOR,
+        "precision": round(check.precision, 4), "precision_low": round(check.precision_low, 4),
+        "recall": round(check.recall, 4), "flipped": len(check.rows), "precision_floor": PRECISION_FLOOR,
+        "low_precision": low, "source": probe["space"],
+        # the model's features gave the given labels a lower likelihood than the raw pixels: a weak backbone
+        "weaker_than_pixels": probe["space"] == "pixels" and bool(features),
+        "features_log_loss": min(features) if features else None,
         "min_score": None if np.isinf(min_score) else round(min_score, 4),
         "proposed": sum(f.score >= min_score for f in found), "self_check": check.summary(),
     }  # fmt: skip
@@ -230,10 +239,11 @@ def run_audit(
     held_values, held_images = _held_out_features(trained, held, options.batch_size)
     feature_seconds = time.perf_counter() - started
 
-    found, label_record, probabilities = audit_labels(features["features"], labels, len(names), options.folds,
-                                                     options.seed)  # fmt: skip
+    pixels = _pixels(images)  # the copies' descriptor, and the raw-pixel anchor among the probes' spaces
+    found, label_record, probabilities = audit_labels({"features": features["features"], "pixels": pixels}, labels,
+                                                     len(names), options.folds, options.seed)  # fmt: skip
     cleanlab = cleanlab_default(labels, probabilities)
-    found += copies({"features": features["features"], "pixels": _pixels(images)}, held_values)
+    found += copies({"features": features["features"], "pixels": pixels}, held_values)
     found += outliers(outlier_scores(bank), labels)
     found = [replace(f, given=int(labels[f.index])) if f.given < 0 else f for f in found]  # copies: their label too
     record = {
