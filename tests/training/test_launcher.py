@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import accelerate.commands.launch
 import psutil
@@ -33,7 +32,15 @@ from vit_ft.training.preemption import PREEMPTED_EXIT
 from ..conftest import REPO, write_tiny_recipe
 
 # test_resume's uninterrupted run, as the fixture it is there: the resumed launch must end where it ends
-from .test_resume import SETTINGS, assert_same_run, final_run, finetune, uninterrupted, uninterrupted_dir  # noqa: F401
+from .test_resume import (  # noqa: F401
+    SETTINGS,
+    assert_same_run,
+    final_run,
+    finetune,
+    signal_at_checkpoint,
+    uninterrupted,
+    uninterrupted_dir,
+)
 
 pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
 
@@ -157,42 +164,21 @@ def test_the_processes_status_is_the_exit_status():
         exit_status(ValueError("a config that accelerate refuses"))
 
 
-def _group_ended(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def _signalled(tmp_path, command: list[str], target: str, signum: int = signal.SIGTERM) -> tuple[int, str]:
     """Start `command` (a fine-tune of test_resume's tiny recipe into tmp_path/out) in a session of its own, send
     `signum` once checkpoint-4 is complete to `target` ("group": the launcher's process group, as Slurm signals a
     job step; "launcher": its process alone, as `kill PID`; "script": the training process alone), and return
     the launcher's status and stderr once every process of the group has ended."""
-    with (tmp_path / "stderr.txt").open("w") as log:
-        launcher = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
-                                    start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-        try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and launcher.poll() is None and not checkpoint_is_complete(
-                tmp_path / "out" / "checkpoint-4"
-            ):
-                time.sleep(0.05)
-            assert launcher.poll() is None, "the run finished before the signal could be sent"
-            if target == "group":
-                os.killpg(launcher.pid, signum)
-            elif target == "launcher":
-                launcher.send_signal(signum)
-            else:
-                psutil.Process(launcher.pid).children()[0].send_signal(signum)
-            launcher.wait(timeout=120)
-            while time.monotonic() < deadline and not _group_ended(launcher.pid):  # a launcher that died first
-                time.sleep(0.05)
-        finally:
-            if not _group_ended(launcher.pid):
-                os.killpg(launcher.pid, signal.SIGKILL)
-    return launcher.returncode, (tmp_path / "stderr.txt").read_text()
+
+    def send(launcher: subprocess.Popen) -> None:
+        if target == "group":
+            os.killpg(launcher.pid, signum)
+        elif target == "launcher":
+            launcher.send_signal(signum)
+        else:
+            psutil.Process(launcher.pid).children()[0].send_signal(signum)
+
+    return signal_at_checkpoint(command, tmp_path, send, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def _saved_once(stderr: str) -> None:

@@ -65,28 +65,42 @@ def assert_same_run(resumed: dict, uninterrupted: dict) -> None:
     assert resumed["weights"] == uninterrupted["weights"]
 
 
-def signal_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> tuple[int, str]:
-    """Start a fine-tune and send `sig` once checkpoint-4 is complete (in epoch 1 of 4); its exit status and
-    stderr (kept in a file, not a pipe nobody reads while the run goes on)."""
-    out = cwd / "out"
+def _group_ended(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def signal_at_checkpoint(command: list[str], cwd: Path, send, env: dict | None = None) -> tuple[int, str]:
+    """Start `command` (a fine-tune into cwd/out) in a session of its own, call `send(process)` once
+    out/checkpoint-4 is complete (in epoch 1 of 4), and return its exit status and stderr (kept in a file, not a
+    pipe nobody reads while the run goes on) once every process of its group has ended."""
     with (cwd / "stderr.txt").open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
-            cwd=cwd, stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                                   env=env)  # fmt: skip
         deadline = time.monotonic() + 300
         try:
             while time.monotonic() < deadline and process.poll() is None:
-                if (out / "checkpoint-4").is_dir() and checkpoint_is_complete(out / "checkpoint-4"):
+                if checkpoint_is_complete(cwd / "out" / "checkpoint-4"):
                     break
                 time.sleep(0.05)
             assert process.poll() is None, "the run finished before the signal could be sent"
-            os.kill(process.pid, sig)
+            send(process)
             process.wait(timeout=120)
+            while time.monotonic() < deadline and not _group_ended(process.pid):  # a launcher that died first
+                time.sleep(0.05)
         finally:
-            if process.poll() is None:
-                process.kill()
+            if not _group_ended(process.pid):
+                os.killpg(process.pid, signal.SIGKILL)
     return process.returncode, (cwd / "stderr.txt").read_text()
+
+
+def signal_after_first_checkpoint(recipe: Path, cwd: Path, sig: int) -> tuple[int, str]:
+    """Start a fine-tune of `recipe` and send its process `sig` once checkpoint-4 is complete."""
+    command = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)]
+    return signal_at_checkpoint(command, cwd, lambda process: os.kill(process.pid, sig))
 
 
 def finetune(cwd: Path, recipe: Path, *args: str, capfd=None) -> Path:

@@ -247,36 +247,18 @@ def test_sigterm_to_the_process_group_with_workers_saves_and_resumes_exactly(tmp
     "DataLoader worker ... is killed by signal"; --resume then ends as the uninterrupted run."""
     import os
     import signal
-    import subprocess
     import sys
-    import time
-
-    from vit_ft.training.checkpoints import checkpoint_is_complete
 
     from ..conftest import REPO
+    from .test_resume import signal_at_checkpoint
 
     recipe = write_tiny_recipe(tmp_path, **SETTINGS, **WORKERS)
     out = tmp_path / "out"
-    with (tmp_path / "stderr.txt").open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and process.poll() is None:
-                if checkpoint_is_complete(out / "checkpoint-4"):
-                    break
-                time.sleep(0.05)
-            assert process.poll() is None, "the run finished before the signal could be sent"
-            os.killpg(process.pid, signal.SIGTERM)  # the whole group: the workers get it too
-            process.wait(timeout=120)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-    stderr = (tmp_path / "stderr.txt").read_text()
+    command = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)]
+    # the whole group: the workers get it too
+    returncode, stderr = signal_at_checkpoint(command, tmp_path, lambda p: os.killpg(p.pid, signal.SIGTERM))
     assert "Traceback" not in stderr and "is killed by signal" not in stderr, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
-    assert process.returncode == 75 and last.startswith("error: stopped by SIGTERM; the run is saved in"), last
+    assert returncode == 75 and last.startswith("error: stopped by SIGTERM; the run is saved in"), last
     finetune(tmp_path, recipe, "--resume")
     assert_same_run(final_run(out), without_workers)
