@@ -140,8 +140,9 @@ def spearman(maps: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
     from scipy.stats import spearmanr
 
     values = [
-        spearmanr(a.numpy(), b.numpy()).statistic for a, b in zip(maps.float(), others.float(), strict=True)
-    ]
+        0.0 if a.max() == a.min() or b.max() == b.min() else spearmanr(a.numpy(), b.numpy()).statistic
+        for a, b in zip(maps.float(), others.float(), strict=True)
+    ]  # a constant map ranks nothing: it correlates with no map
     return torch.tensor(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0)).float()
 
 

@@ -1,0 +1,71 @@
+"""The explanation targets of issue 49 on the generated task whose evidence is known (`benchmarks.explain`: noise
+images with one or two marked patches, each marker's colour one label of a multi-label task). A tiny ViT is
+trained on them for a few seconds (long: CI's own step). Checked: the marked patch ranks in the top 5 % of the
+map for Grad-CAM and the gradient-weighted rollout; the maps of an image's two classes differ (correlation
+below 0.9) for every class-specific method; every class-specific method beats a random order on deletion AUC;
+the benchmark's table holds a row per method."""
+
+import pytest
+import torch
+
+from benchmarks.explain import (
+    GRID,
+    TOP,
+    markdown,
+    marked_images,
+    pearson,
+    random_row,
+    train_marked_model,
+    two_targets,
+)
+from vit_ft.tools.explain.faithfulness import perturbation_auc
+from vit_ft.tools.explain.methods import CLASS_SPECIFIC, METHODS, explain
+
+pytestmark = pytest.mark.long
+
+
+@pytest.fixture(scope="module")
+def trained():
+    model = train_marked_model()
+    images, labels, where = marked_images(24, seed=1, markers=2)
+    with torch.no_grad():
+        predicted = model(pixel_values=images).logits > 0
+    assert (predicted == labels.bool()).float().mean() > 0.95  # the model reads the markers
+    return model, images, labels, where
+
+
+def test_the_marked_patch_ranks_in_the_top_5_percent(trained):
+    model, images, labels, where = trained
+    first, _ = two_targets(labels)
+    cells = where.gather(1, first[:, None])[:, 0]
+    # Grad-CAM's share depends on the run (0.83 here; 0.33 at hidden 32 after 600 steps, docs/tools.md): the
+    # gradient-weighted rollout's does not (1.0 in both)
+    for method, least in (("gradcam", 0.75), ("grad_rollout", 0.9)):
+        maps = explain(model, images, method, target=first)
+        above = (maps > maps.gather(1, cells[:, None])).sum(dim=1)  # patches ranked above the marked one
+        share = (above < TOP * GRID * GRID).float().mean()
+        assert share >= least, (method, above.tolist())
+
+
+def test_an_images_two_classes_get_different_maps(trained):
+    model, images, labels, _ = trained
+    first, second = two_targets(labels)
+    for method in CLASS_SPECIFIC:
+        correlation = pearson(explain(model, images, method, target=first), explain(model, images, method, target=second))
+        assert correlation.mean() < 0.9, (method, correlation.tolist())
+
+
+def test_every_class_specific_method_beats_random_on_deletion(trained):
+    model, images, labels, _ = trained
+    first, _ = two_targets(labels)
+    chance = random_row(model, images, first)["deletion_auc"]  # a random patch order's
+    for method in CLASS_SPECIFIC:
+        deletion = perturbation_auc(model, images, explain(model, images, method, target=first), first).mean()
+        assert deletion < chance, (method, float(deletion), chance)
+
+
+def test_the_benchmark_table_has_a_row_per_method():
+    rows = [{"method": m, "deletion_auc": 0.1} for m in METHODS] + [{"method": "random order", "insertion_auc": 0.5}]
+    table = markdown(rows).splitlines()
+    assert table[0] == "| method | deletion_auc | insertion_auc |" and len(table) == 2 + len(METHODS) + 1
+    assert table[-1] == "| random order | - | 0.5 |"
