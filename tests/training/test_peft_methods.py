@@ -74,6 +74,7 @@ def test_merged_equals_unmerged_and_reload_brings_the_head(method, tmp_path):
         logits = model(pixel_values=pixels).logits
         merged = merge_lora(model)
         assert type(merged) is ViTFTForImageClassification
+        assert merged.state_dict().keys() == base_model().state_dict().keys()  # a plain model's, head unwrapped
         torch.testing.assert_close(merged(pixel_values=pixels).logits, logits, rtol=0, atol=1e-5)
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "adapter_config.json").read_text())

@@ -26,6 +26,7 @@ from ..data.images import DEFAULT_MAX_PIXELS
 from ..data.input_spec import InputSpec, input_spec
 from ..data.transforms import ImageClassificationTransform
 from ..kernels import kernelize
+from ..model.adapters import merge_adapter
 from ..model.checkpoint_checks import check_complete, check_sizes, weight_shapes, weights_file_name
 from ..model.checks import check_image_size
 from ..model.conversion import HEAD_KEYS
@@ -227,7 +228,7 @@ def load_model(model: str | os.PathLike | Origin, merge_lora: bool = False) -> t
             "whole or not at all. Copy or save the adapter again."
         ) from error
     _check_adapter_complete(loaded, weights)
-    return loaded.merge_and_unload() if merge_lora else loaded
+    return merge_adapter(loaded) if merge_lora else loaded
 
 
 def _check_adapter_complete(loaded: Any, weights: Path) -> None:

@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 
 from ..arguments.fields import ModelArguments
 from ..kernels import PackedBitsDropout
+from ..model.adapters import merge_adapter
 from ..model.modeling_vit_ft import ViTFTForImageClassification
 from ..utils.run_record import ADAPTER_DIR
 from .peft_methods import PEFT_METHOD_TABLE, peft_config
@@ -96,7 +97,7 @@ def save_lora_outputs(trainer: Any, model_args: ModelArguments, output_dir: Path
 
 def merge_lora(model: PeftModel) -> ViTFTForImageClassification:
     """A plain ViTFTForImageClassification with the adapter folded in (the adapter model is left intact)."""
-    return copy.deepcopy(model).merge_and_unload()
+    return merge_adapter(copy.deepcopy(model))
 
 
 __all__ = [
