@@ -231,12 +231,12 @@ def test_a_hub_id_answers_as_the_folder_it_was_pushed_from(hub, expected, tiny_f
     from vit_ft.tools.export.hub import stage_for_hub
 
     stand_in, tmp = hub
-    stand_in.add_repo(HUB_ID, stage_for_hub(tiny_finetuned_dir, tmp / "staged", HUB_ID))
+    commit = stand_in.add_repo(HUB_ID, stage_for_hub(tiny_finetuned_dir, tmp / "staged", HUB_ID))
     with serving(HUB_ID, tmp, "--batch_timeout_ms", "50", env=stand_in.env(tmp)) as (url, _, _):
         for answer in served_answers(url, examples(tiny_finetuned_dir), "torch"):
             check_same(answer, expected, scored=False)
         info = check_info(url, "torch", json_labels(tiny_finetuned_dir))
-    assert info["model"] == HUB_ID and info["revision"] == f"hub:{HUB_ID}"
+    assert info["model"] == HUB_ID and info["revision"] == f"hub:{HUB_ID}@{commit[:12]}"
     assert stand_in.downloaded() == {HUB_ID} and not stand_in.unexpected
 
 

@@ -96,9 +96,13 @@ def openvino_logits(graph: OnnxClassifier) -> Callable[[Any], torch.Tensor]:
 
 def model_revision(folder: Path | None, name: str) -> str:
     """The model's revision: the first 12 hex digits of the SHA-256 of its weights files (`*.safetensors`,
-    `*.onnx`, the adapter's too), so that a client can tell which weights answered; a Hub id's is its name."""
+    `*.onnx`, the adapter's too), so that a client can tell which weights answered; a Hub id's is its name and the
+    commit its files were downloaded at (the cache's snapshot: `hub:ID@COMMIT`, the first 12 hex digits)."""
     if folder is None:
-        return f"hub:{name}"
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")  # loading read it: .../snapshots/<commit>/config.json
+        return f"hub:{name}@{Path(cached).parent.name[:12]}" if isinstance(cached, str) else f"hub:{name}"
     files = sorted(p for pattern in ("*.safetensors", "*.onnx", "adapter/*.safetensors") for p in folder.glob(pattern))
     digest = hashlib.sha256()
     for path in files:
