@@ -191,6 +191,8 @@ def test_method_fine_tunes_predicts_and_exports_from_its_folder(method, tmp_path
     assert result.returncode == 0, result.stderr[-4000:]
     out = tmp_path / "out"
     assert json.loads((out / "vit_ft_run.json").read_text())["method"] == method
+    card = (out / "README.md").read_text()
+    assert f"- Fine-tuning: {'LoRA' if method == 'lora' else method}" in card  # the card names the method
     adapter_config = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert adapter_config["modules_to_save"] == ["classifier"]
     pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(4))

@@ -110,7 +110,10 @@ def _card_body(
     data = run_info.get("data") or {}
     dataset = data.get("dataset_name") or data.get("builtin_dataset") or "a local image folder"
     merged = "merged into the weights here" if (folder / "config.json").is_file() else "in `adapter/`"
-    how = f"LoRA (low-rank adapters, {merged})" if lora else "full fine-tuning"
+    # the peft method by name (a run record before the peft methods says only "lora": true)
+    method = run_info.get("method") if run_info.get("method") not in (None, "lora", "full") else None
+    adapter = f"the peft method {method}" if method else "LoRA (low-rank adapters"
+    how = (f"{adapter} ({merged})" if method else f"{adapter}, {merged})") if lora else "full fine-tuning"
     base = run_info.get("base_model")
     base_text = f"[`{base}`](https://huggingface.co/{base})" if is_hub_model(base) else "a local checkpoint"
     task = task_for(run_info.get("problem_type"))
@@ -125,7 +128,7 @@ def _card_body(
         f"- Recipe: `{run_info.get('recipe')}`",
         f"- Base model: {base_text}",
         f"- Resolution: {height}x{width} (the image processor resizes to it)",
-        f"- Fine-tuning: {'LoRA' if lora else 'full'}",
+        f"- Fine-tuning: {(method or 'LoRA') if lora else 'full'}",
         f"- Dataset: `{dataset}`",
         _format_line(format, reason),
         *task.card_lines(run_info),
