@@ -61,3 +61,23 @@ def test_every_module_in_the_table_exists():
         for package, names in documented_modules().items()
     }
     assert not any(stale.values()), f"docs/architecture.md names modules that do not exist: {stale}"
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60  # the floor plan's sizes (docs/architecture.md)
+
+
+def test_every_module_and_function_keeps_the_floor_plans_size():
+    """No module of vit_ft/, scripts/ or benchmarks/ over 400 lines, no function over 60 (decorators aside)."""
+    import ast
+
+    too_long = []
+    for path in sorted(p for folder in ("vit_ft", "scripts", "benchmarks") for p in (ROOT / folder).rglob("*.py")):
+        source, name = path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix()
+        if source.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}:{node.lineno} {node.name}: {lines} lines")
+    assert not too_long, f"over the floor plan's {MAX_MODULE_LINES} / {MAX_FUNCTION_LINES} lines: {too_long}"
