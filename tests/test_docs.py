@@ -43,6 +43,7 @@ SKIPPED = [
     (r"--model (google|me|timm)/|uoft-cs/|--model_name_or_path \S+(/|\.npz)", "downloads from the Hub, or "
      "names a checkpoint file of the reader's"),
     (r"outputs/dogs", "needs the dogs recipe's output, which downloads its data"),
+    (r"outputs/pets-", "needs the CLIP runs above it, which download; tests/tools/test_wise.py runs vit-ft wise"),
     (r"scripts/gpu_check\.sh", "the GPU check (minutes); tests/test_gpu_check.py runs its --cpu mode"),
     (r"^(vit-ft serve|python scripts/serve\.py) ", "starts a server that runs until stopped; tests/tools/test_serve.py "
      "starts one and sends it these requests"),
@@ -82,6 +83,7 @@ LONG = [
     r"scripts/seeds\.py",  # a fine-tune per seed, each its own process (tests/training/test_seeds.py: the suite's)
     r"--method auto",  # the ladder's rungs, one after another
     r"--method (dora|vera|oft|boft|loha|lokr|adalora|ia3|ln_tuning)",  # a peft fine-tune (test_peft_methods' long)
+    r"digits-(linear|lpft|wise)|--shift",  # LP-FT and WiSE-FT on digits, the corruptions' 27 passes (issue 48)
 ]
 COMMANDS = documented_commands()
 PARAMS = [
