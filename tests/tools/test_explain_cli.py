@@ -59,3 +59,22 @@ def test_a_bad_method_or_class_is_one_error_line(hf_classifier_dir, photos, tmp_
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and lines[-1].startswith("error: ") and words in lines[-1], result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "why" / "explanation.png").exists()
+
+
+def test_predict_writes_the_maps_of_the_predicted_class_beside_the_csv(hf_classifier_dir, photos, tmp_path, capfd):
+    args = ["--model", hf_classifier_dir, str(photos), "--output", str(tmp_path / "preds.csv"), "--explain",
+            "grad_rollout", "--figure", "none"]  # fmt: skip
+    for _ in range(2):  # the second run replaces predict's own maps file
+        result = run_script("scripts/predict.py", args, capfd, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "preds.maps.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    trained = load_trained(hf_classifier_dir, device="cpu")
+    for row in rows:
+        pixels = trained.transform.transform_image(row["image"])[None]
+        predicted = int(trained.probabilities(pixels)[0].argmax())
+        assert row["method"] == "grad_rollout" and row["target"] == trained.id2label[predicted]
+        expected = explain(trained.model, pixels, "grad_rollout", target=predicted).reshape(4, 4)
+        torch.testing.assert_close(torch.tensor(row["map"]), expected, atol=1e-5, rtol=1e-4)
+    result = run_script("scripts/predict.py", [*args, "--tta", "flip"], capfd, cwd=tmp_path)
+    assert result.returncode == 1 and "drop --tta flip" in result.stderr.strip().splitlines()[-1]

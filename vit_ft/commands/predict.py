@@ -12,7 +12,9 @@ empty when no label reaches it), num_labels (0 then), threshold (one number, or 
 Also writes a grid of the first predicted images next to the output (preds.csv -> preds.png; --figure names
 it). Neither file may replace an input, nor an existing file that predict did not write (a CSV without its
 header row, a PNG without its mark, ...) unless you pass --overwrite; a file from an earlier predict run is
-replaced. The output appears only once complete: an existing file with its name is kept as it was when the
+replaced. With --explain METHOD (grad_rollout, gradcam, integrated_gradients, occlusion, rollout: see vit-ft inspect
+--explain) each image's map for its predicted class goes beside the output (preds.csv -> preds.maps.jsonl: image,
+method, target, probability, map as rows of patches). The output appears only once complete: an existing file with its name is kept as it was when the
 run fails or is interrupted (a full disk too), and no hidden .part file is left.
 """
 
@@ -49,7 +51,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tta", choices=("flip", "crops"),
                         help="Test-time augmentation: average the probabilities over the image and its mirror (flip: "
                         "models trained with flips only) or over it and five crops (crops).")  # fmt: skip
-    return parser.parse_args(argv)
+    parser.add_argument("--explain", metavar="METHOD",
+                        help="Also write each image's map for its predicted class beside --output (preds.csv -> "
+                        "preds.maps.jsonl): grad_rollout, gradcam, integrated_gradients, occlusion or rollout.")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.explain is not None:
+        from ..tools.explain.names import check_method_name  # no torch: only the names
+
+        check_method_name(args.explain)
+    return args
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -78,6 +88,7 @@ def predict(argv: list[str] | None = None) -> dict[str, Any]:
         bf16=args.bf16,
         overwrite=args.overwrite,
         tta=args.tta,
+        explain=args.explain,
     )
 
 

@@ -27,8 +27,10 @@ from ...utils.files import is_disk_full, move_into_place, temporary_sibling
 PREDICTION_COLUMNS = (*SingleLabel.prediction_columns, *OOD_COLUMNS)
 MULTI_LABEL_COLUMNS = (*MultiLabel.prediction_columns, *OOD_COLUMNS)
 # every task's rows are predict's, with or without the OOD columns (written before there were any)
-ROW_COLUMNS = tuple(
-    columns for task in TASKS.values() for columns in (task.prediction_columns, (*task.prediction_columns, *OOD_COLUMNS))
+MAP_COLUMNS = ("image", "method", "target", "probability", "map")  # `--explain`'s maps file (preds.maps.jsonl)
+ROW_COLUMNS = (
+    *(columns for task in TASKS.values() for columns in (task.prediction_columns, (*task.prediction_columns, *OOD_COLUMNS))),
+    MAP_COLUMNS,
 )
 OUTPUT_FORMATS = (".csv", ".jsonl")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -114,6 +116,9 @@ def refuse_replacing_others(files: dict[str, Path | None], overwrite: bool) -> N
     for flag, path in files.items():
         if overwrite or path is None or not path.is_file() or written_by_predict(path):
             continue
+        if flag == "--explain":  # the maps file is named after --output
+            raise FileExistsError(f"{path} exists and was not written by predict; pass --overwrite to replace it, "
+                                  "or another --output name (the maps go beside it, preds.maps.jsonl).")  # fmt: skip
         other = "preds.csv" if flag == "--output" else "preds.png, or --figure none"
         raise FileExistsError(
             f"{path} exists and was not written by predict; pass --overwrite to replace it, or another {flag} "

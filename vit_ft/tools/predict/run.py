@@ -8,6 +8,7 @@ n_rows, n_errors = write_predictions(predict_files(classifier, files, top_k=5), 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -18,11 +19,15 @@ from ...data.images import DEFAULT_MAX_PIXELS, collect_image_files
 from ...reports.figures import display_image, plot_image_grid, short
 from ...utils.files import staged_file
 from ...utils.limits import MAX_IMAGE_TOKENS
+from ...utils.progress import Progress
+from ..explain.methods import check_method
+from ..explain.names import check_method_name
 from ..inference import Batch, describe_error, iter_batches
 from ..ood import OODScorer
 from ..trained import Trained, load_trained
 from ..tta import NO_OOD_SCORE, with_tta
 from .output import (
+    MAP_COLUMNS,
     MULTI_LABEL_COLUMNS,
     OOD_COLUMNS,
     PREDICTION_COLUMNS,
@@ -163,6 +168,31 @@ def _checked_inputs(
     return files, figure_path
 
 
+def maps_path(output: str | os.PathLike) -> Path:
+    """Where `explain` writes the maps: beside the output (preds.csv -> preds.maps.jsonl)."""
+    return Path(output).with_suffix(".maps.jsonl")
+
+
+def write_maps(classifier: Trained, files: Sequence[Path], method: str, path: Path, progress: bool | None) -> int:
+    """One JSON line per image that decodes (MAP_COLUMNS): `method`'s map `(grid_h, grid_w)` for its predicted
+    class (the highest probability), that class and its probability; returns the lines written."""
+    from ..explain.run import explain_image  # torch's autograd and captum only when asked
+
+    written = 0
+    bar = Progress(len(files), f"Explaining ({method})", enabled=progress)
+    with staged_file(path) as partial, open(partial, "w", encoding="utf-8") as out, bar:
+        for file in files:
+            bar.update(1)
+            try:
+                heatmap, chosen, probability = explain_image(classifier, file, method, None)
+            except (OSError, ValueError):  # its row in --output already says why
+                continue
+            values = (str(file), method, classifier.id2label[chosen], probability, heatmap.tolist())
+            out.write(json.dumps(dict(zip(MAP_COLUMNS, values, strict=True))) + "\n")
+            written += 1
+    return written
+
+
 def _write_rows(
     predictions: Iterator[Prediction], writer: PredictionWriter, figure_images: int
 ) -> tuple[int, int, int, list[Prediction]]:
@@ -197,6 +227,7 @@ def run_prediction(
     bf16: str | bool = False,
     overwrite: bool = False,
     tta: str | None = None,
+    explain: str | None = None,
 ) -> dict[str, Any]:
     """Predict every image in `inputs` and write one row per file to `output` (.csv or .jsonl): its top
     `top_k_labels` labels, or for a multi-label model every label at or above its decision threshold (the
@@ -208,13 +239,19 @@ def run_prediction(
     when complete: a failure leaves an existing file as it was. `max_tokens` bounds the patch tokens per image
     at `image_size` (None: no bound); `bf16` runs the model under bf16 autocast ("auto": where the hardware
     has native bf16). `tta` ("flip" or "crops", `tools.tta`) averages each image's probabilities over several
-    views. Returns a summary: rows, errors, output and figure paths.
+    views. `explain` (a method of `vit_ft.tools.explain`) also writes each image's map for its predicted class
+    to `maps_path(output)` (preds.maps.jsonl). Returns a summary: rows, errors, output, figure and maps paths.
     """
     output = check_output_path(output)  # before the model loads
+    if explain is not None:
+        check_method_name(explain)
+        if tta is not None:
+            raise ValueError(f"--explain {explain} maps the image the model sees once: drop --tta {tta} with it.")
     files, figure_path = _checked_inputs(inputs, output, figure, max_pixels)
+    maps = None if explain is None else maps_path(output)
     classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
     classifier = with_tta(classifier, tta)  # type: ignore[assignment]  # one view unless asked
-    refuse_replacing_others({"--output": output, "--figure": figure_path}, overwrite)  # before any write
+    refuse_replacing_others({"--output": output, "--figure": figure_path, "--explain": maps}, overwrite)
     threshold = classifier.task.threshold_summary(classifier.id2label)
     if threshold is not None:
         logger.info(
@@ -231,6 +268,11 @@ def run_prediction(
         summary["figure"] = str(
             plot_predictions(shown, classifier.preprocessing.image_size, figure_path, total=rows - errors)
         )
+    if maps is not None:
+        check_method(explain, classifier.model)
+        explained = write_maps(classifier, files, explain, maps, progress)
+        summary["maps"] = str(maps)
+        logger.info("Wrote %d %s maps (each image's predicted class) to %s.", explained, explain, maps)
     logger.info("Wrote %d rows (%d with errors) to %s.", rows, errors, writer.path)
     if scorer.bank is not None:
         logger.info("%d of %d images look unlike the training images (column unlike_training).", unlike, rows - errors)
