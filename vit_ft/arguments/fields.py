@@ -32,7 +32,7 @@ LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 # how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
 # ladder that tries them cheapest first (training/ladder.py)
 METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot", "lp-ft", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora",
-                  "ia3", "ln_tuning")  # fmt: skip
+                  "ia3", "ln_tuning", "ssf")  # fmt: skip
 # the methods that train a peft adapter (training/peft_methods.py holds each one's peft config and defaults);
 # LoRA's variants read the lora_* keys, the others peft_r and peft_target_modules
 PEFT_METHODS = ("lora", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora", "ia3", "ln_tuning")
@@ -108,7 +108,8 @@ class ModelArguments:
     method: str | None = option(
         None,
         "How the model learns: 'full' (all weights), 'lora' (= use_lora: true) or another peft adapter ('dora', "
-        "'vera', 'oft', 'boft', 'loha', 'lokr', 'adalora', 'ia3', 'ln_tuning'; docs/fine-tuning.md), 'linear' (a logistic "
+        "'vera', 'oft', 'boft', 'loha', 'lokr', 'adalora', 'ia3', 'ln_tuning'; docs/fine-tuning.md), 'ssf' (a scale "
+        "and shift after each op of the frozen backbone, folded into the weights when saved), 'linear' (a logistic "
         "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
         "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
         "then full, each taken while the one before gained more than ladder_min_gain), or 'zeroshot' (an image-text "

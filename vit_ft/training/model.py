@@ -71,11 +71,21 @@ def build_model(
     processor = ViTImageProcessorPil(
         **settings, size={"height": height, "width": width}, resample=PILImageResampling.BICUBIC
     )
-    if model_args.peft:  # LoRA or another peft method
+    return _with_method(model, model_args), processor
+
+
+def _with_method(model: Any, model_args: ModelArguments) -> Any:
+    """The method's trainable part: peft adapters (LoRA or another method) or SSF's scales and shifts, the rest
+    frozen; the model as it is for the other methods."""
+    if model_args.peft:
         from .lora import apply_lora
 
-        model = apply_lora(model, model_args)
-    return model, processor
+        return apply_lora(model, model_args)
+    if model_args.method == "ssf":
+        from .ssf import apply_ssf
+
+        return apply_ssf(model)
+    return model
 
 
 __all__ = ["build_model"]

@@ -49,6 +49,10 @@ def save_outputs(
     output_dir = Path(training_args.output_dir)
     if model_args.peft:
         save_lora_outputs(trainer, model_args, output_dir)
+    elif model_args.method == "ssf":  # the scales and shifts folded into the weights: a plain model
+        from .ssf import save_ssf_outputs
+
+        save_ssf_outputs(trainer, output_dir)
     else:
         trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
