@@ -6,6 +6,8 @@ zero-shot model reloads with the same logits, and the refusals are one ValueErro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -29,7 +31,7 @@ from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2Imag
 from vit_ft import ViTFTForImageClassification
 from vit_ft.model.zeroshot import install_zeroshot_head, zeroshot_weights
 
-from ..conftest import randomize
+from ..conftest import REPO, randomize
 
 VISION = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
           "image_size": 16, "patch_size": 4}  # fmt: skip
@@ -169,3 +171,43 @@ def test_refusals_are_one_line_each(checkpoints, tmp_path):
     model = ViTFTForImageClassification.from_pretrained(folder, id2label=dict(enumerate(NAMES)), pooling="mean")
     with pytest.raises(ValueError, match="checkpoint's own pooling"):
         install_zeroshot_head(model, zeroshot_weights(folder, NAMES, "photo"))
+
+
+HUB_ZEROSHOT = """
+import sys, torch
+from vit_ft import ViTFTForImageClassification
+from vit_ft.model.zeroshot import zeroshot_head
+repo, pixels, out = sys.argv[1], torch.load(sys.argv[2]), sys.argv[3]
+names = ["ant", "bee", "wasp"]
+model = ViTFTForImageClassification.from_pretrained(repo, id2label=dict(enumerate(names))).eval()
+zeroshot_head(model, repo, names, "photo")
+with torch.no_grad():
+    torch.save(model(pixels).logits, out)
+"""
+
+
+@pytest.mark.long  # a fresh interpreter against the local Hub: about 10 s
+def test_a_hub_checkpoint_id_loads_its_text_tower_through_the_hub(checkpoints, tmp_path):
+    import subprocess
+    import sys
+
+    from ..fake_hub import FakeHub
+
+    folder, reference = checkpoints["clip"]
+    pixels = pixel_inputs("clip")["pixel_values"]
+    torch.save(pixels, tmp_path / "pixels.pt")
+    with FakeHub() as hub:
+        hub.add_repo("tester/clip-tiny", Path(folder))
+        result = subprocess.run(
+            [sys.executable, "-c", HUB_ZEROSHOT, "tester/clip-tiny", str(tmp_path / "pixels.pt"), str(tmp_path / "out.pt")],
+            cwd=tmp_path, env={**hub.env(tmp_path, token=None), "PYTHONPATH": str(REPO)}, capture_output=True,
+            text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        fetched = {path for _, repo, path in hub.downloads if repo == "tester/clip-tiny"}
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= fetched
+        assert not hub.unexpected
+    text = AutoTokenizer.from_pretrained(folder)([f"a photo of a {n}." for n in NAMES], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = reference(**text, pixel_values=pixels).logits_per_image
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, atol=1e-4, rtol=0)
