@@ -173,11 +173,22 @@ def maps_path(output: str | os.PathLike) -> Path:
     return Path(output).with_suffix(".maps.jsonl")
 
 
-def write_maps(classifier: Trained, files: Sequence[Path], method: str, path: Path, progress: bool | None) -> int:
+def _maps_file(output: Path, explain: str | None, tta: str | None) -> Path | None:
+    """Where `explain`'s maps go (None: no `explain`); a bad method, or one asked with `tta`, refused first."""
+    if explain is None:
+        return None
+    check_method_name(explain)
+    if tta is not None:
+        raise ValueError(f"--explain {explain} maps the image the model sees once: drop --tta {tta} with it.")
+    return maps_path(output)
+
+
+def write_maps(classifier: Trained, files: Sequence[Path], method: str, path: Path, progress: bool | None) -> Path:
     """One JSON line per image that decodes (MAP_COLUMNS): `method`'s map `(grid_h, grid_w)` for its predicted
-    class (the highest probability), that class and its probability; returns the lines written."""
+    class (the highest probability), that class and its probability, written to `path`."""
     from ..explain.run import explain_image  # torch's autograd and captum only when asked
 
+    check_method(method, classifier.model)
     written = 0
     bar = Progress(len(files), f"Explaining ({method})", enabled=progress)
     with staged_file(path) as partial, open(partial, "w", encoding="utf-8") as out, bar:
@@ -190,6 +201,8 @@ def write_maps(classifier: Trained, files: Sequence[Path], method: str, path: Pa
             values = (str(file), method, classifier.id2label[chosen], probability, heatmap.tolist())
             out.write(json.dumps(dict(zip(MAP_COLUMNS, values, strict=True))) + "\n")
             written += 1
+    logger.info("Wrote %d %s maps (each image's predicted class) to %s.", written, method, path)
+    return path
     return written
 
 
@@ -243,12 +256,8 @@ def run_prediction(
     to `maps_path(output)` (preds.maps.jsonl). Returns a summary: rows, errors, output, figure and maps paths.
     """
     output = check_output_path(output)  # before the model loads
-    if explain is not None:
-        check_method_name(explain)
-        if tta is not None:
-            raise ValueError(f"--explain {explain} maps the image the model sees once: drop --tta {tta} with it.")
+    maps = _maps_file(output, explain, tta)
     files, figure_path = _checked_inputs(inputs, output, figure, max_pixels)
-    maps = None if explain is None else maps_path(output)
     classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
     classifier = with_tta(classifier, tta)  # type: ignore[assignment]  # one view unless asked
     refuse_replacing_others({"--output": output, "--figure": figure_path, "--explain": maps}, overwrite)
@@ -269,10 +278,7 @@ def run_prediction(
             plot_predictions(shown, classifier.preprocessing.image_size, figure_path, total=rows - errors)
         )
     if maps is not None:
-        check_method(explain, classifier.model)
-        explained = write_maps(classifier, files, explain, maps, progress)
-        summary["maps"] = str(maps)
-        logger.info("Wrote %d %s maps (each image's predicted class) to %s.", explained, explain, maps)
+        summary["maps"] = str(write_maps(classifier, files, explain, maps, progress))
     logger.info("Wrote %d rows (%d with errors) to %s.", rows, errors, writer.path)
     if scorer.bank is not None:
         logger.info("%d of %d images look unlike the training images (column unlike_training).", unlike, rows - errors)
