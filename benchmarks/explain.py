@@ -11,7 +11,7 @@ block and the head; low means the map depends on the learned weights), and on th
 images whose marked patch ranks in the top 5 % and the correlation of an image's maps for its two classes.
 The timing compares one map with one forward + backward pass of the same model on the same image.
 
-The generated task: noise images with one or two marked patches of distinct colours; each colour is one label
+The generated task: noise images with none, one or two marked patches of distinct colours; each colour is one label
 of a multi-label task, so a class is on exactly when its marker is there and its evidence is that patch.
 """
 
@@ -32,15 +32,16 @@ TOP = 0.05  # the issue's "top 5 %" of the patches
 
 
 def marked_images(count: int, seed: int, markers: int | None = None):
-    """`(count, 3, SIZE, SIZE)` noise with 1 or 2 (or `markers`) marked patches of distinct colours (channel c
+    """`(count, 3, SIZE, SIZE)` noise with 0, 1 or 2 (or `markers`) marked patches of distinct colours (channel c
     high, the others low: class c), their multi-hot labels `(count, CLASSES)` and the marked patches' indices
-    `(count, CLASSES)` (-1 where a class is absent)."""
+    `(count, CLASSES)` (-1 where a class is absent). Images without a marker (no label) are in the training
+    data so that an image whose markers are deleted is one the model knows, not one it never saw."""
     generator = torch.Generator().manual_seed(seed)
     images = torch.randn(count, 3, SIZE, SIZE, generator=generator) * 0.5
     labels = torch.zeros(count, CLASSES)
     where = torch.full((count, CLASSES), -1)
     for i in range(count):
-        number = markers or int(torch.randint(1, 3, (1,), generator=generator))
+        number = markers if markers is not None else int(torch.randint(0, 3, (1,), generator=generator))
         classes = torch.randperm(CLASSES, generator=generator)[:number]
         cells = torch.randperm(GRID * GRID, generator=generator)[:number]
         for c, cell in zip(classes.tolist(), cells.tolist(), strict=True):

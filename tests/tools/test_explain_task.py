@@ -1,5 +1,5 @@
 """The explanation targets of issue 49 on the generated task whose evidence is known (`benchmarks.explain`: noise
-images with one or two marked patches, each marker's colour one label of a multi-label task). A tiny ViT is
+images with none, one or two marked patches, each marker's colour one label of a multi-label task). A tiny ViT is
 trained on them for a few seconds (long: CI's own step). Checked: the marked patch ranks in the top 5 % of the
 map for Grad-CAM and the gradient-weighted rollout; the maps of an image's two classes differ (correlation
 below 0.9) for every class-specific method; every class-specific method beats a random order on deletion AUC;
@@ -38,13 +38,11 @@ def test_the_marked_patch_ranks_in_the_top_5_percent(trained):
     model, images, labels, where = trained
     first, _ = two_targets(labels)
     cells = where.gather(1, first[:, None])[:, 0]
-    # Grad-CAM's share depends on the run (0.83 here; 0.33 at hidden 32 after 600 steps, docs/tools.md): the
-    # gradient-weighted rollout's does not (1.0 in both)
-    for method, least in (("gradcam", 0.75), ("grad_rollout", 0.9)):
+    for method in ("gradcam", "grad_rollout"):
         maps = explain(model, images, method, target=first)
         above = (maps > maps.gather(1, cells[:, None])).sum(dim=1)  # patches ranked above the marked one
         share = (above < TOP * GRID * GRID).float().mean()
-        assert share >= least, (method, above.tolist())
+        assert share >= 0.9, (method, above.tolist())
 
 
 def test_an_images_two_classes_get_different_maps(trained):
