@@ -51,5 +51,5 @@ def test_knn_head_exports_to_onnx_with_its_bank(tmp_path):
 def test_a_knn_config_without_a_bank_is_refused():
     with pytest.raises(ValueError, match="knn_bank_size >= 1"):
         ViTFTConfig(**TINY, num_labels=3, head_type="knn")
-    with pytest.raises(ValueError, match="head_type must be 'linear' or 'knn'"):
+    with pytest.raises(ValueError, match="head_type must be 'linear', 'knn' or 'zeroshot'"):
         ViTFTConfig(**TINY, num_labels=3, head_type="mlp")
