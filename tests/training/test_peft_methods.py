@@ -3,6 +3,7 @@ save -> reload (the head included), bad input as one line; the real fine-tunes a
 `long` (CI's own step)."""
 
 import json
+import shutil
 import sys
 import textwrap
 
@@ -133,6 +134,27 @@ def test_training_step_on_the_cpu_kernels_equals_plain_torch(method, monkeypatch
         torch.testing.assert_close(grad, grads[1][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize(("resume", "best", "words"), [
+    ("checkpoint-4", False, "method adalora cannot --resume"),
+    (None, True, "method adalora cannot load_best_model_at_end"),
+    (None, False, None),
+])  # fmt: skip
+def test_adalora_refuses_what_its_checkpoints_cannot_give_back(resume, best, words):
+    from types import SimpleNamespace
+
+    from vit_ft.training.lora import AdaLoraCallback, peft_callbacks
+
+    model = trained("adalora")
+    if words is None:
+        assert [type(c) for c in peft_callbacks(model, SimpleNamespace(load_best_model_at_end=best), resume)] == [
+            AdaLoraCallback
+        ]
+        assert peft_callbacks(trained("lora"), SimpleNamespace(load_best_model_at_end=True), resume) == []
+        return
+    with pytest.raises(ValueError, match=words):
+        peft_callbacks(model, SimpleNamespace(load_best_model_at_end=best), resume)
+
+
 def test_every_method_has_one_row_with_a_source():
     assert set(PEFT_METHOD_TABLE) == set(PEFT_METHODS) and set(LORA_KEY_METHODS) <= set(PEFT_METHODS)
     assert all(row.source and row.learning_rate > 0 for row in PEFT_METHOD_TABLE.values())
@@ -186,7 +208,8 @@ def test_every_adapter_reloads_in_a_clean_process_with_the_same_logits(tmp_path)
 @pytest.mark.long  # a real fine-tune per method, then predict and ONNX export from its folder: CI's own step
 @pytest.mark.parametrize("method", PEFT_METHODS)
 def test_method_fine_tunes_predicts_and_exports_from_its_folder(method, tmp_path, capfd):
-    recipe = write_tiny_recipe(tmp_path, method=method, learning_rate=0.01, num_train_epochs=1)
+    recipe = write_tiny_recipe(tmp_path, method=method, learning_rate=0.01, num_train_epochs=1,
+                               load_best_model_at_end=False)  # fmt: skip (AdaLoRA refuses it)
     result = run_script("scripts/finetune.py", ["--recipe", recipe], capfd, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     out = tmp_path / "out"
@@ -207,3 +230,25 @@ def test_method_fine_tunes_predicts_and_exports_from_its_folder(method, tmp_path
     exported = run_script("scripts/export.py", ["--model", out, "--output_dir", tmp_path / "onnx"], capfd, cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr[-4000:]
     assert (tmp_path / "onnx" / "model.onnx").is_file()
+
+
+@pytest.mark.long  # two fine-tunes per method: CI's own step
+@pytest.mark.parametrize("method", ["dora", "vera", "ia3", "ssf"])
+def test_resume_of_a_method_is_bit_exact(method, tmp_path):
+    """An uninterrupted run and its checkpoint-4 (mid-epoch 1 of 2) resumed in a fresh folder end with the same
+    metrics, losses, merged weights and adapter (AdaLoRA refuses to resume: its own test)."""
+    from .test_resume import final_run, finetune
+
+    first = tmp_path / "first"
+    first.mkdir()
+    recipe = write_tiny_recipe(first, method=method, learning_rate=0.01, save_strategy="steps", save_steps=4,
+                               save_total_limit=None, hidden_dropout_prob=0.1, max_train_samples=96)  # fmt: skip
+    finetune(first, recipe)
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(first / "out" / "checkpoint-4", resumed / "checkpoint-4")
+    finetune(first, recipe, "--output_dir", str(resumed), "--resume")
+    assert final_run(resumed) == final_run(first / "out")
+    if method != "ssf":
+        adapter = "adapter/adapter_model.safetensors"
+        assert (resumed / adapter).read_bytes() == (first / "out" / adapter).read_bytes()

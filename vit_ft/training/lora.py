@@ -68,10 +68,21 @@ class AdaLoraCallback(TrainerCallback):
         model.base_model.update_and_allocate(state.global_step)
 
 
-def peft_callbacks(model: Any) -> list[TrainerCallback]:
-    """The callbacks a method needs during training (AdaLoRA's rank allocation), none for the others."""
+def peft_callbacks(model: Any, training_args: Any, resume: str | None) -> list[TrainerCallback]:
+    """The callbacks a method needs during training (AdaLoRA's rank allocation), none for the others. AdaLoRA
+    cannot go back to a checkpoint: its pruned ranks change the adapter's shapes (peft then cannot load it into the
+    running model) and its importance scores are not saved, so a resume or the best checkpoint is one line."""
     config = getattr(model, "peft_config", {}).get("default")
-    return [AdaLoraCallback()] if type(config).__name__ == "AdaLoraConfig" else []
+    if type(config).__name__ != "AdaLoraConfig":
+        return []
+    if resume or training_args.load_best_model_at_end:
+        raise ValueError(
+            f"method adalora cannot {'--resume' if resume else 'load_best_model_at_end'}: its pruned ranks and "
+            "importance scores are not in Trainer's checkpoints; "
+            + ("start without --resume" if resume else "set load_best_model_at_end false")
+            + ", or use lora / dora."
+        )
+    return [AdaLoraCallback()]
 
 
 def save_lora_outputs(trainer: Any, model_args: ModelArguments, output_dir: Path) -> None:

@@ -186,7 +186,7 @@ def _add_callbacks(
     if getattr(trainer.model, "peft_config", None):  # a method's own step (AdaLoRA's rank allocation)
         from .lora import peft_callbacks
 
-        for callback in peft_callbacks(trainer.model):
+        for callback in peft_callbacks(trainer.model, training_args, resume):
             trainer.add_callback(callback)
     use_readable_console(trainer)  # one line per evaluation, not Trainer's log dicts
     return preemption
