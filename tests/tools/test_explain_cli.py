@@ -78,3 +78,13 @@ def test_predict_writes_the_maps_of_the_predicted_class_beside_the_csv(hf_classi
         torch.testing.assert_close(torch.tensor(row["map"]), expected, atol=1e-5, rtol=1e-4)
     result = run_script("scripts/predict.py", [*args, "--tta", "flip"], capfd, cwd=tmp_path)
     assert result.returncode == 1 and "drop --tta flip" in result.stderr.strip().splitlines()[-1]
+
+
+def test_an_onnx_export_is_one_error_line(photos, tmp_path, capfd):
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    (export / "model.onnx").write_bytes(b"onnx")
+    args = ["--model", str(export), "--output_dir", str(tmp_path / "why"), "--images", str(photos), "--explain", "gradcam"]
+    result = run_script("scripts/inspect_model.py", args, capfd, cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith("error: --explain needs the PyTorch")

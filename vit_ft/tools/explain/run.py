@@ -51,6 +51,26 @@ def resolve_target(target: str | int | None, id2label: dict[int, str]) -> int | 
     )
 
 
+def refuse_export(model: str | os.PathLike) -> None:
+    """An export folder (ONNX graphs, no PyTorch weights) is a ValueError: it has no gradients or attention maps."""
+    folder = Path(model)
+    weights = (
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "adapter_config.json",
+    )
+    if (
+        folder.is_dir()
+        and any(folder.glob("*.onnx"))
+        and not any((folder / name).is_file() for name in weights)
+    ):
+        raise ValueError(
+            f"--explain needs the PyTorch model: {model} is an ONNX export, which has no gradients or attention "
+            "maps; pass the folder it was exported from (e.g. outputs/digits)."
+        )
+
+
 def explain_image(
     trained: Trained, source: Any, method: str, target: int | None
 ) -> tuple[torch.Tensor, int, float]:
@@ -118,6 +138,7 @@ def run_explanation(
         )
     if recipe is not None or data_dir is not None:
         raise ValueError("--explain draws maps on the --images only: drop --recipe / --data_dir.")
+    refuse_export(model)
     check_output_dir(output_dir, inputs=[model], holds="the figures")
     output_dir = Path(output_dir)
     EXPLANATION_FILES.check(output_dir, overwrite)
@@ -142,4 +163,11 @@ def run_explanation(
     return summary
 
 
-__all__ = ["EXPLANATION_FILES", "explain_image", "plot_explanations", "resolve_target", "run_explanation"]
+__all__ = [
+    "EXPLANATION_FILES",
+    "explain_image",
+    "refuse_export",
+    "plot_explanations",
+    "resolve_target",
+    "run_explanation",
+]
