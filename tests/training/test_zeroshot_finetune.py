@@ -6,6 +6,7 @@ other, and head_init zeroshot fine-tunes from that head; a checkpoint without a 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,3 +72,45 @@ def test_zeroshot_without_a_text_tower_is_one_line(tmp_path, capfd):
     assert result.returncode != 0
     assert "without a text tower" in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize("zeroshot_fails", [False, True], ids=["ran", "multi-label"])
+def test_the_ladder_starts_with_the_zeroshot_rung_on_an_image_text_checkpoint(clip_folder, tmp_path, zeroshot_fails):
+    """The rungs a stub fine-tune reports: the zero-shot head first (its validation 0.5), kNN above it; a zero-shot
+    rung that cannot run (e.g. multi-label data) is reported and the ladder goes on from kNN."""
+    from types import SimpleNamespace
+
+    from vit_ft.arguments.fields import ModelArguments
+    from vit_ft.training.ladder import RUNGS, ladder_rungs, run_ladder
+
+    validations = {"zeroshot": 0.5, "knn": 0.9, "linear": 0.905, "lora": 0.99, "full": 0.99}
+    ran = []
+
+    def rung(model_args, training_args):
+        ran.append(model_args.method)
+        if zeroshot_fails and model_args.method == "zeroshot":
+            raise ValueError("a zero-shot head ranks the classes of one label per image")
+        Path(training_args.output_dir).mkdir(parents=True)
+        (Path(training_args.output_dir) / "config.json").write_text("{}")
+        return {"eval_accuracy": validations[model_args.method]}
+
+    model_args = ModelArguments(model_name_or_path=str(clip_folder[0]), method="auto")
+    assert ladder_rungs(model_args) == ("zeroshot", *RUNGS)
+    training = SimpleNamespace(output_dir=str(tmp_path / "out"), process_index=0, overwrite_output_dir=False,
+                               resume_from_checkpoint=None)  # fmt: skip
+    run_ladder(model_args, training, rung, clock=_Clock())
+    assert ran == ["zeroshot", "knn", "linear"]  # the linear probe gained 0.5 points over kNN: not above 1
+    record = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    assert [r["method"] for r in record["rungs"]] == ["zeroshot", *RUNGS]
+    assert record["rungs"][0]["ran"] is not zeroshot_fails and record["kept"] == "linear"
+    assert "Stopped: linear gained" in (tmp_path / "out" / "report.md").read_text()
+    assert ladder_rungs(ModelArguments(model_name_or_path=str(tmp_path / "nothing-here"), method="auto")) == RUNGS

@@ -122,6 +122,18 @@ def class_texts(names: list[str], templates: tuple[str, ...], prompts: dict[str,
             for name in names]  # fmt: skip
 
 
+def has_text_tower(checkpoint: str, cache_dir: str | None = None) -> bool:
+    """Whether `checkpoint`'s config is a whole image-text model's (a zero-shot head can be built from it);
+    False also where its config cannot be read."""
+    from transformers import PretrainedConfig
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(checkpoint, cache_dir=cache_dir)
+    except (OSError, ValueError):
+        return False
+    return config.get("model_type") in IMAGE_TEXT_POOLING
+
+
 def load_image_text_model(checkpoint: str, cache_dir: str | None = None) -> tuple[Any, Any, str]:
     """transformers' whole image-text model of `checkpoint` (e.g. CLIPModel, SiglipModel) in eval mode, its
     tokenizer and `model_type`; ValueError when the checkpoint has no text tower or no tokenizer."""
@@ -259,6 +271,7 @@ __all__ = [
     "TEMPLATE_SETS",
     "ZeroShotWeights",
     "class_texts",
+    "has_text_tower",
     "install_zeroshot_head",
     "read_class_prompts",
     "read_templates",

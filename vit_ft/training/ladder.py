@@ -1,6 +1,7 @@
 """`method: auto`, the ladder: the cheapest method that works, climbed from frozen features to full fine-tuning.
 
-The rungs, cheapest first: the kNN vote and the linear probe on the frozen backbone (seconds), LoRA (minutes),
+The rungs, cheapest first: an image-text checkpoint's zero-shot head (CLIP, SigLIP: no training; only for those),
+the kNN vote and the linear probe on the frozen backbone (seconds), LoRA (minutes),
 full fine-tuning (the recipe's own schedule). Each rung is one fine-tune (`stages.run_finetune`) into
 `OUTPUT/ladder/<rung>/`; the kNN rung always runs, and each later rung only when the rung before it gained more
 than `ladder_min_gain` points of the task's validation metric (accuracy, or mAP for several labels per image)
@@ -84,12 +85,13 @@ def run_ladder(
 
     check_run_output_dir(training_args, overwrite_output_dir)  # the winner's files will be copied there
     output_dir = Path(training_args.output_dir)
-    start, rungs = clock(), []
-    for method in RUNGS:
+    start, rungs, skipped, names = clock(), [], [], ladder_rungs(model_args)
+    for method in names:
         if rungs:
             why = next_rung_reason(rungs, model_args.ladder_min_gain, clock() - start, model_args.budget_minutes)
             if why:
-                rungs += [Rung(rest, why=why if rest == method else "not reached") for rest in RUNGS[len(rungs):]]
+                rest = names[names.index(method):]
+                rungs += [Rung(other, why=why if other == method else "not reached") for other in rest]
                 break
         rung_model = copy.copy(model_args)  # not dataclasses.replace: the arguments are checked already
         rung_model.method, rung_model.use_lora = method, method == "lora"
@@ -97,16 +99,31 @@ def run_ladder(
         rung_training.output_dir = str(output_dir / LADDER_FOLDER / method)
         began = clock()
         logger.info("Ladder: %s (%s).", method, rung_training.output_dir)
-        metrics = run_rung(rung_model, rung_training)
+        try:
+            metrics = run_rung(rung_model, rung_training)
+        except ValueError as error:  # the zero-shot head where it cannot be (multi-label data): the rungs go on
+            if method != "zeroshot":
+                raise
+            skipped.append(Rung(method, why=f"not run: {error}"))
+            continue
         rungs.append(Rung(method, True, headline(metrics, "eval"), headline(metrics, "test"), clock() - began,
                           metrics=metrics))  # fmt: skip
+    rungs = skipped + rungs
     best = max((rung for rung in rungs if rung.ran), key=lambda r: -1.0 if r.validation is None else r.validation)
     if training_args.process_index == 0:
         _copy_winner(output_dir / LADDER_FOLDER / best.method, output_dir)
         write_ladder_report(output_dir, rungs, best, model_args)
     logger.info("Ladder: %s kept (validation %s); %s.", best.method, _percent(best.validation),
                 output_dir / "report.md")  # fmt: skip
-    return {**(best.metrics or {}), "ladder_method": float(RUNGS.index(best.method))}
+    return {**(best.metrics or {}), "ladder_method": float(RUNGS.index(best.method)) if best.method in RUNGS else -1.0}
+
+
+def ladder_rungs(model_args: ModelArguments) -> tuple[str, ...]:
+    """The rungs of this run: RUNGS, below them the zero-shot head (`method: zeroshot`, no training) where the
+    checkpoint is a whole image-text model (its text tower classifies from the class names)."""
+    from ..model.zeroshot import has_text_tower
+
+    return ("zeroshot", *RUNGS) if has_text_tower(model_args.model_name_or_path, model_args.cache_dir) else RUNGS
 
 
 def _copy_winner(source: Path, output_dir: Path) -> None:
@@ -142,7 +159,8 @@ def write_ladder_report(output_dir: Path, rungs: list[Rung], best: Rung, model_a
         where = f"`{LADDER_FOLDER}/{rung.method}/`" if rung.ran else rung.why
         lines.append(f"| {rung.method} | {'yes' if rung.ran else 'no'} | {_percent(rung.validation)} | "
                      f"{_percent(rung.test)} | {rung.seconds:.1f} | {where} |")  # fmt: skip
-    stopped = next((rung.why for rung in rungs if not rung.ran and rung.why != "not reached"), "")
+    stopped = next((rung.why for rung in rungs if not rung.ran and rung.why not in ("not reached",)
+                    and not rung.why.startswith("not run:")), "")  # fmt: skip
     if stopped:
         lines += ["", f"Stopped: {stopped}."]
     write_text_atomically(output_dir / "report.md", "\n".join(lines) + "\n")
@@ -153,4 +171,4 @@ def write_ladder_report(output_dir: Path, rungs: list[Rung], best: Rung, model_a
     write_text_atomically(output_dir / "ladder.json", json.dumps(record, indent=2) + "\n")
 
 
-__all__ = ["LADDER_FILES", "LADDER_FOLDER", "RUNGS", "Rung", "headline", "next_rung_reason", "run_ladder"]
+__all__ = ["LADDER_FILES", "LADDER_FOLDER", "RUNGS", "Rung", "headline", "ladder_rungs", "next_rung_reason", "run_ladder"]
