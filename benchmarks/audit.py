@@ -141,7 +141,7 @@ def measure(work: str | os.PathLike, seed: int = 0, epochs: int = 60, clean: boo
     for method, paths in record["compared"].items():  # the same probabilities, other rules
         result[f"label_issue_{method}"] = label_scores(paths, truth)
     anchor = pixel_anchor(data, truth, seed)
-    result["anchor"] = {k: v for k, v in anchor.items() if k != "flagged_paths"} | {"flagged": len(anchor["flagged_paths"])}
+    result["anchor"] = {k: v for k, v in anchor.items() if k != "flagged_paths"}
     result["flagged_fraction"] = record["counts"]["label_issue"] / record["num_train_images"]
     result["counts"] = record["counts"]
     result["probe"] = record["probe"]

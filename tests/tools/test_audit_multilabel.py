@@ -4,6 +4,8 @@ against cleanlab's multi-label `find_label_issues` called directly and the known
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -69,3 +71,32 @@ def test_multilabel_issues_are_cleanlabs_and_find_the_flipped_label_sets():
         assert f.given == tuple(np.flatnonzero(given[f.index]))
         if f.index in hits:
             assert f.suggested == tuple(np.flatnonzero(truth[f.index]))
+
+
+@pytest.mark.long  # one-vs-rest probes on ten labels, twice (the self-check): about 30 s of CPU
+def test_the_command_audits_multi_label_folders_and_flags_label_sets_without_proposing_relabels(tmp_path, capfd,
+                                                                                                 hf_backbone_dir):  # fmt: skip
+    import csv
+    import json
+
+    from tests.cli_runner import run_script
+    from vit_ft.data.digits import write_digits_multilabel_imagefolder
+
+    root = write_digits_multilabel_imagefolder(tmp_path / "ml", num_train=150, num_test=20)
+    with open(root / "train" / "labels.csv", newline="") as f:
+        given = {row["file"]: row["labels"] for row in csv.DictReader(f)}
+    out = tmp_path / "audit"
+    ran = run_script("scripts/audit.py", ["--model", hf_backbone_dir, "--dataset", str(root), "--output_dir", str(out),
+                                          "--device", "cpu", "--bf16", "false"], capfd, cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    record = json.loads((out / "audit.json").read_text())
+    assert record["multi_label"] and record["quality"]["estimated_issues"] == record["counts"]["label_issue"]
+    assert set(record["probe"]["candidates"]) == {"features/logistic", "pixels/logistic"}
+    with open(out / "findings.csv", newline="") as f:
+        issues = [r for r in csv.DictReader(f) if r["kind"] == "label_issue"]
+    for row in issues:  # the given label set as labels.csv holds it, names joined by ";"
+        assert row["given_label"] == given[Path(row["path"]).name], row
+    with open(out / "relabel.csv", newline="") as f:
+        actions = {r["action"] for r in csv.DictReader(f) if r["kind"] == "label_issue"}
+    assert "relabel" not in actions and "keep" in actions  # --exclude cannot relabel multi-label images (copies: drop)
+    assert (out / "report.md").read_text().startswith("# Data audit")

@@ -45,7 +45,10 @@ def _sorted(rows: Sequence[AuditImage]) -> list[AuditImage]:
     return sorted(rows, key=lambda r: (order[r.finding.kind], -r.finding.score, r.path))
 
 
-def _label(names: list[str], label: int) -> str:
+def _label(names: list[str], label: int | tuple[int, ...]) -> str:
+    """A class name, or a multi-label set's names joined by ";" (labels.csv's separator); "" for none."""
+    if isinstance(label, tuple):
+        return ";".join(names[i] for i in label)
     return names[label] if label >= 0 else ""
 
 
@@ -78,8 +81,10 @@ def relabel_csv(rows: Sequence[AuditImage], names: list[str], min_score: float |
             continue
         seen.add(row.path)
         action = "drop" if row.path in drops else DEFAULT_ACTION[f.kind]  # a copy or outlier is dropped, not relabelled
-        if action == "relabel" and (min_score is None or f.score < min_score):
-            action = "keep"  # not proposed: below the score from which the self-check's flags were mostly right
+        if action == "relabel" and (min_score is None or f.score < min_score or isinstance(f.suggested, tuple)):
+            # not proposed: below the score from which the self-check's flags were mostly right, or a multi-label
+            # set (the fine-tune's --exclude drops such images but does not relabel them: edit the action to drop)
+            action = "keep"
         label = _label(names, f.suggested) if action == "relabel" else ""
         writer.writerow([row.path, action, label, _label(names, f.given), f.kind, f"{f.score:.4f}"])
     return buffer.getvalue()
@@ -103,7 +108,7 @@ def plot_findings(
                        f"its copy in {f.other_split}"]
         else:
             images.append(shown_image(row.image, image_size))
-            suggested = f" -> {short(_label(names, f.suggested), 10)}" if f.suggested >= 0 else ""
+            suggested = f" -> {short(_label(names, f.suggested), 10)}" if f.suggested not in (-1, ()) else ""
             titles.append(f"{given}{suggested} ({f.score:.2f})")
     columns = 6 if kind in ("duplicate", "leak") else None
     return plot_image_grid(images, titles, path, suptitle=f"{kind.replace('_', ' ')}s: {WHAT[kind]}", columns=columns)
@@ -151,6 +156,7 @@ def report_markdown(record: dict[str, Any]) -> str:
     """report.md: the audit's own quality first, then what was audited, the counts per kind, and the grids."""
     skipped = f" ({record['skipped']} skipped: they do not decode)" if record["skipped"] else ""
     held = ", ".join(f"{split} {count}" for split, count in record["held_out"].items()) or "none"
+    multi = record.get("multi_label", False)
     lines = [
         "# Data audit",
         "",
@@ -160,10 +166,12 @@ def report_markdown(record: dict[str, Any]) -> str:
         "",
         f"Out-of-fold probabilities: {record['folds']}-fold probes on the frozen pooled features and on the raw "
         "pixels (16x16 grey), the one of lowest "
-        f"log-loss chosen ({record['disagreements']} images whose most probable class is not their label). Label "
-        "issues: the images of lowest out-of-fold probability of their given label, as many as confident learning "
-        "estimates wrong (cleanlab's low_self_confidence filter; its default filter flagged "
-        f"{len(record['compared']['cleanlab'])}); score 1 - p(given), suggestion the most probable other class.",
+        f"log-loss chosen ({record['disagreements']} images whose most probable {'label set' if multi else 'class'} "
+        "is not their label). Label issues: the images of lowest out-of-fold probability of their given label"
+        f"{' set' if multi else ''}, as many as confident learning estimates wrong (cleanlab's "
+        f"{'multi-label ' if multi else ''}low_self_confidence filter"
+        f"{'' if multi else '; its default filter flagged ' + str(len(record['compared']['cleanlab']))}); score 1 - "
+        f"{'its label quality score, suggestion the labels of probability above 0.5' if multi else 'p(given), suggestion the most probable other class'}.",
         "",
         "| kind | images | what |",
         "| --- | --- | --- |",

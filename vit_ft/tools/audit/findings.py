@@ -43,14 +43,15 @@ OUTLIER_QUANTILE = 0.99  # of the training images' own distances, per space: abo
 @dataclass(frozen=True)
 class Finding:
     """One row of findings.csv: an image (`index` into its split), what kind of finding, its score (higher: surer),
-    the given and suggested label ids (-1: none) and for a copy the other image (`other_split`, `other_index`)."""
+    the given and suggested label ids (-1: none; for multi-label data a tuple of ids, the label set) and for a copy
+    the other image (`other_split`, `other_index`)."""
 
     split: str
     index: int
     kind: str
     score: float
-    given: int = -1
-    suggested: int = -1
+    given: int | tuple[int, ...] = -1
+    suggested: int | tuple[int, ...] = -1
     other_split: str = ""
     other_index: int = -1
 

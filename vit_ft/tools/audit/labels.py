@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -191,6 +192,25 @@ def self_check(
     return SelfCheck(rows, flipped, probabilities, flagged, recall, precision, min_score)
 
 
+def quality_record(probe: dict[str, Any], estimate: NoiseEstimate, check: SelfCheck, found: list[Finding]) -> dict[str, Any]:
+    """audit.json's "quality": the chosen probe's out-of-fold accuracy, the noise estimate, the self-check's
+    precision (and its lower bound, which the warning reads) and recall, and how many flags relabel.csv proposes."""
+    low = check.precision_low < PRECISION_FLOOR
+    min_score = check.min_score if low else 0.0  # all proposed when precise enough
+    features = [c["log_loss"] for name, c in probe["candidates"].items() if name.startswith("features/")]
+    return {
+        "accuracy": probe["accuracy"], "noise_rate": round(estimate.rate, 4), "estimated_issues": estimate.issues,
+        "precision": round(check.precision, 4), "precision_low": round(check.precision_low, 4),
+        "recall": round(check.recall, 4), "flipped": len(check.rows), "precision_floor": PRECISION_FLOOR,
+        "low_precision": low, "source": probe["space"],
+        # the model's features gave the given labels a lower likelihood than the raw pixels: a weak backbone
+        "weaker_than_pixels": probe["space"] == "pixels" and bool(features),
+        "features_log_loss": min(features) if features else None,
+        "min_score": None if np.isinf(min_score) else round(min_score, 4),
+        "proposed": sum(f.score >= min_score for f in found), "self_check": check.summary(),
+    }  # fmt: skip
+
+
 __all__ = ["PRECISION_FLOOR", "SELF_CHECK_FLIP", "NoiseEstimate", "SelfCheck", "cleanlab_default",
            "corrected_precision", "flagged_rows", "flip_labels", "label_issues", "lower_bound", "measured",
-           "self_check"]  # fmt: skip
+           "quality_record", "self_check"]  # fmt: skip

@@ -9,7 +9,8 @@ same out-of-fold idea per label, and cleanlab's multi-label confident learning o
 - `multilabel_issues`: cleanlab's `multilabel_classification.filter.find_label_issues` with the
   `low_self_confidence` filter (its count is confident learning's one-vs-rest estimate of the wrong label sets, so
   the flags are bounded as the single-label ones are); score 1 - cleanlab's label quality score of the image
-  (`multilabel_classification.rank.get_label_quality_scores`), suggestion the labels of probability above 0.5.
+  (`multilabel_classification.rank.get_label_quality_scores`), suggestion the labels of probability above 0.5;
+- `multilabel_self_check`: the audit's self-check (`labels`) with one label added or removed in 5 % of the images.
 
     probabilities, probe = multilabel_probabilities({"features": pooled, "pixels": pixels}, matrix)
     flags = multilabel_issues(matrix, probabilities)      # [(row, score, given labels, suggested labels)]
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .findings import FOLDS
+from .findings import FOLDS, Finding
+from .labels import SELF_CHECK_FLIP, SELF_CHECK_MIN_FLIPS, SelfCheck, measured
 from .probes import LOGISTIC_C, PROBABILITY_FLOOR
 
 
@@ -119,5 +121,34 @@ def multilabel_issues(matrix: np.ndarray, probabilities: np.ndarray) -> list[Mul
                             tuple(np.flatnonzero(probabilities[i] > 0.5).tolist())) for i in rows]  # fmt: skip
 
 
+def flip_label_sets(matrix: np.ndarray, fraction: float = SELF_CHECK_FLIP, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A copy of the multi-hot `matrix` with `fraction` of its images (at least SELF_CHECK_MIN_FLIPS, at most half)
+    given one label added or removed (drawn uniformly, seeded), and the flipped rows, sorted."""
+    rng = np.random.default_rng(seed)
+    count = min(len(matrix) // 2, max(SELF_CHECK_MIN_FLIPS, round(fraction * len(matrix))))
+    rows = np.sort(rng.choice(len(matrix), size=count, replace=False))
+    flipped = np.asarray(matrix, np.int64).copy()
+    flipped[rows, rng.integers(0, matrix.shape[1], count)] ^= 1
+    return flipped, rows
+
+
+def multilabel_self_check(
+    matrix: np.ndarray, found: Sequence[Finding], probe: Callable[[np.ndarray], np.ndarray],
+    fraction: float = SELF_CHECK_FLIP, seed: int = 0,
+) -> SelfCheck:  # fmt: skip
+    """`labels.self_check` on label sets: flip (`flip_label_sets`), run `probe` (flipped matrix -> out-of-fold
+    probabilities) and `multilabel_issues` again, and measure the flags against the known flips (`labels.measured`,
+    `found`: the audit's flags before the flips)."""
+    flipped, rows = flip_label_sets(matrix, fraction, seed)
+    probabilities = probe(flipped)
+    flagged, scores = np.zeros(len(matrix), bool), np.zeros(len(matrix))
+    for issue in multilabel_issues(flipped, probabilities):
+        flagged[issue.index], scores[issue.index] = True, issue.score
+    doubted = np.zeros(len(matrix), bool)
+    doubted[[f.index for f in found]] = True
+    recall, precision, min_score = measured(flagged, scores, rows, doubted)
+    return SelfCheck(rows, flipped, probabilities, flagged, recall, precision, min_score)
+
+
 __all__ = ["MultiLabelIssue", "binary_log_loss", "label_lists", "logistic_multilabel", "multilabel_issues",
-           "multilabel_probabilities"]  # fmt: skip
+           "multilabel_probabilities", "flip_label_sets", "multilabel_self_check"]  # fmt: skip

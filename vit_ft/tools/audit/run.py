@@ -22,6 +22,7 @@ import numpy as np
 
 from ...data.exclusions import image_key
 from ...data.images import load_image
+from ...data.multilabel import is_multi_hot, multi_hot_matrix
 from ...reports.audit import OUTPUT_FILES, AuditImage, write_audit_report
 from ...tasks.feature_bank import FeatureBank, bank_features, normalized
 from ...utils.hub_ids import check_reference
@@ -39,7 +40,8 @@ from .findings import (
     pixel_descriptor,
     require_cleanlab,
 )
-from .labels import PRECISION_FLOOR, cleanlab_default, label_issues, self_check
+from .labels import NoiseEstimate, cleanlab_default, label_issues, quality_record, self_check
+from .multilabel import multilabel_issues, multilabel_probabilities, multilabel_self_check
 from .probes import best_probe, probe_probabilities
 
 logger = logging.getLogger("vit_ft")
@@ -105,8 +107,6 @@ def load_audit_data(source: AuditSource) -> tuple[dict[str, Any], list[str], str
         check_reference(source.dataset, f"--dataset {source.dataset}", expected, repo_type="dataset")
         splits, names = load_named_splits(source)
         description = f"dataset {os.fspath(source.dataset)}"
-    if not isinstance(splits["train"].features["label"], datasets.ClassLabel):
-        raise ValueError(f"--dataset {source.dataset} is multi-label; vit-ft audit reads single-label data.")
     if len(names) < 2:
         raise ValueError(
             f"--dataset {source.dataset} has {len(names)} class ({names}); label issues need at least two classes. "
@@ -128,8 +128,8 @@ def _pixels(images: Sequence[Any]) -> np.ndarray:
     return np.stack([r if r is not None else np.zeros(size, np.float32) for r in rows])
 
 
-def _check_classes(labels: np.ndarray, names: list[str], folds: int, dataset: Any) -> None:
-    counts = np.bincount(labels, minlength=len(names))
+def _check_classes(labels: np.ndarray, names: list[str], folds: int, dataset: Any, multi: bool = False) -> None:
+    counts = labels.sum(axis=0) if multi else np.bincount(labels, minlength=len(names))
     small = [names[i] for i in np.flatnonzero(counts < folds)]
     if small:
         raise ValueError(
@@ -187,21 +187,36 @@ def audit_labels(
         return probe_probabilities(str(probe["probe"]), spaces[str(probe["space"])], flipped, num_classes, folds, seed)
 
     check = self_check(labels, found, num_classes, rerun, seed=seed)
-    low = check.precision_low < PRECISION_FLOOR
-    min_score = check.min_score if low else 0.0  # all proposed when precise enough
-    features = [c["log_loss"] for name, c in probe["candidates"].items() if name.startswith("features/")]
-    quality = {
-        "accuracy": probe["accuracy"], "noise_rate": round(estimate.rate, 4), "estimated_issues": estimate.issues,
-        "precision": round(check.precision, 4), "precision_low": round(check.precision_low, 4),
-        "recall": round(check.recall, 4), "flipped": len(check.rows), "precision_floor": PRECISION_FLOOR,
-        "low_precision": low, "source": probe["space"],
-        # the model's features gave the given labels a lower likelihood than the raw pixels: a weak backbone
-        "weaker_than_pixels": probe["space"] == "pixels" and bool(features),
-        "features_log_loss": min(features) if features else None,
-        "min_score": None if np.isinf(min_score) else round(min_score, 4),
-        "proposed": sum(f.score >= min_score for f in found), "self_check": check.summary(),
-    }  # fmt: skip
-    return found, {"probe": probe, "quality": quality}, probabilities
+    return found, {"probe": probe, "quality": quality_record(probe, estimate, check, found)}, probabilities
+
+
+def audit_multilabel_labels(
+    spaces: Mapping[str, np.ndarray], matrix: np.ndarray, folds: int = FOLDS, seed: int = 0
+) -> tuple[list[Finding], dict[str, Any], np.ndarray]:
+    """`audit_labels` for multi-label data (`(n, num_labels)` multi-hot `matrix`): one-vs-rest probes, cleanlab's
+    multi-label filter and the same self-check on flipped labels (`multilabel`)."""
+    probabilities, probe = multilabel_probabilities(spaces, matrix, folds, seed)
+    issues = multilabel_issues(matrix, probabilities)
+    found = [Finding("train", i.index, "label_issue", i.score, i.given, i.suggested) for i in issues]
+
+    def rerun(flipped: np.ndarray) -> np.ndarray:
+        return multilabel_probabilities({str(probe["space"]): spaces[str(probe["space"])]}, flipped, folds, seed)[0]
+
+    check = multilabel_self_check(matrix, found, rerun, seed=seed)
+    estimate = NoiseEstimate(len(found), len(matrix))
+    return found, {"probe": probe, "quality": quality_record(probe, estimate, check, found)}, probabilities
+
+
+def _label_findings(
+    spaces: Mapping[str, np.ndarray], labels: np.ndarray, multi: bool, num_classes: int, options: AuditOptions
+) -> tuple[list[Finding], dict[str, Any], np.ndarray, np.ndarray]:
+    """The label issues (`audit_labels`, or `audit_multilabel_labels` for a multi-hot `labels` matrix), their record,
+    and the comparisons' `(n,)` flags: cleanlab's default filter (single-label only), most probable != given."""
+    if multi:
+        found, record, probabilities = audit_multilabel_labels(spaces, labels, options.folds, options.seed)
+        return found, record, np.zeros(len(labels), bool), ((probabilities > 0.5) != labels).any(axis=1)
+    found, record, probabilities = audit_labels(spaces, labels, num_classes, options.folds, options.seed)
+    return found, record, cleanlab_default(labels, probabilities), disagreements(labels, probabilities)
 
 
 def run_audit(
@@ -220,9 +235,9 @@ def run_audit(
     out = check_output_dir(output_dir, inputs=[model, source.dataset], holds=", ".join(OUTPUT_FILES))
     AUDIT_FILES.check(out, overwrite)
     splits, names, description = load_audit_data(source)
-    train = splits["train"]
-    labels = np.asarray(train["label"], np.int64)
-    _check_classes(labels, names, options.folds, source.dataset)
+    train, multi = splits["train"], is_multi_hot(splits["train"].features)
+    labels = multi_hot_matrix(train).astype(np.int64) if multi else np.asarray(train["label"], np.int64)
+    _check_classes(labels, names, options.folds, source.dataset, multi)
     trained = load_trained(model, options.image_size, options.device, max_tokens=options.max_tokens,
                            require_head=False, bf16=options.bf16)  # fmt: skip
     started = time.perf_counter()
@@ -234,27 +249,28 @@ def run_audit(
         raise ValueError(f"--dataset {source.dataset}: none of the {len(train)} training images decodes.")
     images = [train["image"][i] for i in kept]
     labels = labels[kept]
-    bank = FeatureBank(normalized(features["features"]), labels, np.asarray(kept, np.int64),
+    classes = np.full(len(kept), -1, np.int64) if multi else labels  # a class per image (none: multi-label)
+    bank = FeatureBank(normalized(features["features"]), classes, np.asarray(kept, np.int64),
                        normalized(features["input"]))  # fmt: skip
     held_values, held_images = _held_out_features(trained, held, options.batch_size)
     feature_seconds = time.perf_counter() - started
 
     pixels = _pixels(images)  # the copies' descriptor, and the raw-pixel anchor among the probes' spaces
-    found, label_record, probabilities = audit_labels({"features": features["features"], "pixels": pixels}, labels,
-                                                     len(names), options.folds, options.seed)  # fmt: skip
-    cleanlab = cleanlab_default(labels, probabilities)
+    spaces = {"features": features["features"], "pixels": pixels}
+    found, label_record, cleanlab, disagree = _label_findings(spaces, labels, multi, len(names), options)
     found += copies({"features": features["features"], "pixels": pixels}, held_values)
-    found += outliers(outlier_scores(bank), labels)
-    found = [replace(f, given=int(labels[f.index])) if f.given < 0 else f for f in found]  # copies: their label too
+    found += outliers(outlier_scores(bank), classes)
+    given = [tuple(np.flatnonzero(row).tolist()) for row in labels] if multi else labels.tolist()
+    found = [replace(f, given=given[f.index]) if f.given == -1 else f for f in found]  # copies, outliers: theirs
     record = {
         "model": trained.source, "dataset": description, "classes": names, "num_train_images": len(images),
         "held_out": {split: len(values) for split, values in held_images.items()},
         "skipped": len(train) - len(kept), "folds": options.folds, "seed": options.seed, **label_record,
-        "disagreements": int(disagreements(labels, probabilities).sum()),
-        # the comparisons on the same probabilities: cleanlab's default filter (prune by noise rate), and most probable class != label
+        "multi_label": multi, "disagreements": int(disagree.sum()),
+        # the comparisons on the same probabilities: cleanlab's default filter (prune by noise rate; single-label), and most probable class != label
         "compared": {"cleanlab": [image_key(images[i].get("path"), kept[i]) for i in np.flatnonzero(cleanlab)],
                      "most_probable_not_given": [image_key(images[i].get("path"), kept[i])
-                                                 for i in np.flatnonzero(disagreements(labels, probabilities))]},
+                                                 for i in np.flatnonzero(disagree)]},
         "feature_seconds": round(feature_seconds, 2), "counts": {},
     }  # fmt: skip
     rows = _audit_images(found, images, kept, held_images)
