@@ -16,7 +16,7 @@ from vit_ft.tools.evaluate.data import resolve_eval_data
 from vit_ft.tools.evaluate.run import run_evaluation
 from vit_ft.tools.trained import load_trained
 
-SAMPLES = 40
+SAMPLES = 24
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ def zeroshot_dir(tiny_finetuned_dir, tmp_path_factory):
     return folder
 
 
+@pytest.mark.long  # loads, evaluates and saves: about 3 s
 def test_wise_interpolates_every_weight_and_keeps_the_best_alpha(tiny_finetuned_dir, zeroshot_dir, tmp_path):
     out = tmp_path / "wise"
     record = run_wise(str(zeroshot_dir), str(tiny_finetuned_dir), out, alphas=[0.0, 0.5, 1.0], max_samples=SAMPLES)
