@@ -211,3 +211,21 @@ def test_a_hub_checkpoint_id_loads_its_text_tower_through_the_hub(checkpoints, t
     with torch.no_grad():
         expected = reference(**text, pixel_values=pixels).logits_per_image
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.long  # an ONNX export and a clean interpreter: about 10 s
+def test_a_zeroshot_folder_exports_to_onnx_and_loads_without_vit_ft(checkpoints, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from vit_ft.tools.export.onnx import FP32_TOLERANCE, export_model
+
+    from .test_export import run_in_clean_process
+
+    model = zeroshot_model(checkpoints["clip"][0])
+    _, difference = export_model(model, tmp_path / "model.onnx")
+    assert difference <= FP32_TOLERANCE
+    model.save_pretrained(tmp_path / "model")
+    pixels = pixel_inputs("clip")["pixel_values"]
+    with torch.no_grad():
+        expected = model(pixels).logits
+    out = run_in_clean_process(tmp_path / "model", pixels, tmp_path)  # trust_remote_code, no vit_ft imported
+    assert (torch.tensor(out["logits"]) - expected).abs().max().item() <= 1e-5
