@@ -4,8 +4,9 @@ each at three severities (ImageNet-C's 1, 3 and 5 of five), applied per batch on
 seeded (the caller's generator, one per corruption and severity, on the batch's device).
 
 Batches arrive normalised, as the model sees them; a corruption works on [0, 1] pixels (`corrupt` undoes the
-normalisation, corrupts, clips and normalises again). Photometric and noise constants are ImageNet-C's (they do not
-depend on the image's size); the spatial ones (blur, pixelation) are CIFAR-10-C's for 32 px, scaled to the side.
+normalisation, corrupts, clips and normalises again). The constants are ImageNet-C's (noise, photometric, the
+pixelation ratio and JPEG quality do not depend on the image's size); the blurs' are CIFAR-10-C's for 32 px, scaled
+to the image's side (ImageNet-C's sigma of 1-6 px at 224 px would erase a 32 px digit at severity 1).
 
     batch = corrupt(pixels, "gaussian_noise", 3, mean, std, generator)   # (B, 3, H, W) normalised -> same
 """
@@ -32,7 +33,7 @@ TABLES: dict[str, tuple[str, tuple[float, ...]]] = {
     "brightness": ("photometric", (0.1, 0.2, 0.3, 0.4, 0.5)),  # added to HSV value
     "contrast": ("photometric", (0.4, 0.3, 0.2, 0.1, 0.05)),  # kept share of the deviation from the mean
     "pixelate": ("digital", (0.6, 0.5, 0.4, 0.3, 0.25)),  # down-scale factor (a ratio: ImageNet-C's)
-    "jpeg_compression": ("digital", (80, 65, 58, 50, 40)),  # JPEG quality (CIFAR-10-C)
+    "jpeg_compression": ("digital", (25, 18, 15, 10, 7)),  # JPEG quality (ImageNet-C's)
 }
 CORRUPTIONS = tuple(TABLES)
 
