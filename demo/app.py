@@ -44,6 +44,7 @@ from vit_ft.data.images import (  # noqa: E402
 from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: E402
 from vit_ft.tasks.feature_bank import expected_input_text, feature_taps, pre_logits  # noqa: E402
 from vit_ft.tasks.temperature import UNSURE_BELOW  # noqa: E402
+from vit_ft.tools.explain.methods import explain  # noqa: E402
 from vit_ft.tools.inspect.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.ood import OODScorer  # noqa: E402
 from vit_ft.tools.trained import load_trained  # noqa: E402
@@ -57,6 +58,7 @@ LOW_CONFIDENCE = UNSURE_BELOW  # a top-1 probability (calibrated) below this is 
 BELOW_SHOWN = 3  # a multi-label answer also shows this many labels under their thresholds: the near misses
 HEAT_ALPHA = 0.6  # overlay_heatmap's default: the legend shows the same blend
 READY = "Upload an image or click an example: it is classified at once."
+ALL_CLASSES = "every class (attention rollout)"  # the class picker's first choice: the class-agnostic map
 DISPLAY_SIDE = 448  # the heat map is drawn at about this size (longer side), whatever the model's resolution
 # what a Hub id is downloaded with; never the repository's code: the demo runs vit_ft's own
 HUB_FILES = ["*.json", "*.safetensors", f"{EXAMPLES_DIR}/*", f"{ADAPTER_DIR}/*"]
@@ -232,6 +234,20 @@ class Classifier:
         heat = rollout_maps(self.model, self.pixel_values(image))[0]  # (grid_h, grid_w)
         return overlay_heatmap(display_view(image, self.display_size, self.resample), heat)
 
+    def explanation(self, upload: str | dict | None, target: str | None) -> Image.Image:
+        """The map for the class named `target` (gradient-weighted attention rollout, Chefer et al. 2021), or the
+        class-agnostic rollout for ALL_CLASSES."""
+        if not target or target == ALL_CLASSES:
+            return self.rollout(upload)
+        index = {name: i for i, name in self.labels.items()}.get(target)
+        if index is None:
+            raise _rejected(f"{target!r} is not a class of this model.")
+        image = self.open(upload)
+        pixels = self.pixel_values(image)
+        grid = (pixels.shape[-2] // self.model.config.patch_hw[0], pixels.shape[-1] // self.model.config.patch_hw[1])
+        heat = explain(self.model, pixels, "grad_rollout", target=index)[0].reshape(grid)  # (grid_h, grid_w)
+        return overlay_heatmap(display_view(image, self.display_size, self.resample), heat)
+
 
 def describe_prediction(label: str, probability: float, num_classes: int, temperature: float) -> str:
     """The status line of an answer: the label and its probability, and a warning below LOW_CONFIDENCE."""
@@ -401,10 +417,15 @@ def build_demo(
                 # no label badge nor buttons laid over the map
                 heatmap = gr.Image(type="pil", format="png", show_label=False, interactive=False, buttons=[],
                                    elem_id="rollout")  # fmt: skip
+                target = gr.Dropdown([ALL_CLASSES, *classifier.labels.values()], value=ALL_CLASSES,
+                                     label="Map for the class", elem_id="explain-class")  # fmt: skip
                 gr.HTML(legend_html(), elem_id="legend")
         image.clear(lambda: (None, None, READY), outputs=[labels, heatmap, status], queue=False,
                     api_visibility="private")  # fmt: skip
-        outputs = (image, labels, heatmap, status)
+        outputs = (image, labels, heatmap, status, target)
+        # picking a class redraws the map for it (a user's pick only: a new image resets the pick, not this)
+        target.input(classifier.explanation, inputs=[image, target], outputs=heatmap, preprocess=False,
+                     concurrency_id="model", api_name="explain")  # fmt: skip
         _classify_on(button.click, classifier, outputs, public=True)
         _classify_on(image.upload, classifier, outputs)
         if examples is not None:
@@ -484,11 +505,11 @@ def _classify_on(trigger: Any, classifier: Classifier, outputs: tuple, public: b
     preprocess=False: the functions get the upload's path unopened and check the file themselves. Only the
     Classify button's chain is the API (`/predict`, `/rollout`); the others are private.
     """
-    image, labels, heatmap, status = outputs
+    image, labels, heatmap, status, target = outputs
     visibility: dict[str, Any] = {} if public else {"api_visibility": "private"}
     shared = {"inputs": image, "preprocess": False, "concurrency_id": "model"}
-    cleared = trigger(lambda: (None, None, "Classifying…"), outputs=[labels, heatmap, status], queue=False,
-                      api_visibility="private")  # fmt: skip
+    cleared = trigger(lambda: (None, None, "Classifying…", ALL_CLASSES), outputs=[labels, heatmap, status, target],
+                      queue=False, api_visibility="private")  # fmt: skip
     predicted = cleared.then(
         classifier.predict, outputs=labels, **shared, **({"api_name": "predict"} if public else visibility)
     )
