@@ -114,3 +114,10 @@ def test_the_ladder_starts_with_the_zeroshot_rung_on_an_image_text_checkpoint(cl
     assert record["rungs"][0]["ran"] is not zeroshot_fails and record["kept"] == "linear"
     assert "Stopped: linear gained" in (tmp_path / "out" / "report.md").read_text()
     assert ladder_rungs(ModelArguments(model_name_or_path=str(tmp_path / "nothing-here"), method="auto")) == RUNGS
+
+
+def test_a_local_checkpoint_without_a_text_tower_is_refused_with_the_arguments(hf_backbone_dir):
+    from vit_ft.arguments.fields import ModelArguments
+
+    with pytest.raises(ValueError, match="without a text tower"):
+        ModelArguments(model_name_or_path=hf_backbone_dir, head_init="zeroshot")
