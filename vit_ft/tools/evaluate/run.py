@@ -5,7 +5,8 @@ Each job has its module: loading the model once (`trained`), which images (`eval
 them (`eval_outputs`, with the batched loop of `inference`), and what the model's task computes and draws from
 them (`vit_ft.tasks`: a single-label model's accuracy, confusion matrix and mistakes; a multi-label model's mAP
 at its decision threshold, precision-recall curves and false positives / negatives); `run_evaluation` puts them
-together.
+together; with `shift` ("corruptions" or a folder, `shift.py`), accuracy under shift beside the clean one
+(shift.csv / .md / .png, metrics.json's "shift", a section of report.md).
 
     run_evaluation("outputs/digits", "reports/digits")                       # the recorded test split
     run_evaluation("outputs/digits", "reports/digits-48", image_size=48)     # another test-time resolution
@@ -32,7 +33,7 @@ from ..trained import Trained, load_trained
 from ..tta import NO_OOD_SCORE, TTARunner, with_tta
 from .data import EvalData, folders_read, resolve_eval_data
 from .outputs import EvalOutputs, evaluation_facts, predict_dataset, short_description
-from .shift import CORRUPTIONS_SHIFT, accuracy, check_shift, shift_evaluation
+from .shift import shift_inputs, shift_section
 
 logger = logging.getLogger("vit_ft")
 
@@ -87,17 +88,13 @@ def run_evaluation(
     A multi-label model needs multi-label data (a `data_dir` with labels.csv, its labels separated by
     `label_separator`); its files are its task's (`tasks.MultiLabel.write_evaluation`): pr_curves.png,
     false_positives.png and false_negatives.png instead of the confusion matrix, reliability and mistakes.
-
-    `shift` ("corruptions" or a folder of class folders, `shift.py`) adds accuracy under shift beside the clean
-    one: shift.csv / .md / .png, metrics.json's "shift" and a section of report.md (single-label models).
     """
-    given = [model, *([data_dir] if data_dir is not None else []), *([shift] if shift not in (None, CORRUPTIONS_SHIFT) else [])]
+    given = [model, *([data_dir] if data_dir is not None else []), *shift_inputs(shift)]  # `shift`: shift.py
     check_output_dir(output_dir, inputs=given, holds="report.md and its files")  # before the model loads
     output_dir = Path(output_dir)
     EVALUATION_FILES.check(output_dir, overwrite)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     runner = with_tta(trained, tta)  # a flip for a model trained without flips is refused here
-    check_shift(shift, trained)
     id2label, where = trained.id2label, (recipe, data_dir, split, seed, max_samples)
     data = resolve_eval_data(trained.origin, id2label, *where, trained.task.problem_type, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
@@ -109,11 +106,8 @@ def run_evaluation(
     outputs = predict_dataset(runner, data, batch_size, num_workers, progress, scorer)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
     tta_numbers = tta_comparison(runner, outputs, trained, top_k) if tta else None
-    shifted = None if shift is None else shift_evaluation(
-        trained, data, accuracy(outputs.logits, outputs.labels), shift, seed or 0, batch_size, num_workers, progress)
-    return write_evaluation(
-        output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer, tta_numbers, shifted
-    )
+    return write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer, tta_numbers,
+                            shift_section(shift, trained, data, outputs, seed or 0, batch_size, num_workers, progress))  # fmt: skip
 
 
 def tta_comparison(runner: TTARunner, outputs: EvalOutputs, trained: Trained, top_k: int) -> dict[str, Any]:

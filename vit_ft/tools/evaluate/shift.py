@@ -45,6 +45,28 @@ def check_shift(shift: str | None, trained: Trained) -> None:
         raise ValueError(f"--shift {shift!r} is neither 'corruptions' nor a folder of class folders (FOLDER/<class>/<image>).")
 
 
+def shift_inputs(shift: str | None) -> list[str]:
+    """The folder a `shift` reads (none for corruptions), for the output-folder check; ValueError, before the
+    model loads, for a shift that is neither "corruptions" nor a folder."""
+    if shift is None or shift == CORRUPTIONS_SHIFT:
+        return []
+    if not Path(shift).expanduser().is_dir():
+        raise ValueError(f"--shift {shift!r} is neither 'corruptions' nor a folder of class folders (FOLDER/<class>/<image>).")
+    return [shift]
+
+
+def shift_section(
+    shift: str | None, trained: Trained, data: EvalData, outputs: Any, seed: int = 0, batch_size: int = 64,
+    num_workers: int = 0, progress: bool | None = None,
+) -> dict[str, Any] | None:  # fmt: skip
+    """An evaluation's shift section (`shift_evaluation`) beside its clean `outputs`, None without a shift."""
+    if shift is None:
+        return None
+    check_shift(shift, trained)
+    return shift_evaluation(trained, data, accuracy(outputs.logits, outputs.labels), shift, seed, batch_size,
+                            num_workers, progress)  # fmt: skip
+
+
 def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
     """Top-1 accuracy of `(n, classes)` logits against `(n,)` label ids."""
     return float((np.asarray(logits).argmax(-1) == np.asarray(labels)).mean()) if len(labels) else float("nan")
@@ -113,4 +135,5 @@ def shift_evaluation(
             "mean_accuracy": mean, "relative_error": (1 - mean) - (1 - clean), "how": how}  # fmt: skip
 
 
-__all__ = ["CORRUPTIONS_SHIFT", "accuracy", "check_shift", "corruption_logits", "corruption_rows", "shift_evaluation"]
+__all__ = ["CORRUPTIONS_SHIFT", "accuracy", "check_shift", "corruption_logits", "corruption_rows", "shift_evaluation",
+           "shift_inputs", "shift_section"]
