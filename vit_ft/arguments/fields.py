@@ -11,7 +11,6 @@ fields can tell, `ModelArguments` the image size against its checkpoint too (the
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..data.builtin import BUILTIN_DATASETS
 from ..metrics.multilabel import PROBLEM_TYPES
@@ -190,12 +189,10 @@ class ModelArguments:
         if self.method == "lp-ft" and self.head_init != "zero":
             raise ValueError(f"method lp-ft fits its own head (the linear probe) before fine-tuning; head_init "
                              f"{self.head_init} would be replaced: leave head_init unset, or use method full.")  # fmt: skip
-        if "zeroshot" in (self.method, self.head_init) and Path(self.model_name_or_path).is_dir():
-            from ..model.zeroshot import has_text_tower  # a local checkpoint, checked before any data is read
+        if "zeroshot" in (self.method, self.head_init):  # a local checkpoint, before any data is read
+            from ..model.zeroshot import check_local_text_tower
 
-            if not has_text_tower(self.model_name_or_path):
-                raise ValueError(f"{self.model_name_or_path} is a checkpoint without a text tower: a zero-shot head "
-                                 "needs a whole image-text checkpoint (CLIP, MetaCLIP 2, SigLIP, SigLIP 2).")  # fmt: skip
+            check_local_text_tower(self.model_name_or_path)
         if "zeroshot" not in (self.method, self.head_init) and self.class_prompts:
             raise ValueError("class_prompts are the prompts of a zero-shot head: add --method zeroshot or "
                              "--head_init zeroshot, or drop class_prompts.")  # fmt: skip

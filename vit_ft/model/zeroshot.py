@@ -134,6 +134,13 @@ def has_text_tower(checkpoint: str, cache_dir: str | None = None) -> bool:
     return config.get("model_type") in IMAGE_TEXT_POOLING
 
 
+def check_local_text_tower(checkpoint: str) -> None:
+    """ValueError for a local checkpoint folder without a text tower (a Hub id is read where the model is built)."""
+    if Path(checkpoint).is_dir() and not has_text_tower(checkpoint):
+        raise ValueError(f"{checkpoint} is a checkpoint without a text tower: a zero-shot head needs a whole "
+                         "image-text checkpoint (CLIP, MetaCLIP 2, SigLIP, SigLIP 2).")  # fmt: skip
+
+
 def load_image_text_model(checkpoint: str, cache_dir: str | None = None) -> tuple[Any, Any, str]:
     """transformers' whole image-text model of `checkpoint` (e.g. CLIPModel, SiglipModel) in eval mode, its
     tokenizer and `model_type`; ValueError when the checkpoint has no text tower or no tokenizer."""
@@ -270,6 +277,7 @@ def zeroshot_head(
 __all__ = [
     "TEMPLATE_SETS",
     "ZeroShotWeights",
+    "check_local_text_tower",
     "class_texts",
     "has_text_tower",
     "install_zeroshot_head",
