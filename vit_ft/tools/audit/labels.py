@@ -11,7 +11,7 @@
   those known flips reported; the score from which the flags reach PRECISION_FLOOR too. The warning reads the
   precision's lower confidence bound, not its estimate: the flags the audit doubted before the flips count as
   right at the estimated precision, which is optimistic where those are the probe's own confident mistakes (a
-  10-epoch backbone on clean digits: 152 false flags, the estimate 0.52; its lower bound 0.46 warns).
+  10-epoch backbone on clean digits, uncalibrated count: 152 false flags, the estimate 0.52; its lower bound 0.45 warns).
 
     found, estimate = label_issues(labels, probabilities)
     check = self_check(features, labels, found, lambda y: probe_probabilities("logistic", features, y, k))
@@ -38,7 +38,7 @@ SELF_CHECK_MIN_FLIPS = 10  # fewer known flips give a recall and precision too c
 CONFIDENCE_Z = 1.645
 # how many labels confident learning estimates wrong: the joint calibrated to the given labels' counts, cleanlab's
 # "most accurate estimate" (count.num_label_issues). The uncalibrated off-diagonal count (find_label_issues' own)
-# stopped at 61 where 72 + 10 labels were wrong (digits, a kNN on raw pixels: recall 0.79; calibrated, 77 flags:
+# stopped at 61 where 72 + 10 labels were wrong (digits, a kNN on 16x16 raw pixels: recall 0.79; calibrated, 77 flags:
 # 0.96 at precision 0.96); on the same digits without faults, 10 and 11 flags of 1,437
 NOISE_ESTIMATE = "off_diagonal_calibrated"
 

@@ -42,7 +42,7 @@ from .findings import (
 )
 from .labels import NoiseEstimate, cleanlab_default, label_issues, quality_record, self_check
 from .multilabel import multilabel_issues, multilabel_probabilities, multilabel_self_check
-from .probes import best_probe, probe_probabilities
+from .probes import best_probe, pixel_space, probe_probabilities
 
 logger = logging.getLogger("vit_ft")
 AUDIT_FILES = OutputFiles("audit", OUTPUT_FILES, "a data audit")  # only these replaced, others kept
@@ -256,7 +256,7 @@ def run_audit(
     feature_seconds = time.perf_counter() - started
 
     pixels = _pixels(images)  # the copies' descriptor, and the raw-pixel anchor among the probes' spaces
-    spaces = {"features": features["features"], "pixels": pixels}
+    spaces = {"features": features["features"], "pixels": pixel_space(pixels)}
     found, label_record, cleanlab, disagree = _label_findings(spaces, labels, multi, len(names), options)
     found += copies({"features": features["features"], "pixels": pixels}, held_values)
     found += outliers(outlier_scores(bank), classes)
