@@ -158,3 +158,16 @@ def test_backbone_that_cannot_tell_the_classes_apart_warns_in_one_line_opens_its
     assert len(proposed) == quality["proposed"] < len(relabel)
     if quality["min_score"] is not None:
         assert all(float(r["score"]) >= quality["min_score"] for r in proposed)
+
+
+def test_the_pixel_candidate_is_the_image_box_resized_to_8x8_grey_centred_and_unit(tmp_path):
+    from vit_ft.data.digits import write_digits_imagefolder
+    from vit_ft.tools.audit.findings import pixel_descriptor
+    from vit_ft.tools.audit.probes import PIXEL_PROBE_SIZE, pixel_space
+
+    folder = write_digits_imagefolder(tmp_path / "digits")
+    images = [Image.open(p) for p in sorted((folder / "train").glob("*/*.png"))[:20]]
+    space = pixel_space(np.stack([pixel_descriptor(i) for i in images]))
+    reference = np.stack([pixel_descriptor(i, size=PIXEL_PROBE_SIZE) for i in images])  # PIL's box filter at 8x8
+    assert space.shape == (20, PIXEL_PROBE_SIZE**2)
+    np.testing.assert_allclose((space * reference).sum(1), 1, atol=1e-3)  # the same image up to uint8 rounding
