@@ -73,7 +73,6 @@ def test_multilabel_issues_are_cleanlabs_and_find_the_flipped_label_sets():
             assert f.suggested == tuple(np.flatnonzero(truth[f.index]))
 
 
-@pytest.mark.long  # one-vs-rest probes on ten labels, twice (the self-check): about 30 s of CPU
 def test_the_command_audits_multi_label_folders_and_flags_label_sets_without_proposing_relabels(tmp_path, capfd,
                                                                                                  hf_backbone_dir):  # fmt: skip
     import csv
