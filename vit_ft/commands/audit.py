@@ -7,7 +7,8 @@ vit-ft finetune --recipe digits --exclude reports/audit/relabel.csv     (then: t
 
 --model: a vit_ft folder, a transformers ViT folder or Hub id (a backbone without a head is fine); best one
 that never saw these labels. --dataset: a folder with train/ (and validation/, test/, searched for leaks) image
-folders (<split>/<class name>/<image>), a save_to_disk folder, or a Hub dataset id. Writes OUTPUT/findings.csv
+folders (<split>/<class name>/<image>, or multi-label: <split>/labels.csv beside the images), a save_to_disk
+folder, or a Hub dataset id (single- or multi-label). Writes OUTPUT/findings.csv
 (path, kind, score, given_label, suggested_label, other), relabel.csv (edit its action / label column, then pass
 it as the fine-tune's --exclude), report.md with one image grid per kind, and audit.json; OUTPUT's other files
 are kept, and a file of these names that an earlier audit did not write there is replaced only with --overwrite.
