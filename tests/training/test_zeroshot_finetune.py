@@ -121,3 +121,12 @@ def test_a_local_checkpoint_without_a_text_tower_is_refused_with_the_arguments(h
 
     with pytest.raises(ValueError, match="without a text tower"):
         ModelArguments(model_name_or_path=hf_backbone_dir, head_init="zeroshot")
+
+
+@pytest.mark.long  # a LoRA fine-tune
+def test_head_init_zeroshot_with_lora_reloads_from_its_adapter(tmp_path, capfd, clip_folder):
+    result, out = _fine_tune(tmp_path, capfd, clip_folder[0], head_init="zeroshot", method="lora")
+    assert result.returncode == 0, result.stderr[-4000:]
+    merged, adapter = load_trained(str(out)), load_trained(str(out / "adapter"))  # the adapter brings the head
+    pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(adapter.logits(pixels), merged.logits(pixels), atol=1e-5, rtol=0)

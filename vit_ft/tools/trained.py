@@ -171,7 +171,9 @@ def _from_pretrained(name: str | os.PathLike, new_head: bool = False, **kwargs: 
             f"{weights} cannot be read ({type(error).__name__}: {' '.join(str(error).split())}): "
             "the file is truncated or corrupt. Copy or save the model again."
         ) from error
-    check_complete(info, weights_file_name(name), allowed=HEAD_KEYS if new_head else ())
+    # a new head: the linear layer's keys, or every key of a zero-shot head (`head_type: zeroshot`)
+    heads = (*HEAD_KEYS, *(key for key in model.state_dict() if key.startswith("classifier."))) if new_head else ()
+    check_complete(info, weights_file_name(name), allowed=heads)
     return model
 
 
