@@ -14,6 +14,8 @@ from PIL import Image
 
 from vit_ft.data.corruptions import CORRUPTIONS, SEVERITIES, corrupt, corrupt_pixels, severity_value
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 
 def image(seed: int = 0, side: int = 32) -> torch.Tensor:
     """A smooth random image (1, 3, side, side) in [0, 1]: blurred noise, as photos are smoother than noise."""

@@ -33,6 +33,8 @@ from vit_ft.model.zeroshot import install_zeroshot_head, zeroshot_weights
 
 from ..conftest import REPO, randomize
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 VISION = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
           "image_size": 16, "patch_size": 4}  # fmt: skip
 SPECIAL = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3}

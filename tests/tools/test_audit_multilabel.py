@@ -17,6 +17,8 @@ from vit_ft.tools.audit.multilabel import (
     multilabel_probabilities,
 )
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 pytest.importorskip("cleanlab")
 
 

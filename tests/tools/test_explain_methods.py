@@ -10,6 +10,8 @@ from vit_ft.tools.explain.methods import CLASS_SPECIFIC, METHODS, check_method, 
 
 from ..conftest import randomize, tiny_ft_config
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 pytest.importorskip("captum")
 
 

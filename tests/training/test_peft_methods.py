@@ -20,6 +20,8 @@ from vit_ft.training.peft_methods import PEFT_METHOD_TABLE
 from ..cli_runner import run_script
 from ..conftest import WITHOUT_VIT_FT, randomize, tiny_ft_config, write_tiny_recipe
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 LABELS = 3
 
 

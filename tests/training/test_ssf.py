@@ -13,6 +13,8 @@ from vit_ft.training.ssf import ScaleShift, apply_ssf, merge_ssf
 from ..cli_runner import run_script
 from ..conftest import randomize, tiny_ft_config, write_tiny_recipe
 
+pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
+
 LABELS = 3
 
 
