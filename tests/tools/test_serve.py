@@ -118,8 +118,9 @@ def check_same(answer: dict, expected: dict, tolerance: float = 1e-5, scored: bo
         return
     assert answer["unsure"] == prediction.unlike_training
     # a k-th neighbour distance over a threshold: another batch composition (the CPU kernels' blocking) moves the
-    # features' last digits, and the score up to ~5e-4 relative; the probabilities hold to 1e-5
-    assert answer["ood_score"] == pytest.approx(prediction.ood_score, rel=2e-3)
+    # features' last digits, and the score by up to ~3e-4 absolute (seen: 0.11133 against 0.11163, a near image's
+    # small distance, 2.7e-3 relative); the probabilities hold to 1e-5
+    assert answer["ood_score"] == pytest.approx(prediction.ood_score, rel=2e-3, abs=1e-3)
 
 
 def test_one_request_of_many_images_equals_predict(server, expected, tiny_finetuned_dir):
