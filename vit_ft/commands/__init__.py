@@ -30,6 +30,7 @@ COMMANDS = {
     "export": "export a trained model to ONNX (and int8) for onnxruntime",
     "serve": "serve a trained model over HTTP with dynamic batching",
     "wise": "WiSE-FT: interpolate a zero-shot model and its fine-tune (alpha chosen on validation)",
+    "bench": "the VTAB-1k / FGVC benchmark: fine-tuning methods x tasks under the paper protocol, one table",
 }
 
 
