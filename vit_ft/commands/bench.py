@@ -28,16 +28,16 @@ def _seeds(text: str) -> list[int]:
     try:
         seeds = [int(part) for part in _names(text)]
     except ValueError:
-        raise ValueError(f"--seeds takes comma-separated integers such as 0,1,2, got {text!r}.") from None
+        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers such as 0,1,2, got {text!r}.") from None
     if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds takes distinct comma-separated integers such as 0,1,2, got {text!r}.")
+        raise argparse.ArgumentTypeError(f"--seeds takes distinct comma-separated integers such as 0,1,2, got {text!r}.")
     return seeds
 
 
 def _pin(text: str) -> tuple[str, str]:
     task, sep, source = text.partition("=")
     if not sep or not task or not source:
-        raise ValueError(f"--dataset {text!r}: give TASK=OWNER/NAME or TASK=OWNER/NAME@REVISION.")
+        raise argparse.ArgumentTypeError(f"--dataset {text!r}: give TASK=OWNER/NAME or TASK=OWNER/NAME@REVISION.")
     return task, source
 
 
