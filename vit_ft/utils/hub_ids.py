@@ -40,6 +40,15 @@ def is_hub_id(name: Any) -> bool:
     return True
 
 
+def split_revision(name: str) -> tuple[str, str | None]:
+    """`namespace/name@revision` -> ("namespace/name", "revision"): a Hub id with a branch, tag or commit id after
+    '@' (`datasets.load_dataset`'s `revision`); anything else -> (name, None), a local path that exists included."""
+    repo_id, at, revision = name.rpartition("@")
+    if not at or not revision or not is_hub_id(repo_id) or Path(name).expanduser().exists():
+        return name, None
+    return repo_id, revision
+
+
 def is_hub_model(name: Any) -> bool:
     """A Hub id that does not name a local path either (`outputs/digits` has the form of one)."""
     return is_hub_id(name) and not Path(name).expanduser().exists()
@@ -227,5 +236,6 @@ __all__ = [
     "is_hub_id",
     "is_hub_model",
     "looks_like_path",
+    "split_revision",
     "without_network",
 ]
