@@ -19,10 +19,12 @@ within the 20 highest scores.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +123,11 @@ def label_scores(flagged: list[str], truth: dict[str, list[str]]) -> dict[str, A
             "flagged": len(kept)}  # fmt: skip
 
 
-def measure(work: str | os.PathLike, seed: int = 0, epochs: int = 60, clean: bool = False) -> dict[str, Any]:
+def measure(work: str | os.PathLike, seed: int = 0, epochs: int = 60, clean: bool = False, oof: Any = None,
+            folds: int = 5) -> dict[str, Any]:  # fmt: skip
     """Write digits, inject the faults (not with `clean`), pre-train the backbone on the audited train folder
-    (reused when `work` holds it), audit; the scores, the anchor's and the audit's own quality figures."""
+    (reused when `work` holds it), audit (with `oof`, `--oof finetune`'s settings: its candidate too, and its
+    flags on its own probabilities scored as well); the scores, the anchor's and the audit's own quality figures."""
     from vit_ft.data.digits import write_digits_imagefolder
     from vit_ft.tools.audit import AuditOptions, run_audit
     from vit_ft.training.pretrain import pretrain_digits
@@ -135,9 +139,13 @@ def measure(work: str | os.PathLike, seed: int = 0, epochs: int = 60, clean: boo
     backbone = work / f"backbone-{'clean-' if clean else ''}{epochs}"
     if not (backbone / "config.json").is_file():
         pretrain_digits(backbone, data / "train", epochs=epochs, seed=seed, progress=False)
-    out = work / f"audit-{'clean-' if clean else ''}{epochs}"
-    record = run_audit(backbone, data, out, AuditOptions(seed=seed, device="cpu", bf16=False), overwrite=True)
+    out = work / f"audit-{'clean-' if clean else ''}{epochs}{'-finetune' if oof else ''}"
+    options = AuditOptions(folds=folds, seed=seed, device="cpu", bf16=False, oof=oof)
+    with finetune_alone() as alone:
+        record = run_audit(backbone, data, out, options, overwrite=True)
     result = score(out / "findings.csv", truth)
+    if alone:
+        result["label_issue_finetune_alone"] = label_scores(alone["flagged"], truth)
     for method, paths in record["compared"].items():  # the same probabilities, other rules
         result[f"label_issue_{method}"] = label_scores(paths, truth)
     anchor = pixel_anchor(data, truth, seed)
@@ -149,14 +157,46 @@ def measure(work: str | os.PathLike, seed: int = 0, epochs: int = 60, clean: boo
     return result
 
 
+@contextlib.contextmanager
+def finetune_alone() -> Iterator[dict[str, Any]]:
+    """{"flagged": paths} that the audit's flagging gives on the k-fold fine-tunes' own out-of-fold probabilities
+    (whether or not they were chosen), filled in while the audit runs: the candidate's recall and precision."""
+    import vit_ft.tools.audit.run as audit_run
+    from vit_ft.tools.audit.labels import label_issues
+
+    alone: dict[str, Any] = {}
+    original = audit_run.fold_finetune_probabilities
+
+    def recording(oof: Any, model: str, images: list[Any], labels: np.ndarray, *rest: Any) -> np.ndarray:
+        probabilities = original(oof, model, images, labels, *rest)
+        if "flagged" not in alone:  # the first call: the given labels (later: the self-check's flipped ones)
+            found, _ = label_issues(labels, probabilities)
+            alone["flagged"] = [os.path.realpath(images[f.index]["path"]) for f in found]
+        return probabilities
+
+    audit_run.fold_finetune_probabilities = recording
+    try:
+        yield alone
+    finally:
+        audit_run.fold_finetune_probabilities = original
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", required=True, help="Folder for the data, the backbone and the audit.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=60, help="Pre-training epochs of the backbone (10: a weak one).")
     parser.add_argument("--clean", action="store_true", help="Audit digits as they are (no faults injected).")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--oof", choices=("probes", "finetune"), default="probes", help="As vit-ft audit's.")
+    parser.add_argument("--oof_method", help="As vit-ft audit's.")
+    parser.add_argument("--oof_steps", type=int, help="As vit-ft audit's.")
+    parser.add_argument("--oof_flags", help="As vit-ft audit's.")
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.work, args.seed, args.epochs, args.clean), indent=2))
+    from vit_ft.commands.audit import oof_finetune
+
+    result = measure(args.work, args.seed, args.epochs, args.clean, oof_finetune(args), args.folds)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ are kept, and a file of these names that an earlier audit did not write there is
 When the audit's self-check bounds its label issues' precision below 0.5 (or the model's features separate the
 labels worse than the images' raw pixels, whose probe then finds the label issues) it prints one `warning:` line,
 and with low precision relabel.csv proposes only the label issues scored where the self-check's flags were
-mostly right.
+mostly right. --oof finetune (only on request: minutes, not seconds) adds k-fold fine-tunes of --model as a
+candidate beside the probes (each fold: --oof_steps steps of --oof_method full or lora on the other folds, the
+family's fine-tuning protocol, --oof_flags last), chosen when its out-of-fold log-loss is lower; --folds 3 and
+fewer steps make it cheaper.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--overwrite", action="store_true", help="Replace files of those names not written by audit.")
     parser.add_argument("--folds", type=int, default=5, help="k of the k-fold probes giving out-of-fold probabilities.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the folds.")
+    parser.add_argument("--oof", choices=("probes", "finetune"), default="probes",
+                        help="Out-of-fold probabilities from probes on frozen features and pixels (seconds), or also "
+                        "from k-fold fine-tunes of the model (minutes; chosen when their log-loss is lower).")  # fmt: skip
+    parser.add_argument("--oof_method", choices=("full", "lora"), help="With --oof finetune: each fold's method (full).")
+    parser.add_argument("--oof_steps", type=int, help="With --oof finetune: optimizer steps per fold (200).")
+    parser.add_argument("--oof_flags", help="With --oof finetune: more fine-tune flags, quoted, e.g. "
+                        "'--learning_rate 1e-3' or '--recipe digits' (its protocol for the family's).")  # fmt: skip
     parser.add_argument("--dataset_config", help="Hub dataset configuration name.")
     parser.add_argument("--train_split", default="train", help="Hub dataset split audited.")
     parser.add_argument("--validation_split", help="Hub dataset split searched for leaks.")
@@ -54,14 +64,14 @@ def audit(argv: list[str] | None = None) -> dict[str, Any]:
     from ..tools.audit import AuditOptions, AuditSource, run_audit
 
     options = AuditOptions(folds=args.folds, seed=args.seed, image_size=args.image_size, max_tokens=args.max_tokens,
-                           batch_size=args.batch_size, device=args.device, bf16=args.bf16)  # fmt: skip
+                           batch_size=args.batch_size, device=args.device, bf16=args.bf16, oof=oof_finetune(args))  # fmt: skip
     source = AuditSource(args.dataset, args.dataset_config, args.train_split, args.validation_split,
                          args.test_split, args.image_column, args.label_column)  # fmt: skip
     setup_logging()
     record = run_audit(args.model, source, args.output_dir, options, overwrite=args.overwrite)
     counts = ", ".join(f"{count} {kind}" for kind, count in record["counts"].items())
     quality = record["quality"]
-    warning = warning_line(quality)
+    warning = warning_line(quality, finetuned=options.oof is not None)
     if warning:  # one line, before anything else the command prints
         print(warning, file=sys.stderr)
     print(f"Label audit: out-of-fold accuracy {quality['accuracy']:.3f}, estimated noise rate "
@@ -72,10 +82,29 @@ def audit(argv: list[str] | None = None) -> dict[str, Any]:
     return record
 
 
-def warning_line(quality: dict[str, Any]) -> str:
+def oof_finetune(args: argparse.Namespace) -> Any:
+    """`--oof finetune`'s settings (`tools.audit.finetune.OofFinetune`, with the fine-tune's own plan and stages
+    handed in: tools do not import training), or None; an `--oof_*` flag without it is a ValueError."""
+    given = [f"--{name}" for name in ("oof_method", "oof_steps", "oof_flags") if getattr(args, name) is not None]
+    if args.oof != "finetune":
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with --oof finetune; add it, or leave them out.")
+        return None
+    import shlex
+
+    from ..arguments.recipes import build_plan
+    from ..tools.audit.finetune import OOF_STEPS, FineTuner, OofFinetune
+    from ..training.stages import run_finetune
+
+    steps = OOF_STEPS if args.oof_steps is None else args.oof_steps
+    flags = tuple(shlex.split(args.oof_flags or ""))
+    return OofFinetune(FineTuner(build_plan, run_finetune), args.oof_method or "full", steps, flags)
+
+
+def warning_line(quality: dict[str, Any], finetuned: bool = False) -> str:
     """The one `warning:` line of an audit whose label issues cannot be trusted as they are ("" when none): the
     self-check's precision below the floor, or the model's features weaker than raw pixels (the flags then come
-    from a probe on the pixels)."""
+    from a probe on the pixels); it names `--oof finetune` where the audit ran without (`finetuned`)."""
     reasons = []
     if quality.get("weaker_than_pixels"):
         reasons.append(f"the model's features separate these labels worse than raw pixels (out-of-fold log-loss "
@@ -86,6 +115,8 @@ def warning_line(quality: dict[str, Any]) -> str:
                        f"{quality['precision_low']:.2f}, below {quality['precision_floor']}; out-of-fold accuracy "
                        f"{quality['accuracy']:.2f}): most flagged labels are probably right; relabel.csv proposes "
                        f"{quality['proposed']} relabels")  # fmt: skip
+    if reasons and not finetuned:
+        reasons.append("--oof finetune adds k-fold fine-tunes of the model as a candidate")
     return f"warning: {'; '.join(reasons)}; see report.md." if reasons else ""
 
 

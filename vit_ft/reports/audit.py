@@ -127,7 +127,7 @@ def quality_lines(record: dict[str, Any]) -> list[str]:
         lines += [f"**Warning: estimated precision {quality['precision']:.2f} (lower bound "
                   f"{quality['precision_low']:.2f}) is below {quality['precision_floor']}: most flagged labels are "
                   "probably right; the features separate the classes too little to tell (a backbone that knows this "
-                  f"data better, or more images, would). {proposed}.**", ""]  # fmt: skip
+                  f"data better, more images, or `--oof finetune` if not run, would). {proposed}.**", ""]  # fmt: skip
     if quality.get("weaker_than_pixels"):
         lines += [f"**Warning: the model's features separate these labels worse than the images' raw pixels "
                   f"(best out-of-fold log-loss {quality['features_log_loss']:.4f} against the pixels' "
@@ -152,6 +152,15 @@ def quality_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _finetunes(record: dict[str, Any]) -> str:
+    """", and k-fold fine-tunes of the model (...)" where `--oof finetune` ran them, else ""."""
+    oof = record.get("oof_finetune")
+    if not oof:
+        return ""
+    flags = f", with `{' '.join(oof['flags'])}`" if oof["flags"] else ""
+    return f" and {record['folds']} fine-tunes of the model ({oof['method']}, {oof['steps']} steps each{flags})"
+
+
 def report_markdown(record: dict[str, Any]) -> str:
     """report.md: the audit's own quality first, then what was audited, the counts per kind, and the grids."""
     skipped = f" ({record['skipped']} skipped: they do not decode)" if record["skipped"] else ""
@@ -165,7 +174,7 @@ def report_markdown(record: dict[str, Any]) -> str:
         f"out (searched for leaks): {held}{skipped}.",
         "",
         f"Out-of-fold probabilities: {record['folds']}-fold probes on the frozen pooled features and on the raw "
-        "pixels (16x16 grey), the one of lowest "
+        f"pixels (8x8 grey){_finetunes(record)}, the one of lowest "
         f"log-loss chosen ({record['disagreements']} images whose most probable {'label set' if multi else 'class'} "
         "is not their label). Label issues: the images of lowest out-of-fold probability of their given label"
         f"{' set' if multi else ''}, as many as confident learning estimates wrong (cleanlab's "

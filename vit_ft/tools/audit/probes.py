@@ -18,6 +18,7 @@ pixels among the candidates the chosen source is never worse, by that measure, t
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -117,28 +118,38 @@ def log_loss(probabilities: np.ndarray, labels: np.ndarray) -> float:
     return float(-np.mean(np.log(probabilities[np.arange(len(labels)), labels])))
 
 
+# a candidate from outside the probes (`--oof finetune`'s k-fold fine-tunes): (labels, what) -> `(n, num_classes)`
+# out-of-fold probabilities; `what` names the pass in its progress ("out-of-fold", or "self-check" on flipped labels)
+Source = Callable[[np.ndarray, str], np.ndarray]
+
+
 def best_probe(
     spaces: Mapping[str, np.ndarray] | np.ndarray, labels: np.ndarray, num_classes: int, folds: int = FOLDS,
-    seed: int = 0, probes: Sequence[str] = PROBES,
+    seed: int = 0, probes: Sequence[str] = PROBES, extra: Mapping[str, Source] | None = None,
 ) -> tuple[np.ndarray, dict[str, object]]:  # fmt: skip
     """The out-of-fold probabilities of the candidate (a probe on one feature space: `{space: (n, d)}`, a bare
-    array is the space "features") with the lowest log-loss against the given labels, and {"chosen": "space/probe",
-    "space", "probe", "accuracy", "log_loss", "candidates": {"space/probe": {"log_loss", "accuracy", "seconds"}}}.
-    Log-loss, not accuracy: confident learning reads the probabilities themselves, and a probe with the same
-    accuracy but overconfident mistakes would flag more right labels."""
+    array is the space "features"; or one of `extra`, "space/name": `Source`) with the lowest log-loss against
+    the given labels, and {"chosen": "space/probe", "space", "probe", "accuracy", "log_loss", "candidates":
+    {"space/probe": {"log_loss", "accuracy", "seconds"}}}. Log-loss, not accuracy: confident learning reads the
+    probabilities themselves, and a probe with the same accuracy but overconfident mistakes would flag more
+    right labels."""
     labels = np.asarray(labels, np.int64)
     spaces = {"features": spaces} if isinstance(spaces, np.ndarray) else dict(spaces)
+    sources: dict[str, Callable[[], np.ndarray]] = {
+        f"{space}/{name}": functools.partial(probe_probabilities, name, features, labels, num_classes, folds, seed)
+        for space, features in spaces.items() for name in probes
+    }  # fmt: skip
+    sources.update({name: functools.partial(source, labels, "out-of-fold") for name, source in (extra or {}).items()})
     candidates: dict[str, dict[str, float]] = {}
     best: tuple[float, str, np.ndarray] | None = None
-    for space, features in spaces.items():
-        for name in probes:
-            started = time.perf_counter()
-            probabilities = probe_probabilities(name, features, labels, num_classes, folds, seed)
-            loss = log_loss(probabilities, labels)
-            candidates[f"{space}/{name}"] = {"log_loss": round(loss, 4), "seconds": round(time.perf_counter() - started, 2),
-                                             "accuracy": float(np.mean(probabilities.argmax(1) == labels))}  # fmt: skip
-            if best is None or loss < best[0]:
-                best = (loss, f"{space}/{name}", probabilities)
+    for candidate, source in sources.items():
+        started = time.perf_counter()
+        probabilities = source()
+        loss = log_loss(probabilities, labels)
+        candidates[candidate] = {"log_loss": round(loss, 4), "seconds": round(time.perf_counter() - started, 2),
+                                 "accuracy": float(np.mean(probabilities.argmax(1) == labels))}  # fmt: skip
+        if best is None or loss < best[0]:
+            best = (loss, candidate, probabilities)
     assert best is not None, "no probe given"
     loss, chosen, probabilities = best
     space, name = chosen.split("/")
@@ -146,5 +157,5 @@ def best_probe(
                            "log_loss": candidates[chosen]["log_loss"], "candidates": candidates}  # fmt: skip
 
 
-__all__ = ["KNN_NEIGHBOURS", "PIXEL_PROBE_SIZE", "PROBES", "best_probe", "knn_probabilities", "log_loss", "logistic_probabilities",
+__all__ = ["KNN_NEIGHBOURS", "PIXEL_PROBE_SIZE", "PROBES", "Source", "best_probe", "knn_probabilities", "log_loss", "logistic_probabilities",
            "pixel_space", "probe_probabilities"]  # fmt: skip

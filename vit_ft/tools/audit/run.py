@@ -40,9 +40,10 @@ from .findings import (
     pixel_descriptor,
     require_cleanlab,
 )
+from .finetune import OofFinetune, check_fold_flags, fold_finetune_probabilities
 from .labels import NoiseEstimate, cleanlab_default, label_issues, quality_record, self_check
 from .multilabel import multilabel_issues, multilabel_probabilities, multilabel_self_check
-from .probes import best_probe, pixel_space, probe_probabilities
+from .probes import Source, best_probe, pixel_space, probe_probabilities
 
 logger = logging.getLogger("vit_ft")
 AUDIT_FILES = OutputFiles("audit", OUTPUT_FILES, "a data audit")  # only these replaced, others kept
@@ -65,8 +66,9 @@ class AuditSource:
 
 @dataclass(frozen=True)
 class AuditOptions:
-    """How the audit runs: `folds` of the out-of-fold probes, the data `seed` of the folds, and the model's
-    settings as every tool takes them."""
+    """How the audit runs: `folds` of the out-of-fold probes, the data `seed` of the folds, the model's settings
+    as every tool takes them, and `oof`: k-fold fine-tunes as one more candidate (`--oof finetune`; None: the
+    probes alone)."""
 
     folds: int = FOLDS
     seed: int = 0
@@ -75,6 +77,7 @@ class AuditOptions:
     batch_size: int = 64
     device: str | None = None
     bf16: str | bool = "auto"
+    oof: OofFinetune | None = None
 
     def __post_init__(self) -> None:
         if self.folds < 2:
@@ -172,18 +175,22 @@ def _audit_images(
 
 def audit_labels(
     spaces: Mapping[str, np.ndarray] | np.ndarray, labels: np.ndarray, num_classes: int, folds: int = FOLDS,
-    seed: int = 0,
+    seed: int = 0, extra: Mapping[str, Source] | None = None,
 ) -> tuple[list[Finding], dict[str, Any], np.ndarray]:  # fmt: skip
     """The label issues of images with given `labels`, from `{space: (n, d)}` features (a bare array: the pooled
-    "features"; "pixels": the raw-pixel anchor): the best candidate's out-of-fold probabilities
-    (`probes.best_probe`), the flags bounded by confident learning's noise estimate, and the self-check on a copy
-    with known flips (`labels.self_check`, the chosen probe run again on its space). Returns the flags,
-    {"probe", "quality"} for the record, and the out-of-fold probabilities."""
+    "features"; "pixels": the raw-pixel anchor) and the `extra` candidates (`--oof finetune`'s): the best
+    candidate's out-of-fold probabilities (`probes.best_probe`), the flags bounded by confident learning's noise
+    estimate, and the self-check on a copy with known flips (`labels.self_check`, the chosen candidate run again:
+    its probe on its space, or its fine-tunes). Returns the flags, {"probe", "quality"} for the record, and the
+    out-of-fold probabilities."""
     spaces = {"features": spaces} if isinstance(spaces, np.ndarray) else spaces
-    probabilities, probe = best_probe(spaces, labels, num_classes, folds, seed)
+    extra = extra or {}
+    probabilities, probe = best_probe(spaces, labels, num_classes, folds, seed, extra=extra)
     found, estimate = label_issues(labels, probabilities)
 
     def rerun(flipped: np.ndarray) -> np.ndarray:
+        if probe["chosen"] in extra:
+            return extra[str(probe["chosen"])](flipped, "self-check")
         return probe_probabilities(str(probe["probe"]), spaces[str(probe["space"])], flipped, num_classes, folds, seed)
 
     check = self_check(labels, found, num_classes, rerun, seed=seed)
@@ -208,15 +215,62 @@ def audit_multilabel_labels(
 
 
 def _label_findings(
-    spaces: Mapping[str, np.ndarray], labels: np.ndarray, multi: bool, num_classes: int, options: AuditOptions
-) -> tuple[list[Finding], dict[str, Any], np.ndarray, np.ndarray]:
+    spaces: Mapping[str, np.ndarray], labels: np.ndarray, multi: bool, num_classes: int, options: AuditOptions,
+    extra: Mapping[str, Source] | None = None,
+) -> tuple[list[Finding], dict[str, Any], np.ndarray, np.ndarray]:  # fmt: skip
     """The label issues (`audit_labels`, or `audit_multilabel_labels` for a multi-hot `labels` matrix), their record,
     and the comparisons' `(n,)` flags: cleanlab's default filter (single-label only), most probable != given."""
     if multi:
         found, record, probabilities = audit_multilabel_labels(spaces, labels, options.folds, options.seed)
         return found, record, np.zeros(len(labels), bool), ((probabilities > 0.5) != labels).any(axis=1)
-    found, record, probabilities = audit_labels(spaces, labels, num_classes, options.folds, options.seed)
+    found, record, probabilities = audit_labels(spaces, labels, num_classes, options.folds, options.seed, extra)
     return found, record, cleanlab_default(labels, probabilities), disagreements(labels, probabilities)
+
+
+def _finetune_sources(
+    options: AuditOptions, model: str | os.PathLike, images: list[Any], names: list[str]
+) -> dict[str, Source]:
+    """`--oof finetune`'s candidate (`finetune.fold_finetune_probabilities` on these images), or none."""
+    oof = options.oof
+    if oof is None:
+        return {}
+
+    def finetuned(labels: np.ndarray, what: str) -> np.ndarray:
+        return fold_finetune_probabilities(oof, str(model), images, labels, names, options.folds, options, what)
+
+    return {oof.name: finetuned}
+
+
+def _check_options(options: AuditOptions, model: str | os.PathLike, multi: bool) -> None:
+    """What the options ask of this data and model, before the model loads: `--oof finetune` on single-label
+    data, its fine-tune flags a valid fine-tune (`finetune.check_fold_flags`)."""
+    if options.oof is None:
+        return
+    if multi:
+        raise ValueError("--oof finetune audits single-label data; a multi-label dataset is audited with the probes "
+                         "(leave out --oof).")  # fmt: skip
+    check_fold_flags(options.oof, str(model), options)
+
+
+def _record(
+    trained: Any, description: str, names: list[str], images: list[Any], kept: list[int], train: Any,
+    held_images: dict[str, list[Any]], options: AuditOptions, comparisons: tuple[Any, ...],
+) -> dict[str, Any]:  # fmt: skip
+    """audit.json's contents before the counts: what was audited, the label record, the comparisons (cleanlab's
+    default filter on the same probabilities, single-label; most probable class != label)."""
+    label_record, cleanlab, disagree, multi, feature_seconds = comparisons
+    return {
+        "model": trained.source, "dataset": description, "classes": names, "num_train_images": len(images),
+        "held_out": {split: len(values) for split, values in held_images.items()},
+        "skipped": len(train) - len(kept), "folds": options.folds, "seed": options.seed, **label_record,
+        "multi_label": multi, "disagreements": int(disagree.sum()),
+        "compared": {"cleanlab": [image_key(images[i].get("path"), kept[i]) for i in np.flatnonzero(cleanlab)],
+                     "most_probable_not_given": [image_key(images[i].get("path"), kept[i])
+                                                 for i in np.flatnonzero(disagree)]},
+        "feature_seconds": round(feature_seconds, 2), "counts": {},
+        "oof_finetune": None if options.oof is None else {"method": options.oof.method, "steps": options.oof.steps,
+                                                          "flags": list(options.oof.flags)},
+    }  # fmt: skip
 
 
 def run_audit(
@@ -226,9 +280,9 @@ def run_audit(
     options: AuditOptions | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Audit `source`'s training images with `model`'s frozen features; write findings.csv, relabel.csv,
-    report.md, audit.json and the grids to `output_dir` (only the audit's own files replaced) and return the
-    record (audit.json's contents)."""
+    """Audit `source`'s training images with `model`'s frozen features (and with `options.oof`, k-fold
+    fine-tunes of it); write findings.csv, relabel.csv, report.md, audit.json and the grids to `output_dir` (only
+    the audit's own files replaced) and return the record (audit.json's contents)."""
     options = options or AuditOptions()
     source = source if isinstance(source, AuditSource) else AuditSource(source)
     require_cleanlab()
@@ -238,6 +292,7 @@ def run_audit(
     train, multi = splits["train"], is_multi_hot(splits["train"].features)
     labels = multi_hot_matrix(train).astype(np.int64) if multi else np.asarray(train["label"], np.int64)
     _check_classes(labels, names, options.folds, source.dataset, multi)
+    _check_options(options, model, multi)
     trained = load_trained(model, options.image_size, options.device, max_tokens=options.max_tokens,
                            require_head=False, bf16=options.bf16)  # fmt: skip
     started = time.perf_counter()
@@ -257,22 +312,14 @@ def run_audit(
 
     pixels = _pixels(images)  # the copies' descriptor, and the raw-pixel anchor among the probes' spaces
     spaces = {"features": features["features"], "pixels": pixel_space(pixels)}
-    found, label_record, cleanlab, disagree = _label_findings(spaces, labels, multi, len(names), options)
+    extra = _finetune_sources(options, model, images, names)
+    found, label_record, cleanlab, disagree = _label_findings(spaces, labels, multi, len(names), options, extra)
     found += copies({"features": features["features"], "pixels": pixels}, held_values)
     found += outliers(outlier_scores(bank), classes)
     given = [tuple(np.flatnonzero(row).tolist()) for row in labels] if multi else labels.tolist()
     found = [replace(f, given=given[f.index]) if f.given == -1 else f for f in found]  # copies, outliers: theirs
-    record = {
-        "model": trained.source, "dataset": description, "classes": names, "num_train_images": len(images),
-        "held_out": {split: len(values) for split, values in held_images.items()},
-        "skipped": len(train) - len(kept), "folds": options.folds, "seed": options.seed, **label_record,
-        "multi_label": multi, "disagreements": int(disagree.sum()),
-        # the comparisons on the same probabilities: cleanlab's default filter (prune by noise rate; single-label), and most probable class != label
-        "compared": {"cleanlab": [image_key(images[i].get("path"), kept[i]) for i in np.flatnonzero(cleanlab)],
-                     "most_probable_not_given": [image_key(images[i].get("path"), kept[i])
-                                                 for i in np.flatnonzero(disagree)]},
-        "feature_seconds": round(feature_seconds, 2), "counts": {},
-    }  # fmt: skip
+    record = _record(trained, description, names, images, kept, train, held_images, options,
+                     (label_record, cleanlab, disagree, multi, feature_seconds))  # fmt: skip
     rows = _audit_images(found, images, kept, held_images)
     with AUDIT_FILES.staged(out, overwrite) as staging:
         record = write_audit_report(staging, rows, names, record, tuple(trained.preprocessing.image_size))
