@@ -71,6 +71,7 @@ def test_saved_folder_loads_with_remote_code_in_a_clean_process(finetuned, tmp_p
         "norms.py",
         "naflex.py",
         "knn_head.py",
+        "prompts.py",
         "sizes.py",
     }
     pixels = torch.randn(2, 3, 24, 32)

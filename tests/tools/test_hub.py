@@ -27,7 +27,7 @@ from ..fake_hub import FakeHub, git_blob_id
 
 # the code a saved model folder carries: the model file and what it imports (no loading or conversion code)
 CODE_FILES = {"modeling_vit_ft.py", "configuration_vit_ft.py", "pos_embed.py", "rotary.py", "inputs.py", "norms.py",
-              "naflex.py", "knn_head.py", "sizes.py"}
+              "naflex.py", "knn_head.py", "prompts.py", "sizes.py"}
 RECORD_FILES = {
     "labels.json",
     "training_curves.png",

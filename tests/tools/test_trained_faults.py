@@ -311,7 +311,7 @@ def test_save_pretrained_writes_the_installed_code(tmp_path, folders):
     model = ViTFTForImageClassification.from_pretrained(folders["code"])
     model.save_pretrained(tmp_path / "saved")
     for name in ("modeling_vit_ft.py", "configuration_vit_ft.py", "sizes.py", "pos_embed.py", "rotary.py", "inputs.py",
-                 "norms.py", "naflex.py", "knn_head.py"):
+                 "norms.py", "naflex.py", "knn_head.py", "prompts.py"):
         assert (tmp_path / "saved" / name).read_bytes() == (Path(ours.__file__).parent / name).read_bytes()
 
 
@@ -321,7 +321,7 @@ def test_push_stages_the_installed_code(tmp_path, folders):
 
     staged = stage_for_hub(folders["good"], tmp_path / "staged", "me/x", format="vit_ft")
     for name in ("modeling_vit_ft.py", "configuration_vit_ft.py", "sizes.py", "pos_embed.py", "rotary.py", "inputs.py",
-                 "norms.py", "naflex.py", "knn_head.py"):
+                 "norms.py", "naflex.py", "knn_head.py", "prompts.py"):
         assert (staged / name).read_bytes() == (Path(ours.__file__).parent / name).read_bytes()
 
 

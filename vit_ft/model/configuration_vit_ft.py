@@ -79,6 +79,8 @@ class ViTFTConfig(PretrainedConfig):
             a bank of `knn_bank_size` training features stored in the weights, `knn_k` neighbours, `knn_temperature`)
             or "zeroshot" (`knn_head.ZeroShotHead`: an image-text model's classifier, the pooled feature projected
             to `projection_dim` (CLIP's visual projection; None: SigLIP's, none), L2-normalised, then linear).
+        vpt_tokens / vpt_deep: VPT's learned prompt tokens (`prompts.py`) after the prefix tokens, before the
+            first block only or (deep) replaced before every block; 0 for none. They count as prefix tokens.
     """
 
     model_type = "vit_ft"
@@ -121,6 +123,8 @@ class ViTFTConfig(PretrainedConfig):
     knn_k: int = 20
     knn_temperature: float = 0.07
     projection_dim: int | None = None
+    vpt_tokens: int = 0
+    vpt_deep: bool = False
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._validate()
@@ -152,6 +156,8 @@ class ViTFTConfig(PretrainedConfig):
             )
         if not isinstance(self.num_register_tokens, int) or self.num_register_tokens < 0:
             raise ValueError(f"num_register_tokens must be an int >= 0, got {self.num_register_tokens!r}.")
+        if not isinstance(self.vpt_tokens, int) or self.vpt_tokens < 0 or (self.vpt_deep and not self.vpt_tokens):
+            raise ValueError(f"vpt_tokens must be an int >= 0 (at least 1 with vpt_deep), got {self.vpt_tokens!r}.")
         if self.mlp_type not in MLP_TYPES:
             raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}.")
         if self.norm_type not in NORM_TYPES:
@@ -233,8 +239,8 @@ class ViTFTConfig(PretrainedConfig):
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patch tokens: class, distillation and register tokens."""
-        return int(self.class_token) + int(self.distillation_token) + self.num_register_tokens
+        """Tokens before the patch tokens: class, distillation, register and VPT prompt tokens."""
+        return int(self.class_token) + int(self.distillation_token) + self.num_register_tokens + self.vpt_tokens
 
     @property
     def num_position_prefix(self) -> int:

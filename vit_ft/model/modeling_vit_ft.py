@@ -1,8 +1,7 @@
-"""The vit_ft Vision Transformer (arXiv 2010.11929) with timm's options for the family (DeiT, DINOv2/v3, CLIP,
-SigLIP (2, NaFlex), MAE, MSN, MetaCLIP 2, AIMv2), a transformers PreTrainedModel read top to bottom like
-`modeling_vit.py`. A saved folder runs with this file and the small modules it imports (configuration, sizes,
-inputs, naflex, norms, pos_embed, rotary, knn_head); checkpoint formats are loading code (`loading.py`, through
-the `checkpoint_loader` hook); the CPU kernels are applied from outside (`vit_ft.kernels.kernelize`)."""
+"""The vit_ft Vision Transformer (arXiv 2010.11929) with timm's family options (DeiT, DINOv2/v3, CLIP, SigLIP (2,
+NaFlex), MAE, MSN, MetaCLIP 2, AIMv2) and VPT's prompts, a PreTrainedModel read top to bottom like `modeling_vit.py`.
+A saved folder runs with this file and the modules it imports (configuration, sizes, inputs, naflex, norms, pos_embed,
+prompts, rotary, knn_head); checkpoint formats (`loading.py`) and the CPU kernels (`kernelize`) act from outside."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from .knn_head import make_head
 from .naflex import attention_bias, masked_mean, naflex_positions, patchified_projection
 from .norms import RMSNorm, make_norm
 from .pos_embed import resample_position_embeddings
+from .prompts import ViTFTPrompts, without_prompts
 from .rotary import apply_rotary, rotary_cos_sin
 
 
@@ -229,10 +229,8 @@ class ViTFTPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["ViTFTEmbeddings", "ViTFTLayer"]
     # as transformers' ViT declares them; each is exercised in tests/model/test_capabilities.py
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
+    _supports_sdpa = _supports_flash_attn = True
+    _supports_flex_attn = _supports_attention_backend = True
     _can_compile_fullgraph = True
     _can_record_outputs = {"hidden_states": ViTFTLayer, "attentions": ViTFTAttention}
     # Trainer scales the loss itself under accumulation / several processes (the loss takes no num_items_in_batch)
@@ -266,6 +264,8 @@ class ViTFTPreTrainedModel(PreTrainedModel):
             init.constant_(module.ls2, self.config.layerscale_value)
         elif isinstance(module, ViTFTAttentionPool):
             init.trunc_normal_(module.latent, mean=0.0, std=std)
+        elif isinstance(module, ViTFTPrompts):
+            module.reset_parameters()
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any):
@@ -299,6 +299,7 @@ class ViTFTModel(ViTFTPreTrainedModel):
         # do, so that the model also builds on the meta device (init_empty_weights, device_map, FSDP loading)
         rates = torch.linspace(0, config.drop_path_rate, config.num_hidden_layers, device="cpu").tolist()
         self.layers = nn.ModuleList([ViTFTLayer(config, rate) for rate in rates])
+        self.prompts = ViTFTPrompts(config) if config.vpt_tokens else None  # VPT (`prompts.py`)
         # the final LayerNorm on every token, or with `fc_norm` on the pooled one (MAE's fine-tuning layout)
         self.layernorm = None if config.fc_norm else make_norm(config)
         self.attn_pool = ViTFTAttentionPool(config) if config.pooling in ("map", "attn") else None
@@ -323,7 +324,9 @@ class ViTFTModel(ViTFTPreTrainedModel):
             rope = rotary_cos_sin(grid, head_dim, cfg.rope_theta, hidden_states.dtype, hidden_states.device, augment)
         if self.pre_layernorm is not None:
             hidden_states = self.pre_layernorm(hidden_states)
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
+            if self.prompts is not None:  # VPT: the prompts inserted before the first block (deep: replaced)
+                hidden_states = self.prompts(hidden_states, index)  # (B, prefix + prompts + N, hidden)
             hidden_states = layer(hidden_states, rope, **kwargs)
         return hidden_states if self.layernorm is None else self.layernorm(hidden_states)
 
@@ -332,7 +335,7 @@ class ViTFTModel(ViTFTPreTrainedModel):
         `(batch, hidden)` (`2 * hidden` for cls+mean)."""
         pooling, prefix = self.config.pooling, self.config.num_prefix_tokens
         if self.attn_pool is not None:
-            pooled = self.attn_pool(sequence_output, mask)
+            pooled = self.attn_pool(*without_prompts(sequence_output, mask, self.config))
         elif pooling == "mean":
             pooled = masked_mean(sequence_output, mask, prefix)
         elif pooling == "cls+mean":
