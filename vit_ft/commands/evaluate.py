@@ -6,6 +6,7 @@ vit-ft evaluate --model outputs/dogs-lora/adapter --output_dir reports/dogs --re
 vit-ft evaluate --model outputs/digits --output_dir reports/mine --data_dir my_digits/   # <class>/<image>
 vit-ft evaluate --model outputs/digits-multilabel --output_dir reports/ml --data_dir photos/  # + labels.csv
 vit-ft evaluate --model outputs/digits --output_dir reports/digits-c --shift corruptions   # + accuracy under shift
+vit-ft evaluate --model outputs/digits --output_dir reports/digits-s --shift me/shifted-digits@v1   # a Hub dataset
 (also `python scripts/evaluate_model.py ...`)
 
 Writes REPORT/report.md (open it), metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
@@ -48,10 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Test-time augmentation: average the probabilities over the image and its mirror (flip: "
                         "models trained with flips only) or over it and five crops (crops).")  # fmt: skip
     parser.add_argument("--num_workers", type=int, default=0, help="Threads decoding images (0: none).")
-    parser.add_argument("--shift", metavar="corruptions|FOLDER",
+    parser.add_argument("--shift", metavar="corruptions|FOLDER|HUB_ID",
                         help="Accuracy under shift beside the clean one: 'corruptions' (ImageNet-C's noise, blur, "
-                        "photometric and digital corruptions at 3 severities, seeded by --seed) or a folder of "
-                        "class folders (your own shifted images); shift.csv/.md/.png and a report section.")  # fmt: skip
+                        "photometric and digital corruptions at 3 severities, seeded by --seed), a folder of class "
+                        "folders (your own shifted images) or a Hub dataset id (its test split, else validation, "
+                        "else train; ID@REVISION pins one); shift.csv/.md/.png and a report section.")  # fmt: skip
     parser.add_argument("--label_separator", default=";",
                         help="The character between an image's labels in a --data_dir's labels.csv (multi-label).")  # fmt: skip
     return parser.parse_args(argv)

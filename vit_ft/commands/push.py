@@ -3,6 +3,7 @@
 vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs                      # plain ViT where the model is one
 vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --format vit_ft      # vit-ft's code (trust_remote_code)
 vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --local_dir staged   # look, don't push
+vit-ft push OUTPUT_DIR --hub_model_id me/vit-dogs --evaluation REPORT   # + the card's robustness table
 (also `python scripts/push_to_hub.py ...`)
 
 The default (--format auto) pushes transformers' own ViTForImageClassification wherever the model is exactly
@@ -39,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--local_dir", default=None, help="write the folder that would be pushed here; push nothing"
     )
+    parser.add_argument("--evaluation", default=None, help="the --output_dir of a `vit-ft evaluate --shift` of this "
+                        "model: the card shows its clean and shifted accuracy and relative error")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -50,7 +53,7 @@ def push(argv: list[str] | None = None) -> str:
     from ..tools.export.hub import push_output_dir, stage_for_hub  # after the flags: --help needs no torch
 
     if args.local_dir:
-        staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format)
+        staged = stage_for_hub(args.output_dir, args.local_dir, args.hub_model_id, args.format, args.evaluation)
         print(f"Staged {args.output_dir} for {args.hub_model_id} in {staged}")
         return str(staged)
     url = push_output_dir(
@@ -61,6 +64,7 @@ def push(argv: list[str] | None = None) -> str:
         private=True if args.private else None,
         commit_message=args.commit_message,
         revision=args.revision,
+        evaluation=args.evaluation,
     )
     print(f"Pushed {args.output_dir}: {url}")
     return url

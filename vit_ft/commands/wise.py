@@ -35,8 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alphas", type=_alphas, default=None, help="The curve's grid (default 0,0.1,...,1).")
     parser.add_argument("--recipe", help="Choose alpha on this recipe's validation split.")
     parser.add_argument("--data_dir", help="Choose alpha on this folder of class folders.")
-    parser.add_argument("--shift", metavar="corruptions|FOLDER", help="The curve's shifted accuracy: 'corruptions' "
-                        "(ImageNet-C's, on the validation images) or a folder of class folders.")  # fmt: skip
+    parser.add_argument("--shift", metavar="corruptions|FOLDER|HUB_ID", help="The curve's shifted accuracy: "
+                        "'corruptions' (ImageNet-C's, on the validation images), a folder of class folders or a Hub "
+                        "dataset id (ID@REVISION pins one).")  # fmt: skip
     parser.add_argument("--seed", type=int, help="Data seed (default: the fine-tune's).")
     parser.add_argument("--max_samples", type=int, help="A seeded subset of this many validation images.")
     parser.add_argument("--batch_size", type=int, default=64)

@@ -9,6 +9,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..reports.robustness import shift_card_lines
 from ..utils.hub_ids import is_hub_model
 from ..utils.run_record import RUN_RECORD_FILE
 from . import task_for
@@ -22,6 +23,7 @@ def model_card(
     repo_id: str | None = None,
     format_reason: str | None = None,
     folded_temperature: float | None = None,
+    shift: tuple[dict[str, Any], str] | None = None,
 ) -> ModelCard:
     """The model card of a fine-tune, for its output folder and for the Hub alike.
 
@@ -36,8 +38,10 @@ def model_card(
     "path/to/<name>" and says to put the folder's path there (a bare folder name only works from the folder's
     parent). `folded_temperature`: the calibration temperature folded into the shared head (the card says the
     scores are calibrated as they come out of the model), None where the tools divide by the recorded one.
+    `shift`: an evaluation's shift section and the data it measured (`reports.robustness.evaluation_shift`), shown
+    as the card's robustness section (clean against shifted accuracy, the relative error, seed and severities).
     """
-    body = _card_body(run_info, name, format, Path(folder), repo_id, format_reason, folded_temperature)
+    body = _card_body(run_info, name, format, Path(folder), repo_id, format_reason, folded_temperature, shift)
     return ModelCard(f"---\n{_card_data(run_info, name, format).to_yaml()}\n---\n{body}")
 
 
@@ -104,6 +108,7 @@ def _card_body(
     repo_id: str | None,
     reason: str | None,
     folded_temperature: float | None = None,
+    shift: tuple[dict[str, Any], str] | None = None,
 ) -> str:
     lora = bool(run_info.get("lora"))
     height, width = run_info.get("image_size") or (None, None)
@@ -138,6 +143,7 @@ def _card_body(
         "",
         _results_table(run_info.get("metrics") or {}, task.card_metrics),
         "",
+        *(shift_card_lines(*shift) if shift is not None else []),
         "## Use",
         "",
         _card_usage(repo_id, name, format, lora, f"{height}x{width}", task, run_info),

@@ -11,11 +11,13 @@ processor, labels and run record, its calibration dropped: it was fitted for alp
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,14 @@ from ..utils.output_dir import OutputFiles, check_output_dir
 from ..utils.run_record import CALIBRATION_KEY, LABELS_FILE, PROCESSOR_FILE, RUN_RECORD_FILE
 from .evaluate.data import folders_read, resolve_eval_data
 from .evaluate.outputs import predict_dataset
-from .evaluate.shift import CORRUPTIONS_SHIFT, accuracy, check_shift, corruption_logits
+from .evaluate.shift import (
+    CORRUPTIONS_SHIFT,
+    accuracy,
+    check_shift,
+    corruption_logits,
+    shift_inputs,
+    shifted_eval_data,
+)
 from .trained import Trained, load_trained
 
 logger = logging.getLogger("vit_ft")
@@ -80,10 +89,8 @@ def _curve(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Validation (and shifted) accuracy of the interpolated model at each alpha."""
     shifted = None
-    if shift not in (None, CORRUPTIONS_SHIFT):
-        from .evaluate.data import folder_eval_data
-
-        shifted = folder_eval_data(shift, finetuned.id2label, seed=seed, multi_label=False)
+    if shift not in (None, CORRUPTIONS_SHIFT):  # a folder or a Hub dataset
+        shifted = shifted_eval_data(shift, finetuned.id2label, seed)
     rows = []
     for alpha in alphas:
         finetuned.model.load_state_dict(interpolate(*thetas, alpha))
@@ -112,7 +119,7 @@ def run_wise(
     fine-tune recorded); returns wise.json's contents."""
     check_alpha(alpha, alphas)
     alphas = sorted(set(alphas) | ({alpha} if alpha is not None else set()))
-    check_output_dir(output_dir, inputs=[zeroshot, finetuned], holds="the WiSE-FT model")
+    check_output_dir(output_dir, inputs=[zeroshot, finetuned, *shift_inputs(shift)], holds="the WiSE-FT model")
     WISE_FILES.check(output_dir, overwrite)
     zs = load_trained(zeroshot, device=device, merge_lora=True)
     ft = load_trained(finetuned, device=device, merge_lora=True)
@@ -137,6 +144,39 @@ def run_wise(
     return record
 
 
+WISE_RUNS = "wise"  # OUTPUT/wise/start and OUTPUT/wise/finetuned: wise_ft's two runs
+
+
+def wise_finetune(plan: Any, finetune: Callable[[Any], dict[str, float]], overwrite: bool = False) -> dict[str, float]:
+    """`wise_ft: true`, WiSE-FT as the wise-ft repo's one command runs it: the model the fine-tune starts from (method
+    lp-ft: the linear probe, `method linear`; head_init zeroshot: `method zeroshot`) and the fine-tune, each an
+    ordinary run (`finetune(plan)`) into OUTPUT/wise/start and OUTPUT/wise/finetuned, then `run_wise` of the two
+    into OUTPUT (alpha chosen on the validation split, the curve's shifted accuracy with `wise_shift`). Returns the
+    fine-tune's metrics with the chosen alpha and its validation accuracy."""
+    model_args, data_args, training_args = plan.arguments
+    output_dir = Path(training_args.output_dir)
+    shift_inputs(data_args.wise_shift)  # before any training: a shifted set that is nowhere is one line
+    WISE_FILES.check(output_dir, overwrite)
+
+    def run(folder: str, method: str) -> tuple[str, dict[str, float]]:
+        model, data, training = copy.copy(model_args), copy.copy(data_args), copy.copy(training_args)
+        model.method, data.wise_ft, data.wise_shift = method, False, None  # checked already: not re-validated
+        training.output_dir = str(output_dir / WISE_RUNS / folder)
+        training.push_to_hub = False  # what is shared is OUTPUT, the interpolated model
+        logger.info("WiSE-FT: the %s model (method %s) into %s.", folder, method, training.output_dir)
+        return training.output_dir, finetune(dataclasses.replace(plan, model_args=model, data_args=data,
+                                                                 training_args=training).decided())
+
+    start, _ = run("start", "linear" if model_args.method == "lp-ft" else "zeroshot")
+    finetuned, metrics = run("finetuned", model_args.method)
+    if training_args.process_index != 0:  # the interpolation is one process's (the runs were every process's)
+        return metrics
+    record = run_wise(start, finetuned, output_dir, shift=data_args.wise_shift, seed=training_args.seed,
+                      batch_size=training_args.per_device_eval_batch_size, overwrite=overwrite)  # fmt: skip
+    chosen = next(row for row in record["curve"] if row["alpha"] == record["alpha"])
+    return {**metrics, "wise_alpha": record["alpha"], "wise_validation_accuracy": chosen["validation"]}
+
+
 def _write(output_dir: Path, finetuned: Trained, record: dict[str, Any], overwrite: bool) -> None:
     """The model (config, weights, code), the fine-tune's processor and labels, its run record with the WiSE-FT
     entry (its calibration dropped), wise.json and the curve."""
@@ -157,4 +197,5 @@ def _write(output_dir: Path, finetuned: Trained, record: dict[str, Any], overwri
         write_wise_curve(staging, record["curve"], record["alpha"], record["shift"])
 
 
-__all__ = ["ALPHAS", "WISE_FILES", "check_alpha", "check_compatible", "interpolate", "run_wise"]
+__all__ = ["ALPHAS", "WISE_FILES", "WISE_RUNS", "check_alpha", "check_compatible", "interpolate", "run_wise",
+           "wise_finetune"]

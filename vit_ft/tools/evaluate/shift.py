@@ -3,8 +3,10 @@
 `--shift corruptions`: every corruption of `data.corruptions` (noise, blur, photometric, digital) at its three
 severities, on the evaluation images, each image decoded once and each batch corrupted on the model's device at every
 (corruption, severity), seeded (one generator per pair). `--shift FOLDER`: a user's own shifted set, class folders
-named as the model's labels. Either gives rows of accuracy per shift and the relative error: the mean shifted error
-minus the clean error (the numerator of Hendrycks & Dietterich's relative mCE, which divides by AlexNet's).
+named as the model's labels; `--shift HUB_ID[@REVISION]`: a Hub dataset (its test split, else validation, else
+train; its image column and ClassLabel column, class names matched to the model's), named through `utils.hub_ids`.
+Either gives rows of accuracy per shift and the relative error: the mean shifted error minus the clean error (the
+numerator of Hendrycks & Dietterich's relative mCE, which divides by AlexNet's).
 
     shift = shift_evaluation(trained, data, clean_accuracy, "corruptions", seed=0)
     shift["rows"]  # [{"shift": "gaussian_noise", "family": "noise", "severity 1": ..., "accuracy", ...}, ...]
@@ -12,6 +14,7 @@ minus the clean error (the numerator of Hendrycks & Dietterich's relative mCE, w
 
 from __future__ import annotations
 
+import difflib
 import logging
 from pathlib import Path
 from typing import Any
@@ -20,39 +23,94 @@ import numpy as np
 import torch
 
 from ...data.corruptions import CORRUPTIONS, SEVERITIES, TABLES, corrupt
+from ...utils.hub_ids import check_reference, looks_like_path, split_revision
 from ..inference import iter_batches
 from ..trained import Trained
-from .data import EvalData, folder_eval_data
+from .data import EvalData, _as_eval_data, folder_eval_data
 from .outputs import predict_dataset
 
 logger = logging.getLogger("vit_ft")
 
 CORRUPTIONS_SHIFT = "corruptions"
+SHIFT_VALUES = "'corruptions', a folder of class folders (FOLDER/<class>/<image>) or a Hub dataset id (ID or ID@REVISION)"
+SHIFT_SPLITS = ("test", "validation", "train")  # a Hub dataset's split the shift reads: the first it has
 
 
 def check_shift(shift: str | None, trained: Trained) -> None:
-    """ValueError before any pass: a shift needs a single-label model with square inputs (corruptions), and a
-    folder that exists."""
+    """ValueError before any pass: a shift needs a single-label model, and corruptions square inputs (the shift's
+    source itself is checked before the model loads: `shift_inputs`)."""
     if shift is None:
         return
     if trained.task.problem_type == "multi_label_classification":
         raise ValueError("--shift measures top-1 accuracy; a multi-label model has none: evaluate it without --shift.")
-    if shift == CORRUPTIONS_SHIFT:
-        if trained.preprocessing.naflex:
-            raise ValueError("--shift corruptions corrupts square images; a NaFlex model's patches are not: give "
-                             "--image_size to evaluate it on squares, or --shift FOLDER.")  # fmt: skip
-    elif not Path(shift).expanduser().is_dir():
-        raise ValueError(f"--shift {shift!r} is neither 'corruptions' nor a folder of class folders (FOLDER/<class>/<image>).")
+    if shift == CORRUPTIONS_SHIFT and trained.preprocessing.naflex:
+        raise ValueError("--shift corruptions corrupts square images; a NaFlex model's patches are not: give "
+                         "--image_size to evaluate it on squares, or --shift FOLDER.")  # fmt: skip
 
 
 def shift_inputs(shift: str | None) -> list[str]:
-    """The folder a `shift` reads (none for corruptions), for the output-folder check; ValueError, before the
-    model loads, for a shift that is neither "corruptions" nor a folder."""
+    """The local folder a `shift` reads (none for corruptions or a Hub dataset), for the output-folder check.
+    Before the model loads: a missing folder (the closest one named), a file, a near-miss of 'corruptions', or a Hub
+    dataset id the Hub (or offline, its cache) does not have is one line (`utils.hub_ids.check_reference`)."""
     if shift is None or shift == CORRUPTIONS_SHIFT:
         return []
-    if not Path(shift).expanduser().is_dir():
-        raise ValueError(f"--shift {shift!r} is neither 'corruptions' nor a folder of class folders (FOLDER/<class>/<image>).")
-    return [shift]
+    path = Path(shift).expanduser()
+    if path.is_dir():
+        return [shift]
+    if path.exists():
+        raise ValueError(f"--shift {shift!r} is a file; pass {SHIFT_VALUES}.")
+    repo_id, _ = split_revision(shift)
+    if not looks_like_path(repo_id) and difflib.get_close_matches(repo_id, [CORRUPTIONS_SHIFT], cutoff=0.8):
+        raise ValueError(f"--shift {shift!r}: did you mean --shift {CORRUPTIONS_SHIFT}? It takes {SHIFT_VALUES}.")
+    check_reference(repo_id, f"--shift {shift}", SHIFT_VALUES, repo_type="dataset")
+    return []
+
+
+def shifted_eval_data(shift: str, id2label: dict[int, str], seed: int = 0) -> EvalData:
+    """The images and labels of a shifted set `shift`: a folder of class folders or a Hub dataset."""
+    if Path(shift).expanduser().is_dir():
+        return folder_eval_data(shift, id2label, seed=seed, multi_label=False)
+    return hub_eval_data(*split_revision(shift), id2label, seed)
+
+
+def _hub_columns(features: Any, where: str) -> tuple[str, str]:
+    """The image column and the ClassLabel column of a Hub dataset's split ("image" / "label" first)."""
+    import datasets
+
+    def first(kind: type, preferred: str) -> str | None:
+        names = [name for name, feature in features.items() if isinstance(feature, kind)]
+        return preferred if preferred in names else next(iter(names), None)
+
+    image, label = first(datasets.Image, "image"), first(datasets.ClassLabel, "label")
+    if image is None or label is None:
+        raise ValueError(f"{where} has no {'image' if image is None else 'class label (ClassLabel)'} column (its columns: "
+                         f"{', '.join(features)}); --shift reads a dataset of images with class labels.")  # fmt: skip
+    return image, label
+
+
+def hub_eval_data(repo_id: str, revision: str | None, id2label: dict[int, str], seed: int = 0) -> EvalData:
+    """A Hub dataset at `revision` as a shifted set: its first split of `SHIFT_SPLITS` (else its only one), the image
+    and ClassLabel columns, class names matched to the model's labels by name."""
+    import datasets
+    from datasets.exceptions import DatasetNotFoundError
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    where = f"--shift {repo_id}" + (f"@{revision}" if revision else "")
+    try:
+        splits = datasets.load_dataset(repo_id, revision=revision)
+    except (RevisionNotFoundError, DatasetNotFoundError):
+        if revision is None:  # the id itself was looked up before the model loaded: datasets' own line says why
+            raise
+        raise ValueError(f"{where}: the Hub dataset {repo_id} has no revision {revision!r}; pass one of its branches, "
+                         "tags or commit ids after '@', or none for main.") from None  # fmt: skip
+    split = next((name for name in SHIFT_SPLITS if name in splits), None) or (list(splits)[0] if len(splits) == 1 else None)
+    if split is None:
+        raise ValueError(f"{where} has splits {sorted(splits)} and none of {', '.join(SHIFT_SPLITS)}; save the split to "
+                         "evaluate as a folder of class folders and pass that folder.")  # fmt: skip
+    image, label = _hub_columns(splits[split].features, where)
+    dataset = splits[split].select_columns([image, label]).rename_columns({image: "image", label: "label"})
+    description = f"split {split!r} of the Hub dataset {repo_id}" + (f" at revision {revision}" if revision else "")
+    return _as_eval_data(dataset, dataset.features["label"].names, id2label, description, None, seed, "", False)
 
 
 def shift_section(
@@ -124,16 +182,17 @@ def shift_evaluation(
         how = (f"{len(CORRUPTIONS)} ImageNet-C corruptions (noise, blur, photometric, digital) at severities 1, 3 "
                f"and 5 of five, seed {seed}, {len(rows)} images.")  # fmt: skip
     else:
-        shifted = folder_eval_data(shift, trained.id2label, seed=seed, multi_label=False)
+        shifted = shifted_eval_data(shift, trained.id2label, seed)
         outputs = predict_dataset(trained, shifted, batch_size, num_workers, progress)
         value = accuracy(outputs.logits, outputs.labels)
-        table = [{"shift": Path(shift).name or str(shift), "family": "folder", "accuracy": value,
+        kind = "folder" if Path(shift).expanduser().is_dir() else "hub dataset"
+        table = [{"shift": Path(shift).name if kind == "folder" else shift, "family": kind, "accuracy": value,
                   "relative error": (1 - value) - (1 - clean)}]  # fmt: skip
         how = f"The shifted set: {shifted.description}, {len(outputs.labels)} images."
     mean = float(np.mean([row["accuracy"] for row in table]))
-    return {"kind": "corruptions" if shift == CORRUPTIONS_SHIFT else "folder", "clean": clean, "rows": table,
+    return {"kind": table[0]["family"] if shift != CORRUPTIONS_SHIFT else "corruptions", "clean": clean, "rows": table,
             "mean_accuracy": mean, "relative_error": (1 - mean) - (1 - clean), "how": how}  # fmt: skip
 
 
-__all__ = ["CORRUPTIONS_SHIFT", "accuracy", "check_shift", "corruption_logits", "corruption_rows", "shift_evaluation",
-           "shift_inputs", "shift_section"]
+__all__ = ["CORRUPTIONS_SHIFT", "SHIFT_VALUES", "accuracy", "check_shift", "corruption_logits", "corruption_rows",
+           "hub_eval_data", "shift_evaluation", "shift_inputs", "shift_section", "shifted_eval_data"]

@@ -28,6 +28,7 @@ from huggingface_hub import HfApi
 from ...data.images import image_extensions
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ...model import code_files
+from ...reports.robustness import evaluation_shift
 from ...tasks.card import model_card
 from ...tasks.temperature import fold_temperature, folded_temperature_of
 from ...utils.hub_ids import check_hub_id
@@ -58,6 +59,7 @@ def stage_for_hub(
     staging_dir: str | Path,
     repo_id: str,
     format: str = AUTO,
+    evaluation: str | Path | None = None,
 ) -> Path:
     """Write into `staging_dir` (created; must not exist) exactly what the Hub repository `repo_id` gets.
 
@@ -66,7 +68,8 @@ def stage_for_hub(
     one, else vit_ft: `hub_format.choose_format`), "transformers" or "vit_ft". A LoRA adapter that was not merged
     is merged here, so the repository always holds a complete model; the adapter itself is shared too (vit_ft
     format, in `adapter/`). The staged folder is verified (`verify_staged`; the transformers export also gives
-    the source model's logits); on any failure it is removed.
+    the source model's logits); on any failure it is removed. `evaluation`: the report folder of a `vit-ft evaluate
+    --shift` of this model, whose shift table the card shows (`reports.robustness.evaluation_shift`).
     """
     check_hub_id(repo_id)
     check_format(format)
@@ -76,6 +79,7 @@ def stage_for_hub(
             f"{output_dir} is not a folder; pass a fine-tune output folder (--output_dir)."
         )
     check_output_dir(staging, flag="--local_dir", new="stage into a new folder")
+    shift = evaluation_shift(evaluation, output_dir) if evaluation is not None else None
     origin = locate(output_dir)  # the folder's run record, adapter and processor, read once
     shared = choose_format(_config(origin), format)
     logger.info("Sharing %s in the %s format: %s.", output_dir, shared.name, shared.reason)
@@ -91,7 +95,7 @@ def stage_for_hub(
         folded = folded_temperature_of(reference.config) if reference is not None else None
         card = model_card(
             run_info, repo_id, staging, shared.name, repo_id=repo_id, format_reason=shared.reason,
-            folded_temperature=folded,
+            folded_temperature=folded, shift=shift,
         )  # fmt: skip
         card.save(staging / "README.md")
         verify_staged(staging, shared.name, source=output_dir, reference=reference)
@@ -217,6 +221,7 @@ def push_output_dir(
     private: bool | None = None,
     commit_message: str = "Upload fine-tuned ViT with vit-ft",
     revision: str | None = None,
+    evaluation: str | Path | None = None,
 ) -> str:
     """Push a fine-tune output folder to the Hub repository `hub_model_id` (created if missing); returns the commit URL.
 
@@ -226,7 +231,7 @@ def push_output_dir(
     check_hub_id(hub_model_id)
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vit_ft_push_") as tmp:
-        staging = stage_for_hub(output_dir, Path(tmp) / hub_model_id.split("/")[-1], hub_model_id, format)
+        staging = stage_for_hub(output_dir, Path(tmp) / hub_model_id.split("/")[-1], hub_model_id, format, evaluation)
         _check_online()  # after the folder's own problems, which the user fixes first
         try:  # the first network call: the staged folder is verified by now
             repo_url = api.create_repo(hub_model_id, private=private, exist_ok=True)
