@@ -239,6 +239,24 @@ def check_distillation(training_args: Any) -> None:
             )
 
 
+def check_wise(model_args: Any, data_args: Any) -> None:
+    """wise_ft interpolates with the model the fine-tune starts from, which must classify on its own (LP-FT's probe,
+    a zero-shot head); wise_shift belongs to it."""
+    if not getattr(data_args, "wise_ft", False):
+        if getattr(data_args, "wise_shift", None) is not None:
+            raise RecipeError("wise_shift is the shifted set of wise_ft's curve: add --wise_ft true, or drop it.")
+        return
+    if model_args.method not in ("lp-ft", "full"):
+        raise RecipeError(f"wise_ft interpolates every weight of a full fine-tune with its start; method "
+                          f"{model_args.method} is not one: use method lp-ft, or method full with head_init zeroshot.")  # fmt: skip
+    if model_args.method == "full" and model_args.head_init != "zeroshot":
+        raise RecipeError(
+            f"wise_ft interpolates the fine-tune with the model it starts from, and method full with head_init "
+            f"{model_args.head_init} starts from a zero head, which predicts nothing: use method lp-ft (the linear "
+            "probe first) or head_init zeroshot (an image-text checkpoint), or drop wise_ft."
+        )
+
+
 def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) -> None:
     """Every check across the arguments, once, cheapest first-to-fail order: pooling against the checkpoint,
     schedule, launch, global batch, push, evaluation setup, then the toolkit's keys (early stopping, EMA, class
@@ -254,6 +272,7 @@ def validate(model_args: Any, data_args: Any, training_args: TrainingArguments) 
     check_global_batch(training_args)
     check_push(training_args)
     check_evaluation(data_args, training_args)
+    check_wise(model_args, data_args)
     refuse_batch_mixes(getattr(model_args, "max_num_patches", None), getattr(data_args, "mixes_batches", False))
     if hasattr(training_args, "ema_decay"):  # a FineTuneTrainingArguments, as parse_args makes
         check_early_stopping(training_args)
@@ -273,6 +292,7 @@ __all__ = [
     "check_pooling",
     "check_push",
     "check_schedule",
+    "check_wise",
     "check_world_size",
     "suggest",
     "validate",

@@ -2,7 +2,8 @@
 with the run). `PassArguments` is a base of `vit_ft.arguments.fields.DataArguments`, so that its fields are
 recipe keys and flags like the others.
 
-The feature bank (`tasks.feature_bank`) passes training images through the final model once more: up to
+WiSE-FT (`wise_ft`, `wise_shift`) interpolates the fine-tune with the model it started from, after training
+(`tools.wise.wise_finetune`). The feature bank (`tasks.feature_bank`) passes training images through the final model once more: up to
 `bank_max_images`, and never more than training saw (`bank_images`), so that a smoke run of a few steps does
 not pay for a full run's bank.
 """
@@ -30,6 +31,16 @@ class PassArguments:
         "Training images in the feature bank (feature_bank.safetensors, the out-of-distribution "
         "score's), a class-stratified sample, e.g. 20000; none or 0 skips the bank and the score. A run that "
         "trains on fewer images (max_steps x global batch) banks as many as it trained on.",
+    )
+    wise_ft: bool = option(
+        False,
+        "WiSE-FT after training (Wortsman et al. 2022, as the wise-ft repo's one command): the model the fine-tune "
+        "starts from (method lp-ft: the linear probe; head_init zeroshot: the zero-shot model) and the fine-tune are "
+        "run into OUTPUT/wise/start and OUTPUT/wise/finetuned, and OUTPUT holds their weights interpolated, alpha "
+        "chosen on validation (vit-ft wise).",
+    )
+    wise_shift: str | None = option(
+        None, "wise_ft: the curve's shifted accuracy too: 'corruptions', a folder of class folders or a Hub dataset id."
     )
 
 

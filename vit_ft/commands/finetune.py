@@ -33,6 +33,7 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -317,7 +318,13 @@ def finetune(argv: list[str], on_interrupt: list[Callable[[], str]]) -> dict:
             metrics = run_sweep(command)
         else:
             on_interrupt.append(lambda: interrupted_message(training_args.output_dir))
-            metrics = run_finetune(plan, overwrite_output_dir=command.overwrite_output_dir)
+            if data_args.wise_ft:  # the start model, the fine-tune, their interpolation (tools.wise)
+                from ..tools.wise import wise_finetune
+
+                metrics = wise_finetune(plan, partial(run_finetune, overwrite_output_dir=command.overwrite_output_dir),
+                                        command.overwrite_output_dir)  # fmt: skip
+            else:
+                metrics = run_finetune(plan, overwrite_output_dir=command.overwrite_output_dir)
     except Preempted as stop:  # saved at a step boundary: say where, and exit for a requeue (not an error)
         sys.stdout.flush()
         print(f"error: {stop}", file=sys.stderr)
