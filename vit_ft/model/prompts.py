@@ -5,7 +5,8 @@ The prompts sit after the prefix tokens (class, distillation, registers) and bef
 position, as DINOv2's registers do: the config counts them among `num_prefix_tokens`, so the pooling (the mean,
 the class token), the patch grid, NaFlex's token mask, the rotary positions (the last tokens only) and every tool
 that reads the token sequence (rollout, explanations, the feature bank's patch mean) leave them out without
-knowing of them. Shallow: inserted before the first block. Deep: inserted before the first, and each later
+knowing of them. Shallow: inserted before the first block (after CLIP's pre-norm: the first block's input,
+not an embedding). Deep: inserted before the first, and each later
 block's input prompts replaced by that block's own (the previous block's outputs at those places dropped).
 """
 
