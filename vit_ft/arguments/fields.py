@@ -26,13 +26,14 @@ from .augmentation_arguments import AugmentationArguments
 from .family_defaults import FAMILY_DEFAULTS, check_recipe_family
 from .help import option
 from .pass_arguments import PassArguments
+from .prompt_arguments import PromptArguments
 from .ranges import check_ranges
 
 LORA_TARGET_PRESETS = ("attention", "attention+mlp")
 # how the model learns: all weights, LoRA adapters, a probe on frozen features (training/probes.py), or the
 # ladder that tries them cheapest first (training/ladder.py)
 METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot", "lp-ft", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora",
-                  "ia3", "ln_tuning", "ssf")  # fmt: skip
+                  "ia3", "ln_tuning", "ssf", "vpt")  # fmt: skip
 # the methods that train a peft adapter (training/peft_methods.py holds each one's peft config and defaults);
 # LoRA's variants read the lora_* keys, the others peft_r and peft_target_modules
 PEFT_METHODS = ("lora", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora", "ia3", "ln_tuning")
@@ -60,7 +61,7 @@ def parse_lora_target_modules(value: str) -> str | list[str]:
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(PromptArguments):
     """What to fine-tune: the checkpoint, its fine-tuning resolution and head, and the optional LoRA setup."""
 
     model_name_or_path: str = option(
@@ -107,15 +108,15 @@ class ModelArguments:
     )
     method: str | None = option(
         None,
-        "How the model learns: 'full' (all weights), 'lora' (= use_lora: true) or another peft adapter ('dora', "
-        "'vera', 'oft', 'boft', 'loha', 'lokr', 'adalora', 'ia3', 'ln_tuning'; docs/fine-tuning.md), 'ssf' (a scale "
-        "and shift after each op of the frozen backbone, folded into the weights when saved), 'linear' (a logistic "
-        "regression head on the frozen backbone's features) or 'knn' (DINOv2's weighted k-nearest-neighbour vote "
-        "over the training features, stored in the model), or 'auto' (the ladder: kNN and linear probe, then LoRA, "
-        "then full, each taken while the one before gained more than ladder_min_gain), or 'zeroshot' (an image-text "
-        "checkpoint's classifier from the class names, no training: zeroshot_templates), or 'lp-ft' (Kumar et al. "
-        "2022: the linear probe fitted first, then full fine-tuning from its head). Unset: 'lora' when "
-        "use_lora is true, else 'full'.",
+        "How the model learns: 'full' (all weights), 'lora' (= use_lora: true) or another peft adapter "
+        "('dora', 'vera', 'oft', 'boft', 'loha', 'lokr', 'adalora', 'ia3', 'ln_tuning'; docs/fine-tuning.md), "
+        "'ssf' (a scale and shift after each op of the frozen backbone, folded into the weights), 'vpt' (VPT's "
+        "prompt tokens), 'linear' (a logistic regression head on the frozen backbone's features) or 'knn' "
+        "(DINOv2's weighted k-nearest-neighbour vote over the training features, stored in the model), or "
+        "'auto' (the ladder: kNN and linear probe, then LoRA, then full, each taken while the one before "
+        "gained more than ladder_min_gain), or 'zeroshot' (an image-text checkpoint's classifier from the "
+        "class names, no training: zeroshot_templates), or 'lp-ft' (Kumar et al. 2022: the linear probe fitted "
+        "first, then full fine-tuning from its head). Unset: 'lora' when use_lora is true, else 'full'.",
     )
     ladder_min_gain: float = option(
         1.0,
@@ -245,6 +246,7 @@ class ModelArguments:
                 f"{', '.join(given_peft)} are not read by method: {self.method}, which takes lora_r and "
                 "lora_target_modules; use those instead."
             )
+        self.check_prompt_keys(self.method)
         if self.peft_target_modules is not None:
             self.peft_target_modules = self._normalise_lora_targets(self.peft_target_modules, "peft_target_modules")
 

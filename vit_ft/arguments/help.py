@@ -21,6 +21,7 @@ HERE = Path(__file__).parent
 # (heading, source file, class): the groups of the short help, in order
 SECTIONS = (
     ("model", "fields.py", "ModelArguments"),
+    ("VPT (method vpt)", "prompt_arguments.py", "PromptArguments"),
     ("data", "fields.py", "DataArguments"),
     ("augmentation", "augmentation_arguments.py", "AugmentationArguments"),
     ("passes after training", "pass_arguments.py", "PassArguments"),

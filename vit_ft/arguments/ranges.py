@@ -67,6 +67,7 @@ RANGES: dict[str, Range] = {
     "lora_r": Range("[1, inf)", "the LoRA rank, e.g. 8 or 16", True),
     "lora_alpha": Range("[1, inf)", "the LoRA scale's numerator, e.g. equal to lora_r", True),
     "lora_dropout": Range("[0, 1)", "a probability, e.g. 0.1, or 0 to disable"),
+    "vpt_tokens": Range("[1, inf)", "prompt tokens, e.g. 10 or 50, or unset for the default", True),
     "peft_r": Range("[1, inf)", "the adapter's rank or block size, e.g. 8, or unset for the method's default", True),
     "ladder_min_gain": Range("[0, 100]", "accuracy or mAP points, e.g. 1.0 (one percentage point); 0 climbs on any gain"),
     "budget_minutes": Range("(0, inf)", "minutes the ladder may spend, e.g. 30; leave it unset for no limit"),
