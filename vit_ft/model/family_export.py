@@ -171,6 +171,8 @@ def _match(config: PretrainedConfig) -> tuple[str | None, str]:
         return None, "it has no classification head (num_labels=0)"
     if getattr(config, "head_type", "linear") != "linear":  # the kNN vote, the zero-shot head's normalisation
         return None, f"its {config.head_type} head is no linear layer on the pooled feature, as transformers' are"
+    if getattr(config, "vpt_tokens", 0):  # VPT's learned tokens before the blocks: no transformers class has them
+        return None, f"its {config.vpt_tokens} VPT prompt tokens have no place in transformers' classes"
     target = next((name for test, name in TARGET_RULES if test(config)), VIT_CLASS)
     if target in WHY_NOT:
         return None, WHY_NOT[target]

@@ -42,11 +42,13 @@ def build_model(
         attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
         # None keeps the checkpoint's own rate (a timm checkpoint's, where its config records one)
         **({} if model_args.drop_path_rate is None else {"drop_path_rate": model_args.drop_path_rate}),
+        # VPT's prompt tokens, an option of the model's blocks (`model/prompts.py`): new, as the head is
+        **({"vpt_tokens": model_args.vpt_tokens, "vpt_deep": model_args.vpt_deep} if model_args.method == "vpt" else {}),
         cache_dir=model_args.cache_dir,
     )
     kernelize(model)  # the CPU kernels where the switch allows them, before LoRA wraps the layers
     # a head, a pooling head asked for, or the norm after the pooling (MAE's fc_norm: new, as MAE's fine-tuning)
-    new_heads = ("classifier.", "distillation_classifier.", "attn_pool.", "fc_norm.")
+    new_heads = ("classifier.", "distillation_classifier.", "attn_pool.", "fc_norm.", "prompts.")
     missing = [key for key in model.loading_report.newly_initialized if not key.startswith(new_heads)]
     if missing:
         raise ValueError(
@@ -75,8 +77,8 @@ def build_model(
 
 
 def _with_method(model: Any, model_args: ModelArguments) -> Any:
-    """The method's trainable part: peft adapters (LoRA or another method) or SSF's scales and shifts, the rest
-    frozen; the model as it is for the other methods."""
+    """The method's trainable part: peft adapters (LoRA or another method), SSF's scales and shifts or VPT's
+    prompt tokens, the rest frozen; the model as it is for the other methods."""
     if model_args.peft:
         from .lora import apply_lora
 
@@ -85,6 +87,10 @@ def _with_method(model: Any, model_args: ModelArguments) -> Any:
         from .ssf import apply_ssf
 
         return apply_ssf(model)
+    if model_args.method == "vpt":  # the prompts are the model's own (`model/prompts.py`): only the freezing here
+        from .ssf import train_only
+
+        return train_only(model, "VPT", ("vit.prompts",))
     return model
 
 

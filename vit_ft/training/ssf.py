@@ -54,12 +54,23 @@ def _has_bias(module: nn.Module) -> bool:
     return isinstance(module, (nn.Linear, nn.LayerNorm)) and getattr(module, "bias", None) is not None
 
 
-def apply_ssf(model: nn.Module) -> nn.Module:
-    """Freeze `model` but its head, wrap each SSF target in a `ScaleShift` (in place); logs what was trained."""
+def train_only(model: nn.Module, method: str, modules: tuple[str, ...] = ()) -> nn.Module:
+    """Freeze `model` but its head(s) and `modules` (dotted names), in place; logs the trainable count (VPT: the
+    prompt tokens, whose parameters are the model's own)."""
     for param in model.parameters():
         param.requires_grad_(False)
-    for head in heads(model):
-        getattr(model, head).requires_grad_(True)
+    for name in (*heads(model), *modules):
+        model.get_submodule(name).requires_grad_(True)
+    if modules:
+        trainable, total = count_parameters(model)
+        logger.info("%s: %s trainable of %s parameters (%.2f%%): %s and the head", method, f"{trainable:,}",
+                    f"{total:,}", 100 * trainable / total, ", ".join(modules))  # fmt: skip
+    return model
+
+
+def apply_ssf(model: nn.Module) -> nn.Module:
+    """Freeze `model` but its head, wrap each SSF target in a `ScaleShift` (in place); logs what was trained."""
+    train_only(model, "SSF")
     wrapped, skipped = 0, []
     for name, module in list(model.named_modules()):
         if name.rpartition(".")[2] not in SSF_TARGETS or isinstance(module, ScaleShift):
@@ -99,4 +110,4 @@ def save_ssf_outputs(trainer: Any, output_dir: Path) -> None:
     trainer.processing_class.save_pretrained(output_dir)
 
 
-__all__ = ["SSF_TARGETS", "ScaleShift", "apply_ssf", "merge_ssf", "save_ssf_outputs"]
+__all__ = ["SSF_TARGETS", "ScaleShift", "apply_ssf", "merge_ssf", "save_ssf_outputs", "train_only"]
