@@ -9,7 +9,9 @@ image's per-channel mean: mean-filled, not blurred; `STEPS` + 1 points), the sam
 floor), the randomisation check (Spearman correlation of each map before and after re-initialising the top
 block and the head; low means the map depends on the learned weights), and on the generated task the share of
 images whose marked patch ranks in the top 5 % and the correlation of an image's maps for its two classes.
-The timing compares one map with one forward + backward pass of the same model on the same image.
+The cascading randomisation (Adebayo et al. 2018) re-initialises the head, then one block more at a time from the
+top down to the first, and gives each method's correlation after every step (its own table). The timing compares
+one map with one forward + backward pass of the same model on the same image.
 
 The generated task: noise images with none, one or two marked patches of distinct colours; each colour is one label
 of a multi-label task, so a class is on exactly when its marker is there and its evidence is that patch.
@@ -112,6 +114,20 @@ def method_row(model, images, target, method: str, seed: int = 0) -> dict[str, A
     }
 
 
+def cascade_rows(model, images, target, seed: int = 0) -> list[dict[str, Any]]:
+    """Per method, the cascading randomisation (Adebayo et al. 2018: the head, then the blocks from the top down,
+    `faithfulness.cascading_randomization`): the mean Spearman correlation with the trained model's map after each
+    step, one column per step."""
+    from vit_ft.tools.explain.faithfulness import cascading_randomization
+    from vit_ft.tools.explain.methods import METHODS
+
+    rows = []
+    for method in METHODS:
+        steps = cascading_randomization(model, images, method, target, seed=seed)
+        rows.append({"method": method, **{step["randomised"]: round(step["spearman"], 3) for step in steps}})
+    return rows
+
+
 def random_row(model, images, target, seed: int = 0) -> dict[str, Any]:
     from vit_ft.tools.explain.faithfulness import perturbation_auc, random_maps
 
@@ -128,8 +144,8 @@ def _patches(model, images) -> int:
     return (images.shape[-2] // patch_h) * (images.shape[-1] // patch_w)
 
 
-def marked_task(count: int = 24, steps: int = 300) -> list[dict[str, Any]]:
-    """Every method's row on the generated task (images with two markers), and the random order's."""
+def marked_task(count: int = 24, steps: int = 300) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every method's row on the generated task (images with two markers), and the random order's; the cascade's."""
     from vit_ft.tools.explain.methods import METHODS, explain
 
     model = train_marked_model(steps)
@@ -145,11 +161,12 @@ def marked_task(count: int = 24, steps: int = 300) -> list[dict[str, Any]]:
         other = explain(model, images, method, target=second)
         row["two_class_correlation"] = round(float(pearson(maps, other).mean()), 3)
         rows.append(row)
-    return [*rows, random_row(model, images, first)]
+    return [*rows, random_row(model, images, first)], cascade_rows(model, images, first)
 
 
-def trained_folder(model: str, count: int = 64, seed: int = 0) -> list[dict[str, Any]]:
-    """Every method's row on the first `count` evaluation images of a trained folder, for the predicted class."""
+def trained_folder(model: str, count: int = 64, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every method's row on `count` evaluation images of a trained folder (a seeded sample), for the predicted
+    class, and the cascade's."""
     from vit_ft.tools.evaluate.data import resolve_eval_data
     from vit_ft.tools.explain.methods import METHODS
     from vit_ft.tools.trained import load_trained
@@ -164,7 +181,7 @@ def trained_folder(model: str, count: int = 64, seed: int = 0) -> list[dict[str,
         row = method_row(trained.model, images, target, method)
         row.pop("_maps")
         rows.append(row)
-    return [*rows, random_row(trained.model, images, target)]
+    return [*rows, random_row(trained.model, images, target)], cascade_rows(trained.model, images, target)
 
 
 def timing(image_size: int = 224, rounds: int = 5) -> list[dict[str, Any]]:
@@ -218,9 +235,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     sections = []
     if args.task:
-        sections.append(("generated task (marked patches)", marked_task(args.count, args.steps)))
+        rows, cascade = marked_task(args.count, args.steps)
+        sections += [("generated task (marked patches)", rows), ("generated task: cascading randomisation", cascade)]
     if args.model:
-        sections.append((args.model, trained_folder(args.model, args.count)))
+        rows, cascade = trained_folder(args.model, args.count)
+        sections += [(args.model, rows), (f"{args.model}: cascading randomisation", cascade)]
     if args.timing:
         sections.append(("ViT-B/16 at 224 px, one image", timing()))
     for name, rows in sections:

@@ -8,12 +8,14 @@ from scipy.stats import spearmanr
 
 from vit_ft import ViTFTForImageClassification
 from vit_ft.tools.explain.faithfulness import (
+    cascading_randomization,
     curve_auc,
     perturbation_curves,
     random_maps,
     randomized_copy,
     spearman,
 )
+from vit_ft.tools.explain.methods import explain
 
 from ..conftest import randomize, tiny_ft_config
 
@@ -83,3 +85,21 @@ def test_spearman_and_random_maps():
     torch.testing.assert_close(spearman(a, b), torch.tensor(expected, dtype=torch.float32))
     assert spearman(a, torch.zeros_like(a)).abs().sum() == 0  # a constant map correlates with nothing
     assert random_maps(a).shape == a.shape and not torch.equal(random_maps(a, 0), random_maps(a, 1))
+
+
+def test_cascading_randomization_goes_from_the_head_down_every_block():
+    """Each step's correlation is scipy's over the maps of the copy with the head and the top k blocks drawn anew;
+    rollout, blind to the head, keeps 1.0 at the first step, a gradient method does not."""
+    model = _model(num_hidden_layers=3)
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+    rows = cascading_randomization(model, pixels, "gradcam", [0, 2], seed=1)
+    assert [row["randomised"] for row in rows] == ["head", "head + top 1 block", "head + top 2 blocks", "head + top 3 blocks"]
+    trained = explain(model, pixels, "gradcam", target=[0, 2]).numpy()
+    for row in rows:
+        drawn = explain(randomized_copy(model, top_blocks=row["blocks"], seed=1), pixels, "gradcam", target=[0, 2]).numpy()
+        # a constant map (Grad-CAM's relu can zero every patch) ranks nothing: 0, where scipy says nan
+        expected = np.mean([np.nan_to_num(spearmanr(a, b).statistic) for a, b in zip(trained, drawn, strict=True)])
+        assert row["spearman"] == pytest.approx(expected, abs=1e-6)
+    assert rows[0]["spearman"] < 0.99
+    rollout = cascading_randomization(model, pixels, "rollout", [0, 2])
+    assert rollout[0]["spearman"] == pytest.approx(1.0) and rollout[-1]["spearman"] < 0.99

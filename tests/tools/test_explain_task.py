@@ -3,7 +3,8 @@ images with none, one or two marked patches, each marker's colour one label of a
 trained on them for a few seconds (long: CI's own step). Checked: the marked patch ranks in the top 5 % of the
 map for Grad-CAM and the gradient-weighted rollout; the maps of an image's two classes differ (correlation
 below 0.9) for every class-specific method; every class-specific method beats a random order on deletion AUC;
-the benchmark's table holds a row per method."""
+randomisation drops the gradient methods' correlation below 0.5 (the top block and head, and the whole cascade
+down to the first block: Adebayo et al. 2018); the benchmark's table holds a row per method."""
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from benchmarks.explain import (
     train_marked_model,
     two_targets,
 )
-from vit_ft.tools.explain.faithfulness import perturbation_auc
+from vit_ft.tools.explain.faithfulness import cascading_randomization, perturbation_auc
 from vit_ft.tools.explain.methods import CLASS_SPECIFIC, METHODS, explain
 
 pytestmark = pytest.mark.long
@@ -60,6 +61,15 @@ def test_every_class_specific_method_beats_random_on_deletion(trained):
     for method in CLASS_SPECIFIC:
         deletion = perturbation_auc(model, images, explain(model, images, method, target=first), first).mean()
         assert deletion < chance, (method, float(deletion), chance)
+
+
+def test_randomisation_drops_the_gradient_methods_correlation_below_half(trained):
+    model, images, labels, _ = trained
+    first, _ = two_targets(labels)
+    for method in ("gradcam", "grad_rollout"):
+        steps = cascading_randomization(model, images, method, first)
+        assert [step["blocks"] for step in steps] == [0, 1, 2]
+        assert all(step["spearman"] < 0.5 for step in steps[1:]), (method, steps)
 
 
 def test_the_benchmark_table_has_a_row_per_method():

@@ -9,6 +9,8 @@ model-randomisation sanity check (Adebayo et al. 2018).
 - Randomisation: the top blocks and the head are re-initialised (truncated normal, the model's
   `initializer_range`; norms to 1 and 0) and the Spearman rank correlation between each image's map before and
   after is taken; a map that does not depend on the weights (an edge detector) keeps a high correlation.
+  `cascading_randomization` does it as Adebayo et al.'s cascade: the head, then one block more at a time from
+  the top down to the first, a correlation after each step.
 
     auc = perturbation_auc(model, pixels, maps, target, "deletion")     # (batch,)
 """
@@ -22,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .methods import Inputs, _as_inputs, check_target
+from .methods import Inputs, _as_inputs, check_target, explain
 
 STEPS = 16  # points of a curve after the start (the patches are removed in STEPS near-equal groups)
 
@@ -135,6 +137,23 @@ def randomized_copy(model: torch.nn.Module, top_blocks: int = 1, seed: int = 0) 
     return copied.eval()
 
 
+def cascading_randomization(
+    model: torch.nn.Module, inputs: Inputs, method: str, target: Any, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Adebayo et al. 2018's cascading randomisation: the head re-initialised, then the blocks from the top down,
+    one more at a time, until every block is (`randomized_copy` with `seed`); after each step the
+    mean Spearman correlation of each image's map with the trained model's, for the same `target` classes.
+    Returns `num_hidden_layers + 1` rows: {"randomised": "head" | "head + top k blocks", "blocks": k,
+    "spearman": mean}. A map that depends on what the model learned falls as the cascade goes down."""
+    maps = explain(model, inputs, method, target=target)
+    rows = []
+    for blocks in range(len(model.vit.layers) + 1):
+        randomized = explain(randomized_copy(model, top_blocks=blocks, seed=seed), inputs, method, target=target)
+        name = "head" if blocks == 0 else f"head + top {blocks} block{'s' if blocks > 1 else ''}"
+        rows.append({"randomised": name, "blocks": blocks, "spearman": float(spearman(maps, randomized).mean())})
+    return rows
+
+
 def spearman(maps: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
     """Spearman's rank correlation between each pair of maps `(batch, num_patches)`: `(batch,)` (scipy's)."""
     from scipy.stats import spearmanr
@@ -148,6 +167,7 @@ def spearman(maps: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
 
 __all__ = [
     "STEPS",
+    "cascading_randomization",
     "curve_auc",
     "perturbation_auc",
     "perturbation_curves",

@@ -236,8 +236,11 @@ _FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def check_method(method: str, model: torch.nn.Module | None = None) -> str:
-    """`method` if it is one of METHODS (and the model can support it), else a ValueError naming them."""
+    """`method` if it is one of METHODS, its library is installed (captum's methods) and the model can support it,
+    else a ValueError that says what to pass instead."""
     check_method_name(method)
+    if method in CAPTUM_METHODS:
+        _captum()
     if model is not None and not hasattr(getattr(model, "vit", None), "layers"):
         raise ValueError(
             f"--explain {method} needs a vit_ft classifier (ViTFTForImageClassification); "

@@ -5,6 +5,8 @@ from __future__ import annotations
 METHODS = ("grad_rollout", "gradcam", "integrated_gradients", "occlusion", "rollout")
 CLASS_SPECIFIC = ("grad_rollout", "gradcam", "integrated_gradients", "occlusion")
 CAPTUM_METHODS = ("integrated_gradients", "occlusion")  # from captum: the `explain` extra
+# `vit-ft evaluate --explain`'s default: the cheapest class-specific map (about one forward + backward, docs/tools.md)
+REPORT_METHOD = "gradcam"
 
 
 def check_method_name(method: str) -> str:
@@ -14,4 +16,4 @@ def check_method_name(method: str) -> str:
     return method
 
 
-__all__ = ["CAPTUM_METHODS", "CLASS_SPECIFIC", "METHODS", "check_method_name"]
+__all__ = ["CAPTUM_METHODS", "CLASS_SPECIFIC", "METHODS", "REPORT_METHOD", "check_method_name"]
