@@ -60,7 +60,7 @@ def saved_task(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("suite_name", "task", "method"), [("vtab1k", "cifar100", "lora"), ("vtab1k", "dtd", "full"),
-                                                            ("fgvc", "StanfordCars", "ssf")])  # fmt: skip
+                                                            ("fgvc", "StanfordCars", "ssf"), ("vtab1k", "svhn", "vpt")])  # fmt: skip
 def test_a_cells_plan_holds_the_protocol(saved_task, tmp_path, suite_name, task, method):
     backbone, data = saved_task
     chosen = SUITES[suite_name]
@@ -74,6 +74,7 @@ def test_a_cells_plan_holds_the_protocol(saved_task, tmp_path, suite_name, task,
     assert training_args.label_smoothing_factor == (0.1 if suite_name == "vtab1k" else 0.0)
     assert data_args.crop_scale_min == 1.0 and not data_args.horizontal_flip and model_args.drop_path_rate == 0.1
     assert (method != "lora") or model_args.lora_r == 8
+    assert (method != "vpt") or (model_args.vpt_tokens, model_args.vpt_deep) == (100, False)  # V-PETL's VPT-shallow
 
 
 def test_summary_means_spread_and_incomplete_groups():
