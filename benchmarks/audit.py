@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--oof_method", help="As vit-ft audit's.")
     parser.add_argument("--oof_steps", type=int, help="As vit-ft audit's.")
     parser.add_argument("--oof_flags", help="As vit-ft audit's.")
+    parser.add_argument("--oof_pick", help="As vit-ft audit's.")
     args = parser.parse_args(argv)
     from vit_ft.commands.audit import oof_finetune
 

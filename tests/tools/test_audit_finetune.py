@@ -128,9 +128,18 @@ def test_the_fine_tunes_candidate_is_chosen_by_the_probes_rule_and_run_again_by_
     losses = {name: c["log_loss"] for name, c in probe["candidates"].items()}
     assert min(losses, key=losses.get) == "finetune/full"
     assert {f.index for f in found} == set(flips.tolist())
-    assert [what for what, _ in calls] == ["out-of-fold", "self-check"]
+    assert [what for what, _ in calls] == ["out-of-fold", "self-check"] and probe["picked_by"] == "log-loss"
     np.testing.assert_array_equal(calls[0][1], given)
     assert (calls[1][1] != given).sum() == record["quality"]["flipped"]  # the self-check's flipped copy
+    # --oof_pick finetune: the fine-tunes' probabilities even where a probe's log-loss is lower
+    def worse(labels: np.ndarray, what: str) -> np.ndarray:
+        return np.full((len(labels), 4), 0.25)
+
+    _, record, probabilities = audit_labels({"features": noise}, given, 4, extra={"finetune/lora": worse},
+                                            pick="finetune/lora")  # fmt: skip
+    losses = {name: c["log_loss"] for name, c in record["probe"]["candidates"].items()}
+    assert record["probe"]["chosen"] == "finetune/lora" != min(losses, key=losses.get)
+    assert record["probe"]["picked_by"] == "asked" and np.allclose(probabilities, 0.25)
 
 
 @pytest.mark.parametrize(
@@ -140,6 +149,7 @@ def test_the_fine_tunes_candidate_is_chosen_by_the_probes_rule_and_run_again_by_
         ("one_class", ["--oof", "finetune"], "has 1 class"),
         ("budget", ["--oof", "finetune", "--oof_steps", "0"], "--oof_steps 0 must be at least 1"),
         ("no_oof", ["--oof_steps", "20"], "--oof_steps only apply with --oof finetune"),
+        ("pick", ["--oof_pick", "finetune"], "--oof_pick only apply with --oof finetune"),
         ("flags", ["--oof", "finetune", "--oof_flags", "--learning_rat 0.1"], "did you mean --learning_rate"),
     ],
 )
@@ -186,7 +196,7 @@ def test_the_command_fine_tunes_each_fold_reports_the_candidate_and_shows_its_pr
     record = json.loads((out / "audit.json").read_text())
     row = record["probe"]["candidates"]["finetune/lora"]
     assert row["seconds"] > 0 and 0 <= row["accuracy"] <= 1 and row["log_loss"] > 0
-    assert record["oof_finetune"] == {"method": "lora", "steps": 4, "flags": []}
+    assert record["oof_finetune"] == {"method": "lora", "steps": 4, "flags": [], "pick": "loss"}
     report = (out / "report.md").read_text()
     assert "| finetune/lora" in report and "2 fine-tunes of the model (lora, 4 steps each)" in report
     with open(out / "findings.csv", newline="") as f:

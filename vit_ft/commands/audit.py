@@ -46,7 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--oof_method", choices=("full", "lora"), help="With --oof finetune: each fold's method (full).")
     parser.add_argument("--oof_steps", type=int, help="With --oof finetune: optimizer steps per fold (200).")
     parser.add_argument("--oof_flags", help="With --oof finetune: more fine-tune flags, quoted, e.g. "
-                        "'--learning_rate 1e-3' or '--recipe digits' (its protocol for the family's).")  # fmt: skip
+                        "--oof_flags='--recipe digits' (its protocol for the family's).")  # fmt: skip
+    parser.add_argument("--oof_pick", choices=("loss", "finetune"), help="With --oof finetune: the source of lowest "
+                        "out-of-fold log-loss (loss), or the fine-tunes whatever theirs (finetune: for a model that may "
+                        "have been trained on these labels, whose probes fit the flips it learned).")  # fmt: skip
     parser.add_argument("--dataset_config", help="Hub dataset configuration name.")
     parser.add_argument("--train_split", default="train", help="Hub dataset split audited.")
     parser.add_argument("--validation_split", help="Hub dataset split searched for leaks.")
@@ -85,7 +88,7 @@ def audit(argv: list[str] | None = None) -> dict[str, Any]:
 def oof_finetune(args: argparse.Namespace) -> Any:
     """`--oof finetune`'s settings (`tools.audit.finetune.OofFinetune`, with the fine-tune's own plan and stages
     handed in: tools do not import training), or None; an `--oof_*` flag without it is a ValueError."""
-    given = [f"--{name}" for name in ("oof_method", "oof_steps", "oof_flags") if getattr(args, name) is not None]
+    given = [f"--{name}" for name in ("oof_method", "oof_steps", "oof_flags", "oof_pick") if getattr(args, name) is not None]
     if args.oof != "finetune":
         if given:
             raise ValueError(f"{', '.join(given)} only apply with --oof finetune; add it, or leave them out.")
@@ -98,7 +101,7 @@ def oof_finetune(args: argparse.Namespace) -> Any:
 
     steps = OOF_STEPS if args.oof_steps is None else args.oof_steps
     flags = tuple(shlex.split(args.oof_flags or ""))
-    return OofFinetune(FineTuner(build_plan, run_finetune), args.oof_method or "full", steps, flags)
+    return OofFinetune(FineTuner(build_plan, run_finetune), args.oof_method or "full", steps, flags, args.oof_pick or "loss")
 
 
 def warning_line(quality: dict[str, Any], finetuned: bool = False) -> str:

@@ -40,6 +40,7 @@ from .probes import PROBABILITY_FLOOR
 
 logger = logging.getLogger("vit_ft")
 
+OOF_PICKS = ("loss", "finetune")  # how the source is chosen: lowest out-of-fold log-loss, or the fine-tunes
 OOF_METHODS = ("full", "lora")  # the fine-tune's two methods of the issue (`--method full | lora`)
 OOF_STEPS = 200  # per fold: on digits' 1,150 training images about 5 epochs of batch 32
 FOLD_BATCH = 32  # per device; a flag in --oof_flags (per_device_train_batch_size) changes it
@@ -58,14 +59,19 @@ class FineTuner:
 @dataclass(frozen=True)
 class OofFinetune:
     """`--oof finetune`'s settings: the `tuner`, the `method` (OOF_METHODS), the `steps` each fold trains for,
-    the user's extra fine-tune `flags`, and the model's settings as the audit loads it."""
+    the user's extra fine-tune `flags`, and `pick` (OOF_PICKS): "loss", the candidate chosen as the probes are
+    (lowest out-of-fold log-loss), or "finetune", the fine-tunes' probabilities whatever their log-loss (for a
+    backbone that may have seen these labels: its probes' log-loss is lowest where it learned the flips)."""
 
     tuner: FineTuner
     method: str = "full"
     steps: int = OOF_STEPS
     flags: tuple[str, ...] = ()
+    pick: str = "loss"
 
     def __post_init__(self) -> None:
+        if self.pick not in OOF_PICKS:
+            raise ValueError(f"--oof_pick {self.pick} is not one of {', '.join(OOF_PICKS)}; e.g. --oof_pick finetune.")
         if self.method not in OOF_METHODS:
             raise ValueError(f"--oof_method {self.method} is not one of {', '.join(OOF_METHODS)}; e.g. --oof_method lora.")
         if self.steps < 1:
@@ -187,5 +193,5 @@ class _quiet_fine_tune:  # noqa: N801 - a context manager used like a function
         logger.setLevel(self.level)
 
 
-__all__ = ["FOLD_BATCH", "OOF_METHODS", "OOF_STEPS", "FineTuner", "OofFinetune", "check_fold_flags", "family_flags",
+__all__ = ["FOLD_BATCH", "OOF_METHODS", "OOF_PICKS", "OOF_STEPS", "FineTuner", "OofFinetune", "check_fold_flags", "family_flags",
            "fold_finetune_probabilities", "fold_flags", "write_fold"]  # fmt: skip

@@ -126,13 +126,15 @@ Source = Callable[[np.ndarray, str], np.ndarray]
 def best_probe(
     spaces: Mapping[str, np.ndarray] | np.ndarray, labels: np.ndarray, num_classes: int, folds: int = FOLDS,
     seed: int = 0, probes: Sequence[str] = PROBES, extra: Mapping[str, Source] | None = None,
+    pick: str | None = None,
 ) -> tuple[np.ndarray, dict[str, object]]:  # fmt: skip
     """The out-of-fold probabilities of the candidate (a probe on one feature space: `{space: (n, d)}`, a bare
     array is the space "features"; or one of `extra`, "space/name": `Source`) with the lowest log-loss against
     the given labels, and {"chosen": "space/probe", "space", "probe", "accuracy", "log_loss", "candidates":
     {"space/probe": {"log_loss", "accuracy", "seconds"}}}. Log-loss, not accuracy: confident learning reads the
     probabilities themselves, and a probe with the same accuracy but overconfident mistakes would flag more
-    right labels."""
+    right labels. `pick` names a candidate taken whatever its log-loss (`--oof_pick finetune`: the lowest
+    log-loss against labels that hold flips favours features that learned them); "picked_by" says which rule."""
     labels = np.asarray(labels, np.int64)
     spaces = {"features": spaces} if isinstance(spaces, np.ndarray) else dict(spaces)
     sources: dict[str, Callable[[], np.ndarray]] = {
@@ -148,13 +150,14 @@ def best_probe(
         loss = log_loss(probabilities, labels)
         candidates[candidate] = {"log_loss": round(loss, 4), "seconds": round(time.perf_counter() - started, 2),
                                  "accuracy": float(np.mean(probabilities.argmax(1) == labels))}  # fmt: skip
-        if best is None or loss < best[0]:
+        if best is None or (loss < best[0] and best[1] != pick) or candidate == pick:
             best = (loss, candidate, probabilities)
     assert best is not None, "no probe given"
     loss, chosen, probabilities = best
     space, name = chosen.split("/")
     return probabilities, {"chosen": chosen, "space": space, "probe": name, "accuracy": candidates[chosen]["accuracy"],
-                           "log_loss": candidates[chosen]["log_loss"], "candidates": candidates}  # fmt: skip
+                           "log_loss": candidates[chosen]["log_loss"], "candidates": candidates,
+                           "picked_by": "asked" if chosen == pick else "log-loss"}  # fmt: skip
 
 
 __all__ = ["KNN_NEIGHBOURS", "PIXEL_PROBE_SIZE", "PROBES", "Source", "best_probe", "knn_probabilities", "log_loss", "logistic_probabilities",

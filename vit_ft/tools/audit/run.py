@@ -175,17 +175,17 @@ def _audit_images(
 
 def audit_labels(
     spaces: Mapping[str, np.ndarray] | np.ndarray, labels: np.ndarray, num_classes: int, folds: int = FOLDS,
-    seed: int = 0, extra: Mapping[str, Source] | None = None,
+    seed: int = 0, extra: Mapping[str, Source] | None = None, pick: str | None = None,
 ) -> tuple[list[Finding], dict[str, Any], np.ndarray]:  # fmt: skip
     """The label issues of images with given `labels`, from `{space: (n, d)}` features (a bare array: the pooled
     "features"; "pixels": the raw-pixel anchor) and the `extra` candidates (`--oof finetune`'s): the best
     candidate's out-of-fold probabilities (`probes.best_probe`), the flags bounded by confident learning's noise
     estimate, and the self-check on a copy with known flips (`labels.self_check`, the chosen candidate run again:
-    its probe on its space, or its fine-tunes). Returns the flags, {"probe", "quality"} for the record, and the
-    out-of-fold probabilities."""
+    its probe on its space, or its fine-tunes; `pick`: a candidate taken whatever its log-loss). Returns the
+    flags, {"probe", "quality"} for the record, and the out-of-fold probabilities."""
     spaces = {"features": spaces} if isinstance(spaces, np.ndarray) else spaces
     extra = extra or {}
-    probabilities, probe = best_probe(spaces, labels, num_classes, folds, seed, extra=extra)
+    probabilities, probe = best_probe(spaces, labels, num_classes, folds, seed, extra=extra, pick=pick)
     found, estimate = label_issues(labels, probabilities)
 
     def rerun(flipped: np.ndarray) -> np.ndarray:
@@ -223,7 +223,8 @@ def _label_findings(
     if multi:
         found, record, probabilities = audit_multilabel_labels(spaces, labels, options.folds, options.seed)
         return found, record, np.zeros(len(labels), bool), ((probabilities > 0.5) != labels).any(axis=1)
-    found, record, probabilities = audit_labels(spaces, labels, num_classes, options.folds, options.seed, extra)
+    pick = options.oof.name if options.oof is not None and options.oof.pick == "finetune" else None
+    found, record, probabilities = audit_labels(spaces, labels, num_classes, options.folds, options.seed, extra, pick)
     return found, record, cleanlab_default(labels, probabilities), disagreements(labels, probabilities)
 
 
@@ -269,7 +270,7 @@ def _record(
                                                  for i in np.flatnonzero(disagree)]},
         "feature_seconds": round(feature_seconds, 2), "counts": {},
         "oof_finetune": None if options.oof is None else {"method": options.oof.method, "steps": options.oof.steps,
-                                                          "flags": list(options.oof.flags)},
+                                                          "flags": list(options.oof.flags), "pick": options.oof.pick},
     }  # fmt: skip
 
 
