@@ -45,7 +45,7 @@ from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: 
 from vit_ft.tasks.feature_bank import expected_input_text, feature_taps, pre_logits  # noqa: E402
 from vit_ft.tasks.temperature import UNSURE_BELOW  # noqa: E402
 from vit_ft.tools.explain.methods import explain  # noqa: E402
-from vit_ft.tools.inspect.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from vit_ft.tools.explain.rollout import overlay_heatmap, rollout_maps  # noqa: E402
 from vit_ft.tools.ood import OODScorer  # noqa: E402
 from vit_ft.tools.trained import load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402

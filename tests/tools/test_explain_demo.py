@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from vit_ft.tools.explain.methods import explain
-from vit_ft.tools.inspect.rollout import overlay_heatmap
+from vit_ft.tools.explain.rollout import overlay_heatmap
 
 from ..conftest import REPO
 

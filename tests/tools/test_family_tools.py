@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 from vit_ft.model.modeling_vit_ft import ViTFTConfig, ViTFTForImageClassification
+from vit_ft.tools.explain.rollout import attention_rollout, rollout_maps
 from vit_ft.tools.fewshot.features import pre_logits
-from vit_ft.tools.inspect.rollout import attention_rollout, rollout_maps
 from vit_ft.tools.inspect.run import attention_distances, run_inspection
 from vit_ft.tools.predict.run import run_prediction
 from vit_ft.tools.trained import load_trained

@@ -4,7 +4,7 @@ import torch
 from PIL import Image
 
 from vit_ft import ViTFTModel
-from vit_ft.tools.inspect.rollout import attention_rollout, overlay_heatmap, rollout_maps
+from vit_ft.tools.explain.rollout import attention_rollout, overlay_heatmap, rollout_maps
 
 from ..conftest import randomize, tiny_ft_config
 

@@ -9,7 +9,7 @@
 - "integrated_gradients", "occlusion": captum's (the `explain` extra), model-agnostic references. Integrated
   gradients from the zero input (the normalisation's mean colour), summed over each patch's pixels and channels;
   occlusion of one patch at a time by that zero input, the drop of the target's logit.
-- "rollout": the class-agnostic attention rollout (`vit_ft.tools.inspect.rollout`), the baseline.
+- "rollout": the class-agnostic attention rollout (`rollout.py`, which inspect draws too), the baseline.
 
 Every method takes a model's inputs as the model does (`(batch, channels, height, width)` pixels at any size the
 model runs at, or a NaFlex batch: `pixel_values`, `pixel_attention_mask`, `spatial_shapes`) and returns
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ..inspect.rollout import attention_rollout
 from .names import CAPTUM_METHODS, CLASS_SPECIFIC, METHODS, check_method_name
+from .rollout import attention_rollout
 
 IG_STEPS = 32  # captum's default is 50; 32 keeps the approximation error small at two thirds of the cost
 Inputs = torch.Tensor | dict[str, torch.Tensor]

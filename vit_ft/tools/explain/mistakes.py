@@ -30,9 +30,9 @@ from ...metrics.multilabel import MULTI_LABEL
 from ...reports.figures import FALSE_NEGATIVE, FALSE_POSITIVE, display_image, plot_image_grid, short
 from ...tasks.multi_label import confident_mistakes
 from ...tasks.single_label import most_confident_mistakes
-from ..inspect.rollout import overlay_heatmap
 from .methods import CLASS_SPECIFIC, check_method, explain, patch_grids
 from .names import check_method_name
+from .rollout import overlay_heatmap
 from .run import refuse_export
 
 logger = logging.getLogger("vit_ft")

@@ -24,9 +24,9 @@ from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ...utils.progress import Progress
 from ..inference import describe_error
-from ..inspect.rollout import overlay_heatmap
 from ..trained import Trained, load_trained
 from .methods import CLASS_SPECIFIC, check_method, explain, patch_grids
+from .rollout import overlay_heatmap
 
 logger = logging.getLogger("vit_ft")
 

@@ -34,9 +34,9 @@ from ...reports.inspection_figures import (
 from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
 from ..evaluate.data import folders_read, resolve_eval_data
+from ..explain.rollout import heatmap_image, overlay_heatmap, rollout_maps
 from ..inference import describe_error, iter_batches
 from ..trained import Trained, load_trained
-from .rollout import heatmap_image, overlay_heatmap, rollout_maps
 
 logger = logging.getLogger("vit_ft")
 
