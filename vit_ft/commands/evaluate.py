@@ -10,7 +10,8 @@ vit-ft evaluate --model outputs/digits --output_dir reports/digits-s --shift me/
 (also `python scripts/evaluate_model.py ...`)
 
 Writes REPORT/report.md (open it), metrics.json, per_class.csv/.md, confusion_matrix.png/.csv/.npy,
-mistakes.png/.csv, predictions.csv and a copy of the fine-tune's training_curves.png. A multi-label model
+mistakes.png/.csv, predictions.csv, explained_mistakes.png (the most confident mistakes with a map for the predicted
+and the true class: --explain) and a copy of the fine-tune's training_curves.png. A multi-label model
 (evaluated on multi-label data: a --data_dir with labels.csv or labels.jsonl beside its images) gets mAP, micro
 and macro F1 and exact match at its decision threshold, per-label AP/precision/recall/F1 (per_class.csv),
 pr_curves.png, and its most confident false positives and false negatives (mistakes.csv,
@@ -26,6 +27,7 @@ import argparse
 from typing import Any
 
 from ..tools.arguments import add_data_arguments, add_inference_arguments
+from ..tools.explain.names import REPORT_METHOD
 from ..utils.cli import run_tool, tool_parser
 from .model_flags import run_model_tool
 
@@ -54,6 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "photometric and digital corruptions at 3 severities, seeded by --seed), a folder of class "
                         "folders (your own shifted images) or a Hub dataset id (its test split, else validation, "
                         "else train; ID@REVISION pins one); shift.csv/.md/.png and a report section.")  # fmt: skip
+    parser.add_argument("--explain", metavar="METHOD", default=REPORT_METHOD,
+                        help="The report's grid of the 8 most confident mistakes, each with this method's map for the "
+                        "predicted and the true class (multi-label: the wrong label's): gradcam (default: about one "
+                        "forward + backward per map), grad_rollout, integrated_gradients, occlusion; none: no grid.")  # fmt: skip
     parser.add_argument("--label_separator", default=";",
                         help="The character between an image's labels in a --data_dir's labels.csv (multi-label).")  # fmt: skip
     return parser.parse_args(argv)

@@ -28,6 +28,7 @@ from ...reports.reporting import copy_training_curves, write_report_lines
 from ...reports.robustness import write_shift_table
 from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.output_dir import OutputFiles, check_output_dir
+from ..explain.mistakes import MISTAKES_FIGURE, check_report_method, explain_mistakes
 from ..ood import OODScorer
 from ..trained import Trained, load_trained
 from ..tta import NO_OOD_SCORE, TTARunner, with_tta
@@ -43,7 +44,7 @@ EVALUATION_FILES = OutputFiles(
     ("report.md", "metrics.json", "per_class.csv", "per_class.md", "per_class.png", "predictions.csv",
      "mistakes.csv", "mistakes.png", "confusion_matrix.png", "confusion_matrix.csv", "confusion_matrix.npy",
      "reliability.png", "pr_curves.png", "false_positives.png", "false_negatives.png", "training_curves.png",
-     "shift.csv", "shift.md", "shift.png"),
+     "shift.csv", "shift.md", "shift.png", MISTAKES_FIGURE),
     "an evaluation report",
 )  # fmt: skip
 
@@ -69,6 +70,7 @@ def run_evaluation(
     overwrite: bool = False,
     tta: str | None = None,
     shift: str | None = None,
+    explain: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate `model` and write metrics.json, per_class.csv/.md/.png, confusion_matrix.png/.csv/.npy,
     reliability.png, mistakes.png/.csv, predictions.csv, training_curves.png (copied when the model folder has
@@ -88,13 +90,12 @@ def run_evaluation(
     A multi-label model needs multi-label data (a `data_dir` with labels.csv, its labels separated by
     `label_separator`); its files are its task's (`tasks.MultiLabel.write_evaluation`): pr_curves.png,
     false_positives.png and false_negatives.png instead of the confusion matrix, reliability and mistakes.
+    `explain` (a method; the command's default gradcam, here None) draws the top mistakes' maps (`explain.mistakes`).
     """
-    given = [model, *([data_dir] if data_dir is not None else []), *shift_inputs(shift)]  # `shift`: shift.py
-    check_output_dir(output_dir, inputs=given, holds="report.md and its files")  # before the model loads
-    output_dir = Path(output_dir)
-    EVALUATION_FILES.check(output_dir, overwrite)
+    output_dir, explain = _checked_before_loading(model, output_dir, data_dir, shift, explain, overwrite)
     trained = load_trained(model, image_size, device, max_tokens=max_tokens, bf16=bf16)
     runner = with_tta(trained, tta)  # a flip for a model trained without flips is refused here
+    check_report_method(explain, trained.model)  # a model that cannot give the maps, before the evaluation runs
     id2label, where = trained.id2label, (recipe, data_dir, split, seed, max_samples)
     data = resolve_eval_data(trained.origin, id2label, *where, trained.task.problem_type, label_separator)
     check_output_dir(output_dir, inputs=folders_read(trained.origin, data))  # the recorded data's folders too
@@ -107,7 +108,20 @@ def run_evaluation(
     elapsed = time.perf_counter() - started
     tta_numbers = tta_comparison(runner, outputs, trained, top_k) if tta else None
     return write_evaluation(output_dir, trained, data, outputs, elapsed, top_k, max_mistakes, overwrite, scorer, tta_numbers,
-                            shift_section(shift, trained, data, outputs, seed or 0, batch_size, num_workers, progress))  # fmt: skip
+                            shift_section(shift, trained, data, outputs, seed or 0, batch_size, num_workers, progress), explain)  # fmt: skip
+
+
+def _checked_before_loading(
+    model: str | os.PathLike, output_dir: str | os.PathLike, data_dir: str | os.PathLike | None, shift: str | None,
+    explain: str | None, overwrite: bool,
+) -> tuple[Path, str | None]:  # fmt: skip
+    """What is checked before the model loads, so that nothing is written or loaded for a mistake: the explanation's
+    method (and that `model` is no ONNX export), the folders read, the output folder; -> it and the method (or None)."""
+    explain = check_report_method(explain, model)
+    given = [model, *([data_dir] if data_dir is not None else []), *shift_inputs(shift)]  # `shift`: shift.py
+    check_output_dir(output_dir, inputs=given, holds="report.md and its files")
+    EVALUATION_FILES.check(Path(output_dir), overwrite)
+    return Path(output_dir), explain
 
 
 def tta_comparison(runner: TTARunner, outputs: EvalOutputs, trained: Trained, top_k: int) -> dict[str, Any]:
@@ -133,11 +147,13 @@ def write_evaluation(
     scorer: OODScorer | None = None,
     tta: dict[str, Any] | None = None,
     shift: dict[str, Any] | None = None,
+    explain: str | None = None,
 ) -> dict[str, Any]:
     """An evaluation's files (see `run_evaluation`), from what the model's task computes and draws, written
     aside and moved into `output_dir` (`EVALUATION_FILES.staged`: the folder's other files kept); returns
     metrics.json's contents. `scorer` (the model's feature bank) adds how many images look unlike the training
-    images (`unlike_training`) to metrics.json and a line to report.md."""
+    images (`unlike_training`) to metrics.json and a line to report.md; `explain` (a method) the explained
+    mistakes (`explain.mistakes`: explained_mistakes.png, metrics.json's "explained_mistakes", a section)."""
     task = outputs.task
     metrics = {**task.evaluation_numbers(outputs, trained, top_k), **evaluation_facts(trained, data, outputs, elapsed)}
     ood_line = ""
@@ -155,6 +171,9 @@ def write_evaluation(
     logger.info("Report: metrics, tables and figures of %d images (up to %d mistakes drawn) in %s.",
                 len(outputs.logits), max_mistakes, output_dir)  # fmt: skip
     with EVALUATION_FILES.staged(output_dir, overwrite) as staging:
+        explained: list[str] = []  # report.md's section of explained mistakes, with metrics.json's record of them
+        if explain is not None:
+            explained, metrics["explained_mistakes"] = explain_mistakes(trained, outputs, images, explain, staging / MISTAKES_FIGURE)
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         written = task.write_evaluation(staging, outputs, metrics, images, trained, split, max_mistakes)
         table, figures = written
@@ -163,7 +182,7 @@ def write_evaluation(
             figures["training_curves"] = curves
         run_folder = trained.origin.run_folder  # linked from report.md, relative to where it will be read
         lines, notes = task.report_lines(output_dir, trained.source, metrics, table, figures, run_folder)
-        lines += write_shift_table(staging, shift) if shift is not None else []
+        lines += [*explained, *(write_shift_table(staging, shift) if shift is not None else [])]
         write_report_lines(staging, lines, [*data.notes, *notes, *([ood_line] if ood_line else []), *tta_notes(tta)])
     logger.info("%s; report in %s", task.summary(metrics, top_k), output_dir / "report.md")
     if ood_line:

@@ -21,7 +21,7 @@ from ...utils.files import staged_file
 from ...utils.limits import MAX_IMAGE_TOKENS
 from ...utils.progress import Progress
 from ..explain.methods import check_method
-from ..explain.names import check_method_name
+from ..explain.run import refuse_export
 from ..inference import Batch, describe_error, iter_batches
 from ..ood import OODScorer
 from ..trained import Trained, load_trained
@@ -173,11 +173,13 @@ def maps_path(output: str | os.PathLike) -> Path:
     return Path(output).with_suffix(".maps.jsonl")
 
 
-def _maps_file(output: Path, explain: str | None, tta: str | None) -> Path | None:
-    """Where `explain`'s maps go (None: no `explain`); a bad method, or one asked with `tta`, refused first."""
+def _maps_file(output: Path, explain: str | None, tta: str | None, model: str | os.PathLike) -> Path | None:
+    """Where `explain`'s maps go (None: no `explain`); a bad method, one asked with `tta` or of an ONNX export
+    (`model`), refused first."""
     if explain is None:
         return None
-    check_method_name(explain)
+    check_method(explain)  # its name, and captum for captum's methods
+    refuse_export(model)
     if tta is not None:
         raise ValueError(f"--explain {explain} maps the image the model sees once: drop --tta {tta} with it.")
     return maps_path(output)
@@ -203,7 +205,6 @@ def write_maps(classifier: Trained, files: Sequence[Path], method: str, path: Pa
             written += 1
     logger.info("Wrote %d %s maps (each image's predicted class) to %s.", written, method, path)
     return path
-    return written
 
 
 def _write_rows(
@@ -256,7 +257,7 @@ def run_prediction(
     to `maps_path(output)` (preds.maps.jsonl). Returns a summary: rows, errors, output, figure and maps paths.
     """
     output = check_output_path(output)  # before the model loads
-    maps = _maps_file(output, explain, tta)
+    maps = _maps_file(output, explain, tta, model)
     files, figure_path = _checked_inputs(inputs, output, figure, max_pixels)
     classifier = load_trained(model, image_size, device, max_pixels, max_tokens=max_tokens, bf16=bf16)
     classifier = with_tta(classifier, tta)  # type: ignore[assignment]  # one view unless asked
