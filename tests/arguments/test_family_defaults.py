@@ -207,6 +207,7 @@ HUB_MODEL_TYPES = {
     "facebook/dinov3-vitb16-pretrain-lvd1689m": "dinov3_vit",
     "google/siglip2-base-patch16-naflex": "siglip2",
     "facebook/vit-mae-base": "vit_mae",
+    "openai/clip-vit-base-patch16": "clip",
 }
 
 
