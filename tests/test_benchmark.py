@@ -141,6 +141,7 @@ def test_emulated_bf16_rows_are_skipped_with_a_line_and_the_kernels_are_stated(m
     assert "Kernels of the CPU rows: fp32: " in markdown and "; bf16: " in markdown
 
 
+@pytest.mark.long
 def test_memory_probe_counts_at_least_the_weights_gradients_and_adam_state():
     # a fresh process, as the benchmark runs it, and a model big enough to show: full fine-tuning touches the
     # weights, their gradients and AdamW's two moments, so the peak is at least four times the weights
@@ -151,6 +152,7 @@ def test_memory_probe_counts_at_least_the_weights_gradients_and_adam_state():
     assert math.isfinite(peak) and peak >= 4 * model_bytes / 2**20
 
 
+@pytest.mark.long
 def test_quick_run_covers_every_section_with_sane_rows():
     threads = torch.get_num_threads()
     # the gpu section's code on the CPU: the same calls, with the device and size it was given

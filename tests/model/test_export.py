@@ -101,6 +101,7 @@ def run_in_clean_process(folder, pixels: torch.Tensor | dict, tmp_path, kernels:
     return json.loads((tmp_path / "out.json").read_text())
 
 
+@pytest.mark.long
 def test_family_options_load_in_a_clean_process(tmp_path):
     """The newer family options (DINOv3's rotary positions, registers and gated MLP; MAE's fc_norm; AIMv2's
     RMSNorm, bias-free layers and pooling head) run from a saved folder's code alone: rotary.py, norms.py and

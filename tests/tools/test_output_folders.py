@@ -66,7 +66,7 @@ def check_folder(
     assert not [p for p in folder.iterdir() if p.name.endswith(".part")]  # no staging folder left
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_export_overwrite_keeps_the_users_files(tiny_finetuned_dir, tmp_path):
     folder = tmp_path / "digits-onnx"
     users = user_files(folder)

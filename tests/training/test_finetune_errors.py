@@ -151,6 +151,7 @@ def test_a_finished_run_is_refused_and_kept_byte_for_byte(tiny_finetuned_dir, ca
     assert {path: digest(path) for path in files} == before
 
 
+@pytest.mark.long
 def test_resume_falls_back_from_a_checkpoint_whose_weights_do_not_load(tiny_finetuned_dir, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(tiny_finetuned_dir, out)
@@ -170,6 +171,7 @@ def test_resume_falls_back_from_a_checkpoint_whose_weights_do_not_load(tiny_fine
     assert is_finished(out) and checkpoint_is_complete(good)
 
 
+@pytest.mark.long
 def test_ctrl_c_names_the_last_checkpoint_and_resume_finishes(tmp_path):
     """Ctrl-C (SIGINT) in the middle of training: exit 130 and one line naming the last complete checkpoint,
     from which --resume then finishes the run."""

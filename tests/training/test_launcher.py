@@ -89,7 +89,7 @@ def test_without_quiet_the_launcher_adds_its_traceback_after_the_error_line(tmp_
     assert ours[0] < len(lines) - 1
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_user_error_under_vit_ft_finetune_num_processes_is_the_last_line(tmp_path):
     """What docs/fine-tuning.md recommends for a launch from a terminal: our line last, our status (1)."""
     ran = _run(tmp_path, [*VIT_FT, "--num_processes", "1", "--recipe", "digits", "--no_such_flag", "1"])

@@ -61,6 +61,7 @@ def case_recipe(tmp: Path, shared: Path, **overrides) -> Path:
     return write_tiny_recipe(tmp, **overrides)
 
 
+@pytest.mark.long
 def test_two_runs_started_together_into_one_folder_one_proceeds(tmp_path, shared):
     recipe = case_recipe(tmp_path, shared, num_train_epochs=3, save_strategy="epoch")
     command = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", str(recipe)]

@@ -71,6 +71,7 @@ def test_a_seed_sweep_summarises_its_seeds_and_copies_no_winner(seed_sweep):
     assert written_by(seed_sweep, "finetune")  # the sweep's names in OUTPUT claimed (a rerun is not refused)
 
 
+@pytest.mark.long
 def test_the_seeds_command_runs_each_seed_in_its_own_process(tmp_path, seed_sweep, monkeypatch, capsys):
     """`vit-ft seeds --resume` over the in-process sweep's seed 3: seed 5 runs as a command of its own, and gives
     the numbers it gave in the sweep's process. One process start, not two: the suite's time."""

@@ -117,6 +117,7 @@ def test_bad_files_are_skipped_and_accumulation_and_checkpointing_work(tmp_path,
     assert 250 <= train <= 300 and batches % 2 == 1 and state["global_step"] == (batches + 1) // 2
 
 
+@pytest.mark.long
 def test_push_to_hub_sends_the_finished_folder_once(tmp_path, monkeypatch):
     """`--push_to_hub`: after training, one complete push of the output folder (to a local fake Hub), with a
     cluster's Hub variables exported in the parent (`FakeHub.env` gives the run the stand-in's own)."""

@@ -206,6 +206,7 @@ def test_bad_sweeps_and_a_finished_sweep_are_one_error_line_and_change_nothing(f
     assert snapshot(finished_sweep) == before
 
 
+@pytest.mark.long
 def test_interrupted_sweep_resumes_without_repeating_a_finished_run(tmp_path, finished_sweep, capsys, caplog):
     recipe = write_tiny_recipe(tmp_path, **SETTINGS)
     out = tmp_path / "out"
