@@ -2,14 +2,16 @@
 each, multipart), optionally a fraction of malformed ones, against a server with dynamic batching and one without
 (--max_batch 1); prints throughput, p50 / p99 latency and errors per setting.
 
-    python benchmarks/serve_load.py outputs/digits --clients 16 --requests 1000 --malformed 0.01
-    python benchmarks/serve_load.py outputs/digits --max_batch 1 16 --batch_timeout_ms 5 --rounds 3
-    python benchmarks/serve_load.py /tmp/vit-s --vit_s   # a random ViT-S/16 at 224 px (10 labels), made if missing
+    python -m benchmarks.serve_load outputs/digits --clients 16 --requests 1000 --malformed 0.01
+    python -m benchmarks.serve_load outputs/digits --max_batch 1 16 --batch_timeout_ms 5 --rounds 3
+    python -m benchmarks.serve_load /tmp/vit-s --vit_s   # a random ViT-S/16 at 224 px (10 labels), made if missing
 
 Each setting starts its own server process (a free port, 127.0.0.1) and stops it with SIGTERM. A malformed
 request must get a 4xx and a good one a 200: anything else is an error. Latency is per request, client side.
 With `--rounds N` the settings take turns N times (each round a fresh server per setting), and each figure is
-the median of the rounds with their min-max.
+the median of the rounds with their min-max. `--ceiling` first times the model alone in this process (no server, no
+HTTP, no decoding) on the server's thread count: images/s of a forward at batch 1 and at the largest --max_batch,
+interleaved over --rounds, so the ratio is the most dynamic batching can gain on this host.
 """
 
 from __future__ import annotations
@@ -118,6 +120,31 @@ def write_vit_s(folder: Path) -> None:
     ViTImageProcessorPil(size={"height": 224, "width": 224}, resample=3).save_pretrained(folder)
 
 
+def ceiling(model: str, max_batch: int, threads: int, rounds: int, seconds: float = 2.0) -> str:
+    """The model's forward alone at batch 1 and `max_batch` on `threads` threads (the served model, loaded by
+    the one trained-folder reader): images/s of each, interleaved `rounds` times (each at least `seconds`), as one line."""
+    import torch
+
+    from vit_ft.tools.trained import load_trained
+
+    torch.set_num_threads(threads)
+    trained = load_trained(model)
+    height, width = trained.preprocessing.image_size
+    rates: dict[int, list[float]] = {1: [], max_batch: []}
+    with torch.inference_mode():
+        for _ in range(rounds + 1):  # the first round warms up, not counted
+            for batch in rates:
+                pixels = torch.randn(batch, 3, height, width)
+                start, count = time.perf_counter(), 0
+                while time.perf_counter() - start < seconds or count < 2:
+                    trained.logits(pixels)
+                    count += 1
+                rates[batch].append(batch * count / (time.perf_counter() - start))
+    one, most = (float(np.median(r[1:])) for r in rates.values())
+    return (f"forward alone, {threads} thread(s), {height}x{width} px: batch 1 {one:.1f} images/s, batch {max_batch} "
+            f"{most:.1f} images/s: batching can gain at most {most / one:.2f}x (median of {rounds} rounds)")
+
+
 def _median_row(rows: list[dict[str, float]]) -> dict[str, str]:
     """Each figure of the rounds as "median (min-max)", or the value alone for one round; errors summed."""
     out = {}
@@ -140,12 +167,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=32, help="Requests sent before timing.")
     parser.add_argument("--rounds", type=int, default=1, help="Rounds of all settings, taking turns.")
     parser.add_argument("--vit_s", action="store_true", help="Write a random ViT-S/16 at 224 px to MODEL if missing.")
+    parser.add_argument("--ceiling", action="store_true", help="First time the model's forward alone, batch 1 vs max.")
+    parser.add_argument("--threads", type=int, default=1, help="The server's --threads (its default on 2 cores: 1).")
     parser.add_argument("--serve_args", nargs=argparse.REMAINDER, default=[], help="More `vit-ft serve` flags.")
     args = parser.parse_args(argv)
     if not 0 <= args.malformed < 1 or args.clients < 1 or args.requests < 1 or args.rounds < 1:
         parser.error("--malformed must be in [0, 1), --clients, --requests and --rounds positive")
     if args.vit_s and not Path(args.model, "config.json").is_file():
         write_vit_s(Path(args.model))
+    if args.ceiling:
+        print(ceiling(args.model, max(args.max_batch), args.threads, args.rounds))
+    args.serve_args = ["--threads", str(args.threads), *args.serve_args]
     bodies, results = images(args.model), {max_batch: [] for max_batch in args.max_batch}
     for _ in range(args.rounds):
         for max_batch in args.max_batch:
