@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import logging
 import os
-import warnings
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,35 +31,42 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home: the
 import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from PIL import Image, UnidentifiedImageError  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from vit_ft.commands.model_flags import check_model  # noqa: E402
 from vit_ft.data.images import (  # noqa: E402
     DEFAULT_MAX_PIXELS,
     image_extensions,
-    load_image,
     resize_and_center_crop,
     to_normalized_tensor,
 )
-from vit_ft.metrics.multilabel import MULTI_LABEL, THRESHOLD_ATTRIBUTE  # noqa: E402
+from vit_ft.metrics.multilabel import MULTI_LABEL  # noqa: E402
 from vit_ft.tasks.feature_bank import expected_input_text, feature_taps, pre_logits  # noqa: E402
-from vit_ft.tasks.temperature import UNSURE_BELOW  # noqa: E402
-from vit_ft.tools.explain.methods import explain  # noqa: E402
-from vit_ft.tools.explain.rollout import overlay_heatmap, rollout_maps  # noqa: E402
+from vit_ft.tools.explain.rollout import overlay_heatmap  # noqa: E402
 from vit_ft.tools.ood import OODScorer  # noqa: E402
 from vit_ft.tools.trained import load_trained  # noqa: E402
 from vit_ft.utils.cli import ToolArgumentParser, run_tool  # noqa: E402
 from vit_ft.utils.run_record import ADAPTER_DIR, EXAMPLES_DIR  # noqa: E402
 
+# the demo's own modules, beside this file (found through sys.path[0] when run as a script, and when loaded by path)
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from app_texts import (  # noqa: E402
+    BELOW_SHOWN,
+    describe_labels,
+    describe_prediction,
+    describe_unlike,
+    example_caption,
+    introduction,
+    threshold_source,
+)
+from explain_tab import ALL_CLASSES, DISPLAY_SIDE, class_map, display_view, map_panel  # noqa: E402
+from uploads import open_upload, rejected  # noqa: E402
+
 logger = logging.getLogger("vit_ft")
 
 TOP_K = 5
-LOW_CONFIDENCE = UNSURE_BELOW  # a top-1 probability (calibrated) below this is reported as unsure (the card too)
-BELOW_SHOWN = 3  # a multi-label answer also shows this many labels under their thresholds: the near misses
-HEAT_ALPHA = 0.6  # overlay_heatmap's default: the legend shows the same blend
 READY = "Upload an image or click an example: it is classified at once."
-ALL_CLASSES = "every class (attention rollout)"  # the class picker's first choice: the class-agnostic map
-DISPLAY_SIDE = 448  # the heat map is drawn at about this size (longer side), whatever the model's resolution
 # what a Hub id is downloaded with; never the repository's code: the demo runs vit_ft's own
 HUB_FILES = ["*.json", "*.safetensors", f"{EXAMPLES_DIR}/*", f"{ADAPTER_DIR}/*"]
 # system fonts: the default theme would fetch Google Fonts, and the demo must work with no internet
@@ -132,38 +139,9 @@ class Classifier:
         self.task = dataclasses.replace(self.task, temperature=value)
 
     def open(self, upload: str | dict | None) -> Image.Image:
-        """The upload as 8-bit RGB, or a `gr.Error` that tells the user what is wrong with it.
-
-        `upload` is a path, or Gradio's file payload {"path", "orig_name", ...}: the app's events run with
-        `preprocess=False` because `gr.Image` would open the file with PIL first, and fail with a bare
-        "Error" on a file that is not an image or is a decompression bomb. Gradio has checked by then that
-        the path is one of its own uploads.
-        """
-        path = upload.get("path") if isinstance(upload, dict) else upload
-        if path is None:
-            raise _rejected("No image yet: upload an image (JPEG, PNG, WebP, ...) or click an example.")
-        name = (upload.get("orig_name") if isinstance(upload, dict) else None) or Path(path).name
-        try:
-            # JPEGs are decoded at a reduced scale that still covers the display size (faster on big photos)
-            return load_image(path, min_size=max(DISPLAY_SIDE, *self.size), max_pixels=self.max_pixels)
-        except UnidentifiedImageError:
-            raise _rejected(
-                f"{name} is not an image file that can be read. Upload a JPEG, PNG, WebP, BMP, GIF or TIFF image."
-            ) from None
-        except ValueError as error:
-            if "max_pixels" not in str(error):
-                raise _rejected(f"{name} cannot be used: {error}") from None
-            size = _header_size(path)
-            found = f"{size[0]}x{size[1]} = {size[0] * size[1]:,} pixels" if size else "too many pixels"
-            raise _rejected(
-                f"{name} is too large ({found}); this demo takes at most {self.max_pixels:,} pixels "
-                "(a guard against decompression bombs). Downscale the image and upload it again."
-            ) from None
-        except Exception as error:  # noqa: BLE001 - truncated or corrupt files raise OSError, SyntaxError, ...
-            raise _rejected(
-                f"{name} is damaged or truncated and cannot be decoded ({type(error).__name__}: {error}). "
-                "Upload the complete file."
-            ) from None
+        """The upload as 8-bit RGB, or a `gr.Error` that tells the user what is wrong with it (`uploads.open_upload`);
+        JPEGs decoded at a reduced scale that still covers the display size."""
+        return open_upload(upload, max(DISPLAY_SIDE, *self.size), self.max_pixels)
 
     def pixel_values(self, image: Image.Image) -> torch.Tensor:
         """`(1, 3, height, width)` at the model's resolution and normalisation."""
@@ -231,7 +209,7 @@ class Classifier:
     def rollout(self, upload: str | dict | None) -> Image.Image:
         """The image (cropped as the model sees it) with the attention-rollout map laid over it."""
         image = self.open(upload)
-        heat = rollout_maps(self.model, self.pixel_values(image))[0]  # (grid_h, grid_w)
+        heat = class_map(self.model, self.pixel_values(image), None)  # (grid_h, grid_w)
         return overlay_heatmap(display_view(image, self.display_size, self.resample), heat)
 
     def explanation(self, upload: str | dict | None, target: str | None) -> Image.Image:
@@ -241,119 +219,10 @@ class Classifier:
             return self.rollout(upload)
         index = {name: i for i, name in self.labels.items()}.get(target)
         if index is None:
-            raise _rejected(f"{target!r} is not a class of this model.")
+            raise rejected(f"{target!r} is not a class of this model.")
         image = self.open(upload)
-        pixels = self.pixel_values(image)
-        grid = (pixels.shape[-2] // self.model.config.patch_hw[0], pixels.shape[-1] // self.model.config.patch_hw[1])
-        heat = explain(self.model, pixels, "grad_rollout", target=index)[0].reshape(grid)  # (grid_h, grid_w)
+        heat = class_map(self.model, self.pixel_values(image), index)  # (grid_h, grid_w)
         return overlay_heatmap(display_view(image, self.display_size, self.resample), heat)
-
-
-def describe_prediction(label: str, probability: float, num_classes: int, temperature: float) -> str:
-    """The status line of an answer: the label and its probability, and a warning below LOW_CONFIDENCE."""
-    calibrated = (
-        f"calibrated, temperature {temperature:.2f}" if temperature != 1.0 else "no temperature fitted"
-    )
-    line = f"**{label}**: {100 * probability:.0f} % ({calibrated})."
-    if probability >= LOW_CONFIDENCE:
-        return line
-    return (
-        f"{line}\n\n**Unsure:** the top probability is below {100 * LOW_CONFIDENCE:.0f} %. The model only knows "
-        f"its {num_classes} classes: this image may show none of them, or look unlike its training images."
-    )
-
-
-def describe_unlike(score: float, ood: dict[str, Any], expected: str) -> str:
-    """The warning for an upload the feature bank marks as unlike the training images (`ood`: the bank's fit on
-    validation), and what to upload instead."""
-    return (
-        f"**This does not look like the training images:** it is {score:.1f}x further from its nearest training "
-        f"images, in the model's feature space, than {100 * ood['quantile']:g} % of the {ood['split']} images are. "
-        f"The answer above may mean little. The model expects {expected}, like the examples."
-    )
-
-
-def threshold_source(config: Any, record: dict | None) -> str:
-    """Where a multi-label model's decision threshold comes from, in words for the page."""
-    if getattr(config, THRESHOLD_ATTRIBUTE, None) is None:
-        return "the default: none was tuned"
-    entry = (record or {}).get(THRESHOLD_ATTRIBUTE) or {}  # the fine-tune's `kind` says how it chose it
-    if entry.get("kind") in ("global", "per_class"):
-        return f"tuned on the {entry.get('split') or 'validation'} split"
-    return {"fixed": "fixed by the recipe", "default": "the default: no validation split to tune it on"}.get(
-        entry.get("kind"), "from the model's config"
-    )
-
-
-def describe_threshold(thresholds: dict[str, float], source: str) -> str:
-    """The decision threshold in words: one for every label, or the range of the per-label ones."""
-    values = sorted(set(thresholds.values()))
-    if len(values) == 1:
-        return f"decision threshold {100 * values[0]:.1f} % ({source})"
-    return f"per-label decision thresholds, {100 * values[0]:.1f} to {100 * values[-1]:.1f} % ({source})"
-
-
-def describe_labels(confidences: list[dict], thresholds: dict[str, float], source: str) -> str:
-    """The status line of a multi-label answer (`shown_labels`, as gr.Label returns it): the labels at or above
-    their thresholds, or that there is none, then the ones below, marked as not predicted."""
-    shared = len(set(thresholds.values())) == 1
-
-    def item(entry: dict) -> str:
-        own = "" if shared else f" (threshold {100 * thresholds[entry['label']]:.1f} %)"
-        return f"{entry['label']} {100 * entry['confidence']:.1f} %{own}"
-
-    above = [e for e in confidences if e["confidence"] >= thresholds[e["label"]]]
-    below = [e for e in confidences if e["confidence"] < thresholds[e["label"]]]
-    rule = describe_threshold(thresholds, source)
-    if above:
-        line = f"**{len(above)} label{'s' * (len(above) != 1)}** at or above the {rule}: " + ", ".join(
-            f"**{item(e)}**" for e in above
-        )
-    else:
-        line = (
-            f"**No label above threshold** ({rule}): the model predicts none of its {len(thresholds)} labels."
-        )
-    if below:
-        line += "\n\nBelow the threshold, not predicted: " + ", ".join(f"_{item(e)}_" for e in below)
-    return line
-
-
-def example_caption(path: str) -> str:
-    """An example's label from its file name, `NN_<label>.<ext>` (`reports.examples.write_examples`)."""
-    stem = Path(path).stem
-    number, _, label = stem.partition("_")
-    return label if number.isdigit() and label else stem
-
-
-def legend_html() -> str:
-    """The heat map's colour legend: the blend `overlay_heatmap` draws over a mid-grey image, from no
-    attention (the image as it is) to the most (red), as a CSS gradient."""
-    from matplotlib import colormaps
-
-    stops = []
-    for heat in np.linspace(0, 1, 9):
-        rgb = (1 - HEAT_ALPHA * heat) * 0.5 + HEAT_ALPHA * heat * np.asarray(colormaps["jet"](heat)[:3])
-        stops.append(f"rgb({', '.join(str(round(255 * c)) for c in rgb)}) {100 * heat:.0f}%")
-    return (
-        '<div id="legend-bar" style="height: 14px; border-radius: 3px; '
-        f'background: linear-gradient(to right, {", ".join(stops)});"></div>'
-        '<div style="display: flex; justify-content: space-between; font-size: 0.85em;">'
-        "<span>least attention (image as it is)</span><span>most attention</span></div>"
-    )
-
-
-def display_view(image: Image.Image, size: tuple[int, int], resample: int) -> Image.Image:
-    """The crop the model sees (same geometry), `size` (height, width) for the page: enlarged with nearest
-    neighbour, so that a small image (a 32x32 digit) shows sharp pixels rather than a blur, and reduced with
-    the model's own resampling."""
-    enlarging = size[0] > image.height or size[1] > image.width  # the cover scale is above 1
-    return resize_and_center_crop(image, size, resample=Image.Resampling.NEAREST if enlarging else resample)
-
-
-def _rejected(message: str) -> gr.Error:
-    """A visible error for a bad upload: the user's to fix, so no server traceback is printed."""
-    logger.info("Rejected an upload: %s", message)
-    return gr.Error(message, print_exception=False)
 
 
 def resolve_model(model: str | Path) -> Path:
@@ -365,17 +234,6 @@ def resolve_model(model: str | Path) -> Path:
     from huggingface_hub import snapshot_download
 
     return Path(snapshot_download(str(model), allow_patterns=HUB_FILES))
-
-
-def _header_size(path: str) -> tuple[int, int] | None:
-    """Width and height from the file header (no pixels decoded); None when even the header is refused."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
-                return img.size
-    except Exception:  # noqa: BLE001 - Pillow refuses headers over 2x its own limit
-        return None
 
 
 def build_demo(
@@ -391,7 +249,6 @@ def build_demo(
     that limit, as they share the model.
     """
     classifier = model if isinstance(model, Classifier) else Classifier(model, max_pixels=max_pixels)
-    height, width = classifier.size
     with gr.Blocks(title=f"vit-ft: {classifier.name}") as demo:
         gr.Markdown(introduction(classifier))
         with gr.Row():
@@ -408,18 +265,7 @@ def build_demo(
             with gr.Column():
                 status = gr.Markdown(READY, elem_id="status")
                 labels = _labels_panel(classifier)
-                gr.Markdown(
-                    f"**Attention rollout** on the centre crop the model sees ({height}x{width}, enlarged)"
-                    + (": one map for the image, the same for every label (rollout is class-agnostic)."
-                       if classifier.multi_label else ":"),
-                    elem_id="rollout-caption",
-                )  # fmt: skip
-                # no label badge nor buttons laid over the map
-                heatmap = gr.Image(type="pil", format="png", show_label=False, interactive=False, buttons=[],
-                                   elem_id="rollout")  # fmt: skip
-                target = gr.Dropdown([ALL_CLASSES, *classifier.labels.values()], value=ALL_CLASSES,
-                                     label="Map for the class", elem_id="explain-class")  # fmt: skip
-                gr.HTML(legend_html(), elem_id="legend")
+                heatmap, target = map_panel(classifier)
         image.clear(lambda: (None, None, READY), outputs=[labels, heatmap, status], queue=False,
                     api_visibility="private")  # fmt: skip
         outputs = (image, labels, heatmap, status, target)
@@ -433,37 +279,6 @@ def build_demo(
             _classify_on(picked.then, classifier, outputs)
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=None)
     return demo
-
-
-def introduction(classifier: Classifier) -> str:
-    """The text at the top of the page: the model, what an answer shows and how sure it is."""
-    count, (height, width) = len(classifier.labels), classifier.size
-    if not classifier.multi_label:
-        return (
-            f"## {classifier.name}\nA ViT fine-tuned with vit-ft: {count} classes at {height}x{width}. Upload an "
-            "image or click an example for the top-5 labels and an attention-rollout map (Abnar & Zuidema 2020) of "
-            f"where the class token's information comes from. The model only knows its {count} classes; a top "
-            f"probability under {100 * LOW_CONFIDENCE:.0f} % is flagged as unsure.\n\n{expectation(classifier)}"
-        )
-    return (
-        f"## {classifier.name}\nA multi-label ViT fine-tuned with vit-ft: {count} labels at {height}x{width}. "
-        "Upload an image or click an example for the labels it shows, several or none: each label's probability "
-        "is the sigmoid of its logit, independent of the others, and a label is predicted at or above the "
-        f"{describe_threshold(classifier.thresholds, classifier.threshold_source)}; the {BELOW_SHOWN} most "
-        "probable labels below it are shown too, marked as not predicted. The attention-rollout map (Abnar & "
-        "Zuidema 2020) of where the class token's information comes from is class-agnostic: one map for the "
-        f"image, the same for every label.\n\n{expectation(classifier)}"
-    )
-
-
-def expectation(classifier: Classifier) -> str:
-    """What input the model expects, and whether an upload unlike the training images is flagged."""
-    if classifier.bank is None:
-        return f"**Expected input:** {classifier.expected}. {classifier.bank_note}"
-    return (
-        f"**Expected input:** {classifier.expected}, like the examples. An upload unlike the training images "
-        "(far from all of them in the model's feature space) is flagged, whatever its probabilities."
-    )
 
 
 def _labels_panel(classifier: Classifier) -> gr.Label:
