@@ -16,6 +16,7 @@ from vit_ft.arguments.augmentation_arguments import AugmentationArguments
 from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.help import COMMON_TRAINER_FLAGS, SECTIONS, declared_fields
 from vit_ft.arguments.pass_arguments import PassArguments
+from vit_ft.arguments.prompt_arguments import PromptArguments
 from vit_ft.arguments.training_arguments import FineTuneTrainingArguments
 from vit_ft.commands import finetune
 from vit_ft.commands.finetune import parse_command
@@ -24,7 +25,8 @@ from ..conftest import REPO
 
 # each short-help section's class and the parents whose fields it does not declare itself
 OWN = {
-    "ModelArguments": (ModelArguments, ()),
+    "ModelArguments": (ModelArguments, (PromptArguments,)),
+    "PromptArguments": (PromptArguments, ()),
     "DataArguments": (DataArguments, (AugmentationArguments, PassArguments)),
     "AugmentationArguments": (AugmentationArguments, ()),
     "PassArguments": (PassArguments, ()),
