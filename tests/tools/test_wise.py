@@ -92,8 +92,7 @@ def test_the_lpft_and_wise_recipes_plan_what_they_say():
     digits = build_plan(["--recipe", "digits", *CPU])
     assert lpft.model_args.method == wise.model_args.method == "lp-ft" and not lpft.data_args.wise_ft
     assert (wise.data_args.wise_ft, wise.data_args.wise_shift) == (True, "corruptions")
-    assert lpft.training_args.learning_rate == digits.training_args.learning_rate
-    assert wise.training_args.learning_rate == pytest.approx(digits.training_args.learning_rate / 10)
+    assert lpft.training_args.learning_rate == wise.training_args.learning_rate == digits.training_args.learning_rate
     assert lpft.training_args.num_train_epochs == wise.training_args.num_train_epochs == digits.training_args.num_train_epochs
 
 
