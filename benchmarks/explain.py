@@ -1,7 +1,7 @@
 """How faithful the explanation maps are, and how long each takes (issue 49).
 
     python -m benchmarks.explain --task marked                 # the generated task (a tiny ViT trained here)
-    python -m benchmarks.explain --model outputs/digits        # a trained folder, on its evaluation images
+    python -m benchmarks.explain --model outputs/digits --count 64 --seed 0   # a trained folder: a seeded sample of its evaluation images
     python -m benchmarks.explain --timing                      # ViT-B/16 at 224 px (random weights): s per map
 
 Per method: deletion and insertion AUC (patches in the map's order, most relevant first, each replaced by the
@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--count", type=int, default=24, help="images")
     parser.add_argument("--steps", type=int, default=300, help="training steps of the generated task's model")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of --model's sample of evaluation images")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         rows, cascade = marked_task(args.count, args.steps)
         sections += [("generated task (marked patches)", rows), ("generated task: cascading randomisation", cascade)]
     if args.model:
-        rows, cascade = trained_folder(args.model, args.count)
+        rows, cascade = trained_folder(args.model, args.count, args.seed)
         sections += [(args.model, rows), (f"{args.model}: cascading randomisation", cascade)]
     if args.timing:
         sections.append(("ViT-B/16 at 224 px, one image", timing()))
