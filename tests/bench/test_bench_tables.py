@@ -71,6 +71,7 @@ def test_a_cells_plan_holds_the_protocol(saved_task, tmp_path, suite_name, task,
     learning_rate, weight_decay = rates(method, task)
     assert (training_args.learning_rate, training_args.weight_decay) == (learning_rate, weight_decay)
     assert model_args.method == method and training_args.seed == 3 and training_args.num_train_epochs == 100
+    assert training_args.load_best_model_at_end and training_args.metric_for_best_model == "accuracy"
     assert training_args.label_smoothing_factor == (0.1 if suite_name == "vtab1k" else 0.0)
     assert data_args.crop_scale_min == 1.0 and not data_args.horizontal_flip and model_args.drop_path_rate == 0.1
     assert (method != "lora") or model_args.lora_r == 8

@@ -89,8 +89,8 @@ def _markdown(suite: Suite, summary: dict[str, Any], record: dict[str, Any]) -> 
         "shown once all its tasks have a result.", "",
         *lines, "",
         f"Published rows: {V_PETL} (ViT-B/16 ImageNet-21k); the protocol: {PROTOCOL_SOURCE}. Differences from it: "
-        "training on the suite's train split only (VTAB-1k: 800 images, its 200 validate), the final model's test "
-        "accuracy, transformers' cosine schedule to 0. Flags given after the suite override the protocol "
+        "training on the suite's train split only (VTAB-1k: 800 images, its 200 validate), the test accuracy of "
+        "the epoch best on validation (V-PETL: the best test accuracy), transformers' cosine schedule to 0. Flags given after the suite override the protocol "
         f"({' '.join(record['extra_flags']) or 'none given'}).", "",
     ])  # fmt: skip
 
