@@ -17,6 +17,7 @@ from typing import Any
 import datasets
 
 from ..utils.files import staged_folder, write_text_atomically
+from ..utils.hub_ids import is_hub_id, split_revision
 from .suites import Suite, TaskSpec
 
 LOCK_FILE = "datasets.lock.json"
@@ -26,10 +27,10 @@ SPLIT_SEED = 0  # FGVC's held-out validation part (VTAB-1k's are the first 800 /
 
 def with_pin(spec: TaskSpec, text: str) -> TaskSpec:
     """`spec` with the Hub dataset of a `--dataset NAME=ID[@REV]` value."""
-    hub_id, _, revision = text.partition("@")
-    if not hub_id or "/" not in hub_id:
+    hub_id, revision = split_revision(text)
+    if not is_hub_id(hub_id) or "/" not in hub_id:
         raise ValueError(f"--dataset {spec.name}={text!r}: give the Hub dataset as owner/name or owner/name@revision.")
-    return replace(spec, hub_id=hub_id, revision=revision or None)
+    return replace(spec, hub_id=hub_id, revision=revision)
 
 
 def read_lock(folder: Path) -> dict[str, dict[str, str]]:
