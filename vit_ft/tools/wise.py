@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..model import code_files
 from ..reports.robustness import write_wise_curve
 from ..utils.output_dir import OutputFiles, check_output_dir
 from ..utils.run_record import CALIBRATION_KEY, LABELS_FILE, PROCESSOR_FILE, RUN_RECORD_FILE
@@ -42,12 +43,10 @@ from .trained import Trained, load_trained
 logger = logging.getLogger("vit_ft")
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(11))  # the WiSE-FT paper's grid
-MODEL_CODE = ("configuration_vit_ft.py", "modeling_vit_ft.py", "pos_embed.py", "rotary.py", "inputs.py", "norms.py",
-              "naflex.py", "knn_head.py", "sizes.py")  # fmt: skip
 WISE_FILES = OutputFiles(
     "wise",
     ("config.json", "model.safetensors", PROCESSOR_FILE, LABELS_FILE, RUN_RECORD_FILE, "wise.json", "wise.csv",
-     "wise.md", "wise.png", *MODEL_CODE),
+     "wise.md", "wise.png", *code_files()),
     "a WiSE-FT model",
 )  # fmt: skip
 
