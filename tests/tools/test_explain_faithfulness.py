@@ -87,6 +87,7 @@ def test_spearman_and_random_maps():
     assert random_maps(a).shape == a.shape and not torch.equal(random_maps(a, 0), random_maps(a, 1))
 
 
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")  # the constant maps below, on purpose
 def test_cascading_randomization_goes_from_the_head_down_every_block():
     """Each step's correlation is scipy's over the maps of the copy with the head and the top k blocks drawn anew;
     rollout, blind to the head, keeps 1.0 at the first step, a gradient method does not."""
