@@ -196,7 +196,7 @@ def test_none_and_the_librarys_default_draw_no_grid():
     [
         ("scripts/evaluate_model.py", ["--explain", "rollout"], "--explain rollout is class-agnostic"),
         ("scripts/evaluate_model.py", ["--explain", "saliency"], "--explain 'saliency' is not a method"),
-        ("scripts/evaluate_model.py", ["--onnx"], "--explain needs the PyTorch model"),
+        ("scripts/evaluate_model.py", ["--onnx"], "--explain) needs the PyTorch model"),
         ("scripts/predict.py", ["--onnx", "--explain", "gradcam"], "--explain needs the PyTorch model"),
     ],
     ids=["evaluate-rollout", "evaluate-unknown", "evaluate-onnx", "predict-onnx"],

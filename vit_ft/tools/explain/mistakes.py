@@ -66,7 +66,7 @@ def check_report_method(method: str | None, model: str | os.PathLike | torch.nn.
         )
     if isinstance(model, torch.nn.Module):
         return check_method(method, model)
-    refuse_export(model)
+    refuse_export(model, "vit-ft evaluate (its report's explained mistakes: --explain)")
     return check_method(method)
 
 

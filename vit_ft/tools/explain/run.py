@@ -51,8 +51,9 @@ def resolve_target(target: str | int | None, id2label: dict[int, str]) -> int | 
     )
 
 
-def refuse_export(model: str | os.PathLike) -> None:
-    """An export folder (ONNX graphs, no PyTorch weights) is a ValueError: it has no gradients or attention maps."""
+def refuse_export(model: str | os.PathLike, needs: str = "--explain") -> None:
+    """An export folder (ONNX graphs, no PyTorch weights) is a ValueError naming what `needs` the PyTorch model (by
+    default --explain: an export has no gradients or attention maps)."""
     folder = Path(model)
     weights = (
         "model.safetensors",
@@ -66,7 +67,7 @@ def refuse_export(model: str | os.PathLike) -> None:
         and not any((folder / name).is_file() for name in weights)
     ):
         raise ValueError(
-            f"--explain needs the PyTorch model: {model} is an ONNX export, which has no gradients or attention "
+            f"{needs} needs the PyTorch model: {model} is an ONNX export, which has no gradients or attention "
             "maps; pass the folder it was exported from (e.g. outputs/digits)."
         )
 
