@@ -73,10 +73,10 @@ def build_model(
     processor = ViTImageProcessorPil(
         **settings, size={"height": height, "width": width}, resample=PILImageResampling.BICUBIC
     )
-    return _with_method(model, model_args), processor
+    return with_method(model, model_args), processor
 
 
-def _with_method(model: Any, model_args: ModelArguments) -> Any:
+def with_method(model: Any, model_args: ModelArguments) -> Any:
     """The method's trainable part: peft adapters (LoRA or another method), SSF's scales and shifts or VPT's
     prompt tokens, the rest frozen; the model as it is for the other methods."""
     if model_args.peft:
@@ -94,4 +94,4 @@ def _with_method(model: Any, model_args: ModelArguments) -> Any:
     return model
 
 
-__all__ = ["build_model"]
+__all__ = ["build_model", "with_method"]
