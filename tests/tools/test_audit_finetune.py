@@ -201,3 +201,39 @@ def test_the_command_fine_tunes_each_fold_reports_the_candidate_and_shows_its_pr
     assert "| finetune/lora" in report and "2 fine-tunes of the model (lora, 4 steps each)" in report
     with open(out / "findings.csv", newline="") as f:
         assert list(csv.DictReader(f))  # the audit went on to its findings
+
+
+@pytest.mark.long
+def test_with_a_backbone_that_learned_the_flips_the_fine_tunes_find_them(tmp_path, capfd):
+    """Issue 46's strong-backbone case at small size: digits with 5 % flipped labels, a backbone pre-trained on the
+    faulted labels (30 epochs, where docs/tools.md's full-size figure has 60), audited with 5-fold fine-tunes of
+    the digits recipe's protocol (200 steps each) picked (`--oof_pick finetune`). At full size they reach the
+    issue's target, recall 0.99 at precision 0.92, where the frozen features' flags stop at recall 0.69; from this
+    weaker backbone the recall holds (0.94 measured) and the precision does not (0.62: the fold fine-tunes are less
+    accurate and confident learning's count overshoots, 109 flags for 72 flips), so this checks recall >= 0.9 and
+    flags more likely right than wrong with a margin (precision >= 0.55)."""
+    import torch
+
+    from benchmarks.audit import inject_faults, score
+    from vit_ft.data.digits import write_digits_imagefolder
+    from vit_ft.training.pretrain import pretrain_digits
+
+    digits = write_digits_imagefolder(tmp_path / "digits")
+    truth = inject_faults(digits, tmp_path / "faulted", seed=0, leaks=0, noise=0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pretrain_digits(tmp_path / "backbone", tmp_path / "faulted" / "train", epochs=30, seed=0, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    out = tmp_path / "audit"
+    ran = run_script("scripts/audit.py", ["--model", str(tmp_path / "backbone"), "--dataset", str(tmp_path / "faulted"),
+                                          "--output_dir", str(out), "--device", "cpu", "--bf16", "false",
+                                          "--oof", "finetune", "--oof_steps", "200", "--oof_pick", "finetune",
+                                          "--oof_flags=--recipe digits"], capfd, cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    record = json.loads((out / "audit.json").read_text())
+    assert record["probe"]["chosen"] == "finetune/full" and record["probe"]["picked_by"] == "asked"
+    assert {"features/least_squares", "pixels/knn", "finetune/full"} <= set(record["probe"]["candidates"])
+    found = score(out / "findings.csv", truth)["label_issue"]
+    assert found["recall"] >= 0.9 and found["precision"] >= 0.55, found
