@@ -19,6 +19,7 @@ from typing import Any
 
 from ..utils.hub_ids import check_hub_reachable, is_hub_id
 from .checks import RecipeError
+from .method_defaults import METHOD_DEFAULTS, method_values
 
 # the recipe keys a family's protocol replaces: optimiser, schedule warm-up, layer decay, drop path, head layout
 OPTIMISATION_KEYS = (
@@ -207,7 +208,6 @@ def choose_family_defaults(
         else:
             decision["reason"] = "the recipe was written for this family: it keeps its own values"
         return {}, decision
-    protocol = FAMILY_DEFAULTS[family]
     given = set(flags)
     for pair in _PAIRED_KEYS:
         if given & set(pair):
@@ -215,7 +215,7 @@ def choose_family_defaults(
     # the values that change the recipe's (one it leaves unset counts as unset)
     taken = {
         key: value
-        for key, value in protocol.values.items()
+        for key, value in _family_values(family, run_method(recipe, flags)).items()
         if key not in given and value != recipe.get(key)
     }
     decision["taken"] = [
@@ -223,8 +223,45 @@ def choose_family_defaults(
         for key, value in taken.items()
     ]
     decision["kept_flags"] = sorted(key for key in OPTIMISATION_KEYS if key in flags)
-    decision["source"] = protocol.source
+    decision["source"] = FAMILY_DEFAULTS[family].source
     return taken, decision
+
+
+def _family_values(family: str, method: str | None) -> dict[str, Any]:
+    """A family's values over a recipe of another family's: its protocol, and for a peft method the method's
+    learning rate (the protocols' rates are full fine-tuning's) and, where the family has a row of its own for
+    the method (`method_defaults.METHOD_DEFAULTS`), that row's targets and rank."""
+    values = dict(FAMILY_DEFAULTS[family].values)
+    if method in METHOD_DEFAULTS:
+        own = method_values(method, family)
+        values["learning_rate"] = own.pop("learning_rate")
+        if family in METHOD_DEFAULTS[method]:
+            values.update(own)
+    return values
+
+
+def run_method(recipe: dict[str, Any], flags: dict[str, Any]) -> str | None:
+    """The method the run's values name, as the merge resolves it: the flags' (`method`, else `use_lora`), else the
+    recipe's; None when neither names one (full fine-tuning)."""
+    for layer in (flags, recipe):
+        if layer.get("method") is not None:
+            return str(layer["method"])
+        if layer.get("use_lora") is not None:
+            return "lora" if layer["use_lora"] else "full"
+    return None
+
+
+def choose_method_defaults(recipe: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """The peft method's defaults for the checkpoint's family (`method_defaults.method_values`) that neither the
+    recipe nor the flags give: merged under the recipe, so a user's key always wins."""
+    method = run_method(recipe, flags)
+    if method not in METHOD_DEFAULTS:
+        return {}
+    checkpoint = flags.get("model_name_or_path") or recipe.get("model_name_or_path")
+    cache_dir = flags.get("cache_dir") or recipe.get("cache_dir")
+    family = checkpoint_family(str(checkpoint), cache_dir) if checkpoint else None
+    values = method_values(method, family)
+    return {key: value for key, value in values.items() if key not in flags and key not in recipe}
 
 
 def check_recipe_family(value: str | None) -> None:
@@ -272,6 +309,8 @@ __all__ = [
     "check_recipe_family",
     "checkpoint_family",
     "choose_family_defaults",
+    "choose_method_defaults",
     "describe_family_defaults",
     "read_config_json",
+    "run_method",
 ]

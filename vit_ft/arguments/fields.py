@@ -25,6 +25,7 @@ from ..model.configuration_vit_ft import POOLING_CHOICES
 from .augmentation_arguments import AugmentationArguments
 from .family_defaults import FAMILY_DEFAULTS, check_recipe_family
 from .help import option
+from .method_defaults import LORA_KEY_METHODS  # the methods that read the lora_* keys
 from .pass_arguments import PassArguments
 from .prompt_arguments import PromptArguments
 from .ranges import check_ranges
@@ -37,7 +38,6 @@ METHOD_CHOICES = ("full", "lora", "linear", "knn", "auto", "zeroshot", "lp-ft", 
 # the methods that train a peft adapter (training/peft_methods.py holds each one's peft config and defaults);
 # LoRA's variants read the lora_* keys, the others peft_r and peft_target_modules
 PEFT_METHODS = ("lora", "dora", "vera", "oft", "boft", "loha", "lokr", "adalora", "ia3", "ln_tuning")
-LORA_KEY_METHODS = ("lora", "dora", "adalora")
 BUILTIN_PRETRAININGS = ("digits", "digits-small")
 HEAD_INITS = ("zero", "zeroshot")  # the new head at zero (the paper), or an image-text model's zero-shot classifier
 

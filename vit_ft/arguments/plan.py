@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .fields import DataArguments, ModelArguments
 
 # where a value came from, in the order the merge applies them (a later layer wins)
-SOURCES = ("vit-ft default", "recipe", "family defaults", "flag", "derived")
+SOURCES = ("vit-ft default", "method defaults", "recipe", "family defaults", "flag", "derived")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +177,11 @@ def run_compute(training_args: Any, device_type: str | None = None) -> Compute:
 
 
 def value_sources(
-    recipe: dict[str, Any], family: dict[str, Any], flags: dict[str, Any], merged: dict[str, Any]
+    recipe: dict[str, Any],
+    family: dict[str, Any],
+    flags: dict[str, Any],
+    merged: dict[str, Any],
+    method: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Where each merged value came from: the last layer that gave it that value, else derived by the merge."""
     sources = {}
@@ -186,6 +190,7 @@ def value_sources(
             (flags, "flag"),
             (family, "family defaults"),
             (recipe, "recipe"),
+            (method or {}, "method defaults"),
             (TRAINING_DEFAULTS, SOURCES[0]),
         )
         given = [source for layer, source in layers if name in layer and layer[name] == value]

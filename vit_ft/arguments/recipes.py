@@ -4,10 +4,12 @@ argument dataclasses (`parse_args`); every unknown key is an error naming the cl
 A recipe's keys are exactly the field names of `ModelArguments`, `DataArguments` and
 `transformers.TrainingArguments` (alignment-handbook style), resolved in this order, later wins:
 
-    dataclass defaults < TRAINING_DEFAULTS < the recipe's YAML < family defaults < command-line flags
+    dataclass defaults < TRAINING_DEFAULTS < method defaults < the recipe's YAML < family defaults < flags
 
 The family defaults (`family_defaults.py`) apply only when --model_name_or_path names a checkpoint of another ViT
-family than the one the recipe was written for: that family's optimisation keys replace the recipe's.
+family than the one the recipe was written for: that family's optimisation keys replace the recipe's. The method
+defaults (`method_defaults.py`: a peft method's targets, rank and learning rate for the checkpoint's family) fill
+only the keys the recipe and the flags leave unset.
 
     vit-ft finetune --recipe dogs --learning_rate 0.01 --image_size 448
 
@@ -33,7 +35,7 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from vit_ft.arguments.checks import RecipeError, suggest, validate
 from vit_ft.arguments.data_loading import NUM_WORKERS_HELP, parse_num_workers
-from vit_ft.arguments.family_defaults import choose_family_defaults
+from vit_ft.arguments.family_defaults import choose_family_defaults, choose_method_defaults
 from vit_ft.arguments.fields import DataArguments, ModelArguments
 from vit_ft.arguments.merge import TRAINING_DEFAULTS, merge_values
 from vit_ft.arguments.plan import RunPlan, value_sources
@@ -346,7 +348,9 @@ def build_plan(argv: list[str] | None = None) -> RunPlan:
     name = recipe_name(recipe) if recipe else None
     # a checkpoint of another family than the recipe's: its protocol over the recipe's values, under the flags
     family_values, family_decision = choose_family_defaults(recipe_values, flags, name)
-    values = merge_values({**recipe_values, **family_values}, flags, name)
+    # a peft method's defaults for the checkpoint's family: only the keys the recipe and the flags leave unset
+    method_values = choose_method_defaults(recipe_values, flags)
+    values = merge_values({**method_values, **recipe_values, **family_values}, flags, name)
     try:  # HfArgumentParser.parse_dict: each dataclass takes its fields, in order, and checks them when built
         model_args, data_args, training_args = parser.parse_dict(values)
     except RecipeError:
@@ -354,7 +358,7 @@ def build_plan(argv: list[str] | None = None) -> RunPlan:
     except ValueError as error:
         raise RecipeError(str(error)) from error
     validate(model_args, data_args, training_args)
-    sources = value_sources(recipe_values, family_values, flags, values)
+    sources = value_sources(recipe_values, family_values, flags, values, method_values)
     return RunPlan(name, model_args, data_args, training_args, sources, values, family_decision).decided()
 
 

@@ -1,6 +1,7 @@
-"""The peft methods of `--method` as one table: each method's peft config class, its defaults (targets, rank,
-fixed options, the learning rate its source fine-tunes ViTs with) and where they come from; `peft_config` builds
-the config of a run from the table and the recipe keys, after checking the targets against the model.
+"""The peft methods of `--method` as one table: each method's peft config class, fixed options, the layers it can
+adapt, and its defaults (targets, rank, learning rate, their source: `arguments.method_defaults`, per family, which
+the run plan applies); `peft_config` builds the config of a run from the table and the recipe keys, after checking
+the targets against the model.
 
 One generic path: a new method is one more row of `PEFT_METHOD_TABLE`, never a branch in the stages. Every method's
 adapter carries the classifier head (peft `modules_to_save`), so a reload elsewhere gets the trained head back.
@@ -15,6 +16,7 @@ import peft
 from torch import nn
 
 from ..arguments.fields import LORA_KEY_METHODS, PEFT_METHODS, ModelArguments, parse_lora_target_modules
+from ..arguments.method_defaults import NORM_TARGETS, method_defaults
 from ..model.norms import RMSNorm
 
 # our module names: the fused query/key/value projection (peft's ViT example adapts query and value);
@@ -23,13 +25,11 @@ from ..model.norms import RMSNorm
 # "attention+mlp" also adapts SigLIP's attention-pooling head (its proj and MLP), which it fine-tunes
 TARGET_PRESETS = {"attention": ["qkv"], "attention+mlp": ["qkv", "proj", "fc1", "fc2"]}
 # every norm a family's model may hold (pre-norm: CLIP; fc_norm: MAE's layout); LN tuning takes those present
-NORMS = ("pre_layernorm", "norm1", "norm2", "layernorm", "fc_norm")
+NORMS = tuple(NORM_TARGETS.split(","))
 # trained in full besides the head where the model has it: DeiT's second head, on the distillation token
 DISTILLATION_HEAD = "distillation_classifier"
 LINEAR = (nn.Linear,)
 LINEAR_OR_CONV = (nn.Linear, nn.Conv2d)
-PEFT_SOURCE = "huggingface/peft 0.21 config defaults"
-VIT_EXAMPLE = "peft's ViT example (examples/image_classification, r=16, alpha=16, dropout 0.1, lr 5e-3)"
 
 
 @dataclass(frozen=True)
@@ -39,47 +39,35 @@ class PeftMethod:
     config: str  # the peft config class's name
     targets: tuple[str, ...]  # module names (suffixes, as peft matches them)
     rank_field: str | None  # the config field our rank key sets (None: the method has no rank)
-    rank: int | None  # the default of peft_r (LoRA's variants take lora_r)
-    learning_rate: float  # a starting point (the source's, else LoRA's); the recipe's learning_rate is used
+    rank: int | None  # the default of peft_r / lora_r (the row of a checkpoint of no known family)
+    learning_rate: float  # the row's learning rate (the plan applies it where the recipe and flags give none)
     source: str
     layers: tuple[type[nn.Module], ...] = LINEAR_OR_CONV  # what it can adapt (peft refuses others)
     options: dict[str, Any] = field(default_factory=dict)  # further fixed config fields
     mergeable: bool = True  # peft's merge_and_unload folds it into plain weights
 
 
+def _row(name: str, config: str, rank_field: str | None, **kwargs: Any) -> PeftMethod:
+    """A method's row: its config, with targets, rank, rate and source from its generic row of the method
+    defaults (`arguments.method_defaults`: the one table of them, per family)."""
+    row = method_defaults(name, None)
+    targets = TARGET_PRESETS.get(row.targets) or row.targets.split(",")
+    return PeftMethod(config, tuple(targets), rank_field, row.rank, row.learning_rate, row.source, **kwargs)
+
+
 PEFT_METHOD_TABLE: dict[str, PeftMethod] = {
-    "lora": PeftMethod("LoraConfig", ("qkv",), "r", None, 5e-3, f"Hu et al. 2021 (arXiv 2106.09685); {VIT_EXAMPLE}",
-                       options={"bias": "none"}),
-    "dora": PeftMethod("LoraConfig", ("qkv",), "r", None, 5e-3,
-                       "Liu et al. 2024 (arXiv 2402.09353): LoRA's r and targets with the magnitude vector; "
-                       f"LoRA's rate ({VIT_EXAMPLE})", options={"use_dora": True, "bias": "none"}),
-    "vera": PeftMethod("VeraConfig", ("qkv",), "r", 256, 5e-3,
-                       f"Kopiczko et al. 2024 (arXiv 2310.11454); {PEFT_SOURCE} (r=256, d_initial 0.1), the frozen "
-                       "projections saved with the adapter; LoRA's rate",
-                       layers=LINEAR, options={"save_projection": True, "d_initial": 0.1}),
-    "oft": PeftMethod("OFTConfig", ("qkv",), "oft_block_size", 32, 5e-3,
-                      f"Qiu et al. 2023 (arXiv 2306.07280); {PEFT_SOURCE} (block size 32, Cayley-Neumann); LoRA's rate",
-                      options={"r": 0}),
-    "boft": PeftMethod("BOFTConfig", ("qkv",), "boft_block_size", 4, 5e-3,
-                       f"Liu et al. 2024 (arXiv 2311.06243); {PEFT_SOURCE} (block size 4, one butterfly factor); LoRA's rate",
-                       options={"boft_n_butterfly_factor": 1}),
-    "loha": PeftMethod("LoHaConfig", ("qkv",), "r", 8, 5e-3,
-                       f"Hyeon-Woo et al. 2022 (FedPara, arXiv 2108.06098) via LyCORIS; {PEFT_SOURCE} (r=8, alpha=8); LoRA's rate",
-                       options={"alpha": 8}),
-    "lokr": PeftMethod("LoKrConfig", ("qkv",), "r", 8, 5e-3,
-                       f"Edalati et al. 2022 (KronA, arXiv 2212.10650) via LyCORIS; {PEFT_SOURCE} (r=8, alpha=8); LoRA's rate",
-                       options={"alpha": 8}),
+    "lora": _row("lora", "LoraConfig", "r", options={"bias": "none"}),
+    "dora": _row("dora", "LoraConfig", "r", options={"use_dora": True, "bias": "none"}),
+    # the frozen projections saved with the adapter (peft's save_projection), so a reload needs no seed
+    "vera": _row("vera", "VeraConfig", "r", layers=LINEAR, options={"save_projection": True, "d_initial": 0.1}),
+    "oft": _row("oft", "OFTConfig", "oft_block_size", options={"r": 0}),
+    "boft": _row("boft", "BOFTConfig", "boft_block_size", options={"boft_n_butterfly_factor": 1}),
+    "loha": _row("loha", "LoHaConfig", "r", options={"alpha": 8}),
+    "lokr": _row("lokr", "LoKrConfig", "r", options={"alpha": 8}),
     # total_step, tinit and tfinal are set from the run's steps when training starts (AdaLoraCallback)
-    "adalora": PeftMethod("AdaLoraConfig", ("qkv",), "target_r", None, 5e-3,
-                          "Zhang et al. 2023 (arXiv 2303.10512): init_r = 1.5 x target_r as peft's 12 / 8, the "
-                          "budget schedule over the middle 60 % of the steps; LoRA's rate", layers=LINEAR,
-                          options={"total_step": 1000, "bias": "none"}),
-    # the keys' and values' outputs (our fused qkv scales the queries too) and the MLP's hidden activation
-    "ia3": PeftMethod("IA3Config", ("qkv", "fc2"), None, None, 3e-3,
-                      "Liu et al. 2022 (arXiv 2205.05638, (IA)^3 / T-Few: l_k, l_v and l_ff; its rate 3e-3)", layers=LINEAR),
-    "ln_tuning": PeftMethod("LNTuningConfig", NORMS, None, None, 5e-3,
-                            "Zhao et al. 2023 (arXiv 2312.11420): every LayerNorm trained, the rest frozen; LoRA's rate",
-                            layers=(nn.LayerNorm, RMSNorm)),
+    "adalora": _row("adalora", "AdaLoraConfig", "target_r", layers=LINEAR, options={"total_step": 1000, "bias": "none"}),
+    "ia3": _row("ia3", "IA3Config", None, layers=LINEAR),
+    "ln_tuning": _row("ln_tuning", "LNTuningConfig", None, layers=(nn.LayerNorm, RMSNorm)),
 }  # fmt: skip
 assert set(PEFT_METHOD_TABLE) == set(PEFT_METHODS)
 
