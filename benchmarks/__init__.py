@@ -20,7 +20,8 @@ absolute number is reported without a ratio next to it: on a shared machine only
 Modules: common (settings, rows, machine description; the interleaved timing is `vit_ft.utils.timing`), flops (analytic and counted FLOPs),
 workloads (the contenders and the calls timed), model (ours against transformers' ViT, and the ceiling), profile
 (where our inference time goes, by kind of operation: the account of the ceiling row), compiled
-(both eager and under torch.compile), lora,
+(both eager and under torch.compile), lora, peft_costs (every fine-tuning method's trainable parameters, step
+time and peak memory beside LoRA's: `python -m benchmarks.peft_costs`, its own command, not a section),
 data, pipeline (evaluate's loop against the bare forward), gpu (one per section), report (Markdown and JSON), run (running the sections; the command line).
 """
 from vit_ft.utils.timing import interleave

@@ -16,7 +16,7 @@ from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
 from vit_ft.training.lora import apply_lora, count_parameters
 
 from .common import DTYPES, TARGETS, BenchmarkSettings, Row, throughput_row
-from .workloads import adamw, interleave_training, random_batch, train_step
+from .workloads import adamw, interleave_training, method_model, random_batch, train_step
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +64,7 @@ def training_memory_probe(settings: BenchmarkSettings, variant: str, dtype_name:
     # pages apart), so a model too small to show took a few KiB below zero once
     before = _rss_mib("VmHWM")
     config = settings.model_config()
-    torch.manual_seed(settings.seed)
-    model: torch.nn.Module = kernelize(ViTFTForImageClassification(config))
-    if variant == "lora":
-        model = apply_lora(model, _lora_arguments())
+    model = method_model(config, variant, settings.seed)  # variant: a --method value ("full", "lora", "ssf", ...)
     model.train()
     optimizer = adamw(model, fused=True)
     pixels, labels = random_batch(config, settings.train_batch_size, settings.seed + 2)

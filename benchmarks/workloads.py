@@ -3,15 +3,19 @@ and one fine-tuning step, each timed to the device's end."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
+from collections.abc import Callable
 
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
+from vit_ft.arguments.fields import ModelArguments
 from vit_ft.kernels import kernelize
 from vit_ft.model.configuration_vit_ft import VIT_CONFIG_FIELDS, ViTFTConfig
 from vit_ft.model.modeling_vit_ft import ViTFTForImageClassification
+from vit_ft.training.model import with_method
 from vit_ft.utils.timing import interleave
 
 from .common import LEARNING_RATE, BenchmarkSettings
@@ -31,6 +35,17 @@ def build_contenders(
     theirs = ViTForImageClassification.from_pretrained(folder, attn_implementation="sdpa").eval()
     ours = kernelize(ViTFTForImageClassification.from_pretrained(folder)).eval()
     return ours, theirs
+
+
+def method_model(config: ViTFTConfig, method: str, seed: int) -> torch.nn.Module:
+    """A random model of `config` made ready for `--method method` as fine-tuning makes it (kernels, then the
+    method's trainable part: `vit_ft.training.model.with_method`, the recipes' defaults); `full` trains it all."""
+    model_args = ModelArguments(model_name_or_path="benchmark", method=method)
+    if method == "vpt":  # the prompts are the model's own: its config holds them
+        config = copy.deepcopy(config)
+        config.vpt_tokens, config.vpt_deep = model_args.vpt_tokens, model_args.vpt_deep
+    torch.manual_seed(seed)
+    return with_method(kernelize(ViTFTForImageClassification(config)), model_args)
 
 
 def random_batch(config: ViTFTConfig, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,12 +86,16 @@ def train_step(
     pixels: torch.Tensor,
     labels: torch.Tensor,
     dtype: torch.dtype | None,
+    after_step: Callable[[], None] | None = None,
 ) -> None:
-    """Forward with the loss (under autocast for bf16), backward, optimizer step: one fine-tuning step."""
+    """Forward with the loss (under autocast for bf16), backward, optimizer step: one fine-tuning step;
+    `after_step` runs before the gradients are cleared (AdaLoRA's rank allocation reads them)."""
     with _autocast(dtype, pixels.device.type):
         loss = model(pixel_values=pixels, labels=labels).loss
     loss.backward()
     optimizer.step()
+    if after_step is not None:
+        after_step()
     optimizer.zero_grad(set_to_none=True)
     _synchronize(pixels.device)
 
