@@ -115,9 +115,33 @@ def test_keys_of_another_method_and_rank_zero_are_one_line(keys, words):
     ],
 )
 def test_targets_the_method_cannot_adapt_are_one_line(method, keys, words):
+    from vit_ft.utils.cli import USER_ERRORS, error_line
+
     with pytest.raises(ValueError) as error:
         apply_lora(base_model(), ModelArguments(model_name_or_path="x", method=method, **keys))
-    assert words in str(error.value)
+    assert words in str(error.value) and "\n" not in str(error.value)
+    assert isinstance(error.value, USER_ERRORS)  # what the command prints as its one line (utils.cli.run_tool)
+    assert error_line(error.value).startswith(f"error: method {method}")
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--method", "vera", "--lora_r", "8"], "lora_r set LoRA's adapters, not method: vera"),
+        (["--method", "dora", "--peft_target_modules", "qkv"], "not read by method: dora"),
+        (["--method", "oft", "--peft_r", "0"], "peft_r"),
+        (["--method", "adalora", "--lora_r", "0"], "lora_r"),
+    ],
+)
+def test_bad_method_keys_on_the_command_line_are_one_error_line(flags, words):
+    from vit_ft.arguments.checks import RecipeError
+    from vit_ft.arguments.recipes import build_plan
+    from vit_ft.utils.cli import error_line
+
+    with pytest.raises(RecipeError) as error:  # before any model or data, with the method defaults merged
+        build_plan(["--dataset_name", "a/b", "--model_name_or_path", "x", *flags])
+    line = error_line(error.value)
+    assert words in line and line.startswith("error: ") and "\n" not in line
 
 
 @pytest.mark.parametrize("method", ["adalora", "lora"])
