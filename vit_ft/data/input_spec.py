@@ -5,8 +5,13 @@ normalisation its image processor states. The fine-tune, the tools and the expor
 image processor (the object, or its `preprocessor_config.json` settings).
 
 The batches a model takes, for exporting and checking a graph of it, are decided here too: `check_batches` (what
-an export is compared with PyTorch on) and `graph_traces` (how its ONNX graph is traced: the inputs, their dynamic
-axes and the checks, in order of preference), so that the exporters hold no branch on the kind of input."""
+an export is compared with PyTorch on), `graph_traces` (how its ONNX graph is traced: the inputs, their dynamic
+axes and the checks, in order of preference), `GraphLogits` (the model as the graph exposes it), which batches a
+graph takes (`check_graph_batch`) and the processor a NaFlex export carries (`patch_image_processor`), so that the
+exporters hold no branch on the kind of input. So is the layout of a batch of either kind as the tools read it:
+its valid patches (`valid_patches`), each image's patch grid (`patch_grids`), values per patch (`per_patch`,
+`patch_window`, `expand_patch_mask`) and each image's mean colour (`mean_colour`); and `InputSpec.refuse_patches`
+for what needs pixels. Outside data/ and model/, the tools ask these and name no NaFlex input."""
 
 from __future__ import annotations
 
@@ -20,11 +25,14 @@ from PIL import Image
 
 from ..utils.run_record import PROCESSOR_FILE
 from .images import DEFAULT_MAX_PIXELS, RESCALE_FACTOR, VIT_MEAN, VIT_STD
-from .naflex import collate_patches, image_size_for_max_num_patches, refuse_batch_mixes
+from .naflex import collate_patches, image_size_for_max_num_patches, is_naflex_batch, refuse_batch_mixes
 from .random_crops import CROP_SCALE
 from .transforms import ImageClassificationTransform, build_transforms
 
 logger = logging.getLogger("vit_ft")
+
+# a NaFlex batch's inputs, in a graph's order (transformers' `Siglip2ImageProcessor`'s names)
+NAFLEX_INPUTS = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,12 @@ class InputSpec:
         """Refuse mixup / CutMix (`mixes_batches`) where this spec's images cannot be blended
         (`refuse_batch_mixes`)."""
         refuse_batch_mixes(self.max_num_patches, mixes_batches)
+
+    def refuse_patches(self, message: str, **values: Any) -> None:
+        """A ValueError of `message` (its `{kind}`: "NaFlex", `{budget}`: the patch budget, and `values`) where this
+        spec's batches are patches rather than pixels: for what needs `(batch, channels, height, width)` images."""
+        if self.naflex:
+            raise ValueError(message.format(kind="NaFlex", budget=self.max_num_patches, **values))
 
     def record(self) -> dict[str, Any]:
         """What a record of the model states of its input (`vit-ft serve`'s /info)."""
@@ -97,8 +111,7 @@ def input_spec(
     NaFlex patch budget where it has one (`max_num_patches`)."""
     settings = processor.to_dict() if hasattr(processor, "to_dict") else processor
     size = tuple(size if size is not None else config.image_hw)
-    budget = getattr(config, "max_num_patches", None)
-    naflex = {} if budget is None else {"max_num_patches": int(budget), "patch_size": int(config.patch_hw[0])}
+    naflex = patch_budget(config) or {}
     if settings is None:
         logger.warning("No %s for %s: normalising with mean 0.5, std 0.5.", PROCESSOR_FILE, name)
         return InputSpec(image_size=size, max_pixels=max_pixels, **naflex)
@@ -118,6 +131,25 @@ def input_spec(
         max_pixels=max_pixels,
         **naflex,
     )
+
+
+def patch_budget(config: Any) -> dict[str, int] | None:
+    """A NaFlex model's patch budget as its image processor and our transform take it, `{"max_num_patches",
+    "patch_size"}`, from the model `config`; None for a model of fixed-size images."""
+    budget = getattr(config, "max_num_patches", None)
+    return None if budget is None else {"max_num_patches": int(budget), "patch_size": int(config.patch_hw[0])}
+
+
+def patch_image_processor(settings: dict[str, Any], config: Any) -> Any:
+    """transformers' image processor that makes the NaFlex batches of the model `config` describes from images,
+    as our evaluation does (`Siglip2ImageProcessorPil` at its budget, with the pixel `settings`: its normalisation;
+    bicubic where they state no filter, as ours); None for a model of fixed-size images."""
+    budget = patch_budget(config)
+    if budget is None:
+        return None
+    from transformers import Siglip2ImageProcessorPil  # its default filter is bilinear; ours bicubic
+
+    return Siglip2ImageProcessorPil(**{"resample": int(Image.Resampling.BICUBIC), **settings, **budget})
 
 
 # (height, width) shapes of the images a NaFlex model is checked on: wide, tall, square, a strip, 2:3
@@ -145,6 +177,84 @@ def check_batches(config: Any, sizes: list[tuple[int, int]] | None = None) -> li
     return [collate_patches(patches, grids, length=budget), collate_patches(patches[:2], grids[:2])]
 
 
+def valid_patches(batch: Any) -> torch.Tensor | None:
+    """`(batch, num_patches)` bool over the patches of a NaFlex batch that are an image's, not padding; None for a
+    batch of images (a tensor, or a mapping with `pixel_values` alone), whose every patch is valid."""
+    mask = batch.get("pixel_attention_mask") if isinstance(batch, dict) else None
+    return None if mask is None else mask.bool()
+
+
+def patch_grids(batch: Any, patch_hw: tuple[int, int]) -> list[tuple[int, int]]:
+    """Each image's patch grid (rows, columns): a NaFlex batch's `spatial_shapes`, else its pixels' height and
+    width over the patch size `patch_hw`, the same for every image."""
+    if is_naflex_batch(batch):
+        return [(int(rows), int(columns)) for rows, columns in batch["spatial_shapes"].tolist()]
+    pixels = batch["pixel_values"] if isinstance(batch, dict) else batch
+    return [(pixels.shape[-2] // patch_hw[0], pixels.shape[-1] // patch_hw[1])] * pixels.shape[0]
+
+
+def per_patch(values: torch.Tensor, patch_hw: tuple[int, int], reduce: str = "sum") -> torch.Tensor:
+    """Values shaped as a batch's `pixel_values` (an attribution) -> `(batch, num_patches)`, summed (`reduce`
+    "sum") or averaged ("mean") over each patch's pixels and channels: a NaFlex batch's rows of patch values, or
+    `(batch, channels, height, width)` images cut into `patch_hw` patches."""
+    if values.dim() == 3:  # NaFlex patches (B, N, patch_h * patch_w * channels)
+        return values.sum(-1) if reduce == "sum" else values.mean(-1)
+    patch_h, patch_w = patch_hw
+    batch, channels, height, width = values.shape
+    blocks = values.reshape(batch, channels, height // patch_h, patch_h, width // patch_w, patch_w)
+    return (blocks.sum((1, 3, 5)) if reduce == "sum" else blocks.mean((1, 3, 5))).flatten(1)  # (B, grid_h * grid_w)
+
+
+def patch_window(pixels: torch.Tensor, patch_hw: tuple[int, int]) -> tuple[int, ...]:
+    """The shape of one patch within one image's `pixel_values` (occlusion's window): a NaFlex patch's row of
+    values `(1, patch_h * patch_w * channels)`, or an image's `(channels, patch_h, patch_w)`; `pixels` the batch's."""
+    return (1, pixels.shape[-1]) if pixels.dim() == 3 else (pixels.shape[1], *patch_hw)
+
+
+def expand_patch_mask(keep: torch.Tensor, pixels: torch.Tensor, patch_hw: tuple[int, int]) -> torch.Tensor:
+    """A `(steps, num_patches)` patch mask -> a mask broadcastable to one image's pixel values (`pixels`: its
+    `(channels, height, width)`, or NaFlex patches `(num_patches, patch_h * patch_w * channels)`)."""
+    if pixels.dim() == 2:  # NaFlex
+        return keep[:, :, None]
+    grid = (pixels.shape[-2] // patch_hw[0], pixels.shape[-1] // patch_hw[1])
+    pixel_mask = keep.reshape(-1, *grid).repeat_interleave(patch_hw[0], 1).repeat_interleave(patch_hw[1], 2)
+    return pixel_mask[:, None]  # (steps, 1, H, W)
+
+
+def mean_colour(batch: dict[str, torch.Tensor], channels: int) -> torch.Tensor:
+    """Each image's per-channel mean over its valid pixels, broadcastable to its `pixel_values` (a NaFlex batch:
+    over its patches, not the padding; `channels` the model's)."""
+    pixels = batch["pixel_values"]
+    if pixels.dim() == 4:
+        return pixels.mean(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
+    mask = batch["pixel_attention_mask"].to(pixels.dtype)[:, :, None, None]  # (B, N, 1, 1)
+    values = pixels.reshape(*pixels.shape[:2], -1, channels)  # (B, N, patch_h * patch_w, C)
+    mean = (values * mask).sum(dim=(1, 2), keepdim=True) / (
+        mask.sum(dim=(1, 2), keepdim=True) * values.shape[2]
+    )
+    return mean.expand_as(values).reshape(pixels.shape)  # (B, N, patch_h * patch_w * C)
+
+
+def check_graph_batch(path: Any, graph_inputs: Any, batch: dict[str, torch.Tensor]) -> None:
+    """A ValueError where the batch (its input names) is not of the kind the graph at `path` takes (its input
+    names `graph_inputs`): NaFlex batches for a NaFlex graph, `(batch, channels, height, width)` pixels otherwise."""
+    patches = is_naflex_batch(dict.fromkeys(graph_inputs))
+    if patches != is_naflex_batch(batch):
+        takes = (f"NaFlex batches ({', '.join(NAFLEX_INPUTS)}), as its folder's {PROCESSOR_FILE} makes them "
+                 "(OnnxClassifier.from_folder)" if patches else "(batch, channels, height, width) pixels")
+        raise ValueError(f"{path} takes {takes}; it was given {', '.join(sorted(batch))}: preprocess "
+                         "the images with the transform of the model it was exported from.")  # fmt: skip
+
+
+def graph_input_words(inputs: tuple[str, ...], max_num_patches: int | None) -> str | None:
+    """What an exported graph's `inputs` take, in words, where its model has a patch budget (`max_num_patches`):
+    None for a graph of images (whose sizes the exporter states)."""
+    if max_num_patches is None:
+        return None
+    return (f"NaFlex inputs ({', '.join(inputs)}) of any aspect ratio and patch count, its processor making at "
+            f"most {max_num_patches} patches")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class GraphTrace:
     """One way to export a model's graph: the batch it is traced on (its inputs, in the graph's order), their
@@ -159,6 +269,22 @@ class GraphTrace:
     def dynamic_size(self) -> bool:
         """Whether the graph takes images of any size (height and width, or the patch count, are dynamic)."""
         return any(len(axes) > 1 for axes in self.dynamic_axes.values())
+
+
+class GraphLogits(torch.nn.Module):
+    """The classifier as the graph exposes it: its inputs (`pixel_values`, and a NaFlex batch's mask and grid
+    shapes) -> logits, for tracing its ONNX graph. The model checks a batch's values only when it runs eagerly."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
+        spatial_shapes: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        given = {"pixel_attention_mask": pixel_attention_mask, "spatial_shapes": spatial_shapes}
+        return self.model(pixel_values=pixel_values, **{k: v for k, v in given.items() if v is not None}).logits
 
 
 def graph_traces(config: Any) -> list[GraphTrace]:
@@ -186,4 +312,24 @@ def graph_traces(config: Any) -> list[GraphTrace]:
     return [GraphTrace(trace, axes, checks, sizes)]
 
 
-__all__ = ["NAFLEX_ASPECTS", "GraphTrace", "InputSpec", "check_batches", "graph_traces", "input_spec"]
+__all__ = [
+    "NAFLEX_ASPECTS",
+    "NAFLEX_INPUTS",
+    "GraphLogits",
+    "GraphTrace",
+    "InputSpec",
+    "check_batches",
+    "check_graph_batch",
+    "expand_patch_mask",
+    "graph_input_words",
+    "graph_traces",
+    "input_spec",
+    "is_naflex_batch",
+    "mean_colour",
+    "patch_budget",
+    "patch_grids",
+    "patch_image_processor",
+    "patch_window",
+    "per_patch",
+    "valid_patches",
+]

@@ -24,33 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...data.input_spec import expand_patch_mask, mean_colour, valid_patches
 from .methods import Inputs, _as_inputs, check_target, explain
 
 STEPS = 16  # points of a curve after the start (the patches are removed in STEPS near-equal groups)
-
-
-def _mean_fill(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Each image's per-channel mean, broadcastable to its pixel values (NaFlex: over its valid patches)."""
-    pixels = inputs["pixel_values"]
-    if pixels.dim() == 4:
-        return pixels.mean(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
-    channels = inputs["_channels"]
-    mask = inputs["pixel_attention_mask"].to(pixels.dtype)[:, :, None, None]  # (B, N, 1, 1)
-    values = pixels.reshape(*pixels.shape[:2], -1, channels)  # (B, N, patch_h * patch_w, C)
-    mean = (values * mask).sum(dim=(1, 2), keepdim=True) / (
-        mask.sum(dim=(1, 2), keepdim=True) * values.shape[2]
-    )
-    return mean.expand_as(values).reshape(pixels.shape)  # (B, N, patch_h * patch_w * C)
-
-
-def _keep_pixels(keep: torch.Tensor, pixels: torch.Tensor, patch_hw: tuple[int, int]) -> torch.Tensor:
-    """A `(steps, num_patches)` patch mask -> a mask broadcastable to one image's pixel values (`pixels`: its
-    `(channels, height, width)`, or NaFlex patches `(num_patches, patch_h * patch_w * channels)`)."""
-    if pixels.dim() == 2:  # NaFlex
-        return keep[:, :, None]
-    grid = (pixels.shape[-2] // patch_hw[0], pixels.shape[-1] // patch_hw[1])
-    pixel_mask = keep.reshape(-1, *grid).repeat_interleave(patch_hw[0], 1).repeat_interleave(patch_hw[1], 2)
-    return pixel_mask[:, None]  # (steps, 1, H, W)
 
 
 def probability_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -75,8 +52,8 @@ def perturbation_curves(
     pixels = given["pixel_values"]
     target = check_target(target, model.config.num_labels, pixels.shape[0])
     probability = probability_function(model.config)
-    fill = _mean_fill({**given, "_channels": model.config.num_channels})
-    valid = given.get("pixel_attention_mask")
+    fill = mean_colour(given, model.config.num_channels)
+    valid = valid_patches(given)
     curves = []
     for i in range(pixels.shape[0]):
         count = int(valid[i].sum()) if valid is not None else maps.shape[1]
@@ -85,7 +62,7 @@ def perturbation_curves(
         for step in range(1, steps + 1):  # the first round(step / steps * count) patches of the order
             removed[step, order[: round(step * count / steps)]] = True
         keep = ~removed if mode == "deletion" else removed
-        keep = _keep_pixels(keep.to(device), pixels[i], model.config.patch_hw).to(pixels.dtype)
+        keep = expand_patch_mask(keep.to(device), pixels[i], model.config.patch_hw).to(pixels.dtype)
         images = pixels[i] * keep + fill[i] * (1 - keep)  # (steps + 1, ...)
         extra = {
             k: v[i : i + 1].expand(len(images), *v.shape[1:]) for k, v in given.items() if k != "pixel_values"

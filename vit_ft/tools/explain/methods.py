@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from ...data.input_spec import patch_grids as batch_patch_grids
+from ...data.input_spec import patch_window, per_patch, valid_patches
 from .names import CAPTUM_METHODS, CLASS_SPECIFIC, METHODS, check_method_name
 from .rollout import attention_rollout
 
@@ -39,20 +41,10 @@ def _as_inputs(inputs: Inputs, device: torch.device) -> dict[str, torch.Tensor]:
         return {name: value.to(device).clone() for name, value in given.items()}
 
 
-def _patch_mask(inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
-    """`(batch, num_patches)` bool over the valid patches of a NaFlex batch; None for images."""
-    mask = inputs.get("pixel_attention_mask")
-    return None if mask is None else mask.bool()
-
-
 def patch_grids(maps: torch.Tensor, inputs: Inputs, patch_size: Sequence[int]) -> list[torch.Tensor]:
-    """`(batch, num_patches)` maps -> each image's `(grid_h, grid_w)` map (a NaFlex image's own grid)."""
-    if isinstance(inputs, dict) and "spatial_shapes" in inputs:
-        shapes = inputs["spatial_shapes"].tolist()
-        return [m[: h * w].reshape(h, w) for m, (h, w) in zip(maps, shapes, strict=True)]
-    pixels = inputs["pixel_values"] if isinstance(inputs, dict) else inputs
-    grid = (pixels.shape[-2] // patch_size[0], pixels.shape[-1] // patch_size[1])
-    return list(maps.reshape(-1, *grid))
+    """`(batch, num_patches)` maps -> each image's `(grid_h, grid_w)` map (its grid: `data.input_spec.patch_grids`)."""
+    grids = batch_patch_grids(inputs, tuple(patch_size))
+    return [m[: h * w].reshape(h, w) for m, (h, w) in zip(maps, grids, strict=True)]
 
 
 def check_target(
@@ -118,7 +110,7 @@ def gradient_rollout(
             (grad.float() * attention.detach().float()).clamp(min=0).mean(dim=1)
         )  # rule 5: (B, tokens, tokens)
         relevance = relevance + cam @ relevance  # rule 6
-    return _masked(_readout(relevance, model.config, _patch_mask(inputs)), _patch_mask(inputs))
+    return _masked(_readout(relevance, model.config, valid_patches(inputs)), valid_patches(inputs))
 
 
 def grad_cam(
@@ -136,7 +128,7 @@ def grad_cam(
             (grad,) = torch.autograd.grad(scores.sum(), captured[-1])
     finally:
         hook.remove()
-    prefix, mask = model.config.num_prefix_tokens, _patch_mask(inputs)
+    prefix, mask = model.config.num_prefix_tokens, valid_patches(inputs)
     acts, grad = captured[-1][:, prefix:].detach().float(), grad[:, prefix:].float()  # each (B, N, hidden)
     weights = mask[..., None].to(grad.dtype) if mask is not None else torch.ones_like(grad[..., :1])
     channel_weights = (grad * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True)  # (B, 1, hidden)
@@ -157,14 +149,7 @@ def _per_patch(
     attribution: torch.Tensor, model: torch.nn.Module, inputs: dict[str, torch.Tensor], reduce: str
 ) -> torch.Tensor:
     """Pixel attributions (the input's shape) -> `(batch, num_patches)`, summed or averaged over each patch."""
-    if attribution.dim() == 3:  # NaFlex patches (B, N, patch_h * patch_w * channels)
-        per_patch = attribution.sum(-1) if reduce == "sum" else attribution.mean(-1)
-        return _masked(per_patch, _patch_mask(inputs))
-    patch_h, patch_w = model.config.patch_hw
-    batch, channels, height, width = attribution.shape
-    blocks = attribution.reshape(batch, channels, height // patch_h, patch_h, width // patch_w, patch_w)
-    per_patch = blocks.sum((1, 3, 5)) if reduce == "sum" else blocks.mean((1, 3, 5))  # (B, grid_h, grid_w)
-    return _masked(per_patch.flatten(1), None)
+    return _masked(per_patch(attribution, tuple(model.config.patch_hw), reduce), valid_patches(inputs))
 
 
 def _captum():
@@ -207,8 +192,7 @@ def occlusion(
     pixels = inputs["pixel_values"]
     if target is None:
         target = forward(pixels, *extra).argmax(-1)
-    # one patch: NaFlex's row of values, or an image's channels x patch
-    window = (1, pixels.shape[-1]) if pixels.dim() == 3 else (pixels.shape[1], *model.config.patch_hw)
+    window = patch_window(pixels, tuple(model.config.patch_hw))  # one patch
     attribution = _captum().Occlusion(forward).attribute(
         pixels, sliding_window_shapes=window, strides=window, baselines=0.0, target=target,
         additional_forward_args=extra or None, perturbations_per_eval=16,
@@ -223,7 +207,7 @@ def rollout(
     """The class-agnostic attention rollout (`target` is ignored): `(batch, num_patches)`."""
     out = model(**inputs, output_attentions=True)
     maps = attention_rollout(out.attentions, num_prefix_tokens=model.config.num_prefix_tokens)
-    return _masked(maps, _patch_mask(inputs))
+    return _masked(maps, valid_patches(inputs))
 
 
 _FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
