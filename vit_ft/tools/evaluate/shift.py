@@ -43,9 +43,11 @@ def check_shift(shift: str | None, trained: Trained) -> None:
         return
     if trained.task.problem_type == "multi_label_classification":
         raise ValueError("--shift measures top-1 accuracy; a multi-label model has none: evaluate it without --shift.")
-    if shift == CORRUPTIONS_SHIFT and trained.preprocessing.naflex:
-        raise ValueError("--shift corruptions corrupts square images; a NaFlex model's patches are not: give "
-                         "--image_size to evaluate it on squares, or --shift FOLDER.")  # fmt: skip
+    if shift == CORRUPTIONS_SHIFT:
+        trained.preprocessing.refuse_patches(
+            "--shift corruptions corrupts square images; a {kind} model's patches are not: give --image_size to "
+            "evaluate it on squares, or --shift FOLDER."
+        )
 
 
 def shift_inputs(shift: str | None) -> list[str]:
