@@ -19,8 +19,10 @@ patches, patch * patch * channels), `pixel_attention_mask` (batch, patches) and 
 and patch count dynamic, the position table resized per image inside the graph (the closed form of the antialiased
 bilinear resize, `model.naflex.resize_positional_embeddings`), and checked on batches of several aspect ratios;
 its folder carries transformers' `Siglip2ImageProcessor` with the model's budget, and
-`onnx_runtime.OnnxClassifier.from_folder` feeds the graph NaFlex batches. Running the graphs, their parity with
-PyTorch and `--evaluate`'s accuracy comparison are `onnx_runtime`'s.
+`onnx_runtime.OnnxClassifier.from_folder` feeds the graph NaFlex batches. Which inputs, traced how, through which
+wrapper (`GraphLogits`) and with which processor are the input spec's (`data.input_spec`): this module holds no
+branch on the kind of input. Running the graphs, their parity with PyTorch and `--evaluate`'s accuracy comparison
+are `onnx_runtime`'s.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 import torch
 
-from ...data.input_spec import GraphTrace, graph_traces
+from ...data.input_spec import GraphLogits, GraphTrace, graph_input_words, graph_traces
 from ...metrics.multilabel import THRESHOLD_ATTRIBUTE
 from ...tasks.temperature import fold_temperature
 from ...utils.files import is_disk_full
@@ -77,15 +79,13 @@ class OnnxExport:
     int8_difference: float | None = None
     checked_sizes: list[tuple[int, int]] = field(default_factory=list)
     threshold: Any = None  # a multi-label model's decision threshold (its task's `threshold_summary`), else None
-    max_num_patches: int | None = None  # a NaFlex graph's patch budget (its inputs are patches), else None
+    max_num_patches: int | None = None  # the model's patch budget (its inputs are patches), else None
     inputs: tuple[str, ...] = ("pixel_values",)  # the graph's inputs, in order
 
     def summary(self) -> str:
         size = "any height and width (multiples of the patch size)" if self.dynamic_size else (
             f"{self.image_size[0]}x{self.image_size[1]} only (the fine-tuned resolution)")  # fmt: skip
-        if self.max_num_patches is not None:
-            size = (f"NaFlex inputs ({', '.join(self.inputs)}) of any aspect ratio and patch count, its processor "
-                    f"making at most {self.max_num_patches} patches")  # fmt: skip
+        size = graph_input_words(self.inputs, self.max_num_patches) or size
         text = (f"Exported {', '.join(self.files)} to {self.folder}: dynamic batch, {size}; onnxruntime fp32 logits "
                 f"within {self.fp32_difference:.1e} of PyTorch")  # fmt: skip
         if self.int8_difference is not None:
@@ -120,22 +120,6 @@ def check_export_dir(
     return path
 
 
-class _Logits(torch.nn.Module):
-    """The classifier as the graph exposes it: its inputs (`pixel_values`, and a NaFlex batch's mask and grid
-    shapes) -> logits. The model checks a batch's values only when it runs eagerly."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
-        self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
-        spatial_shapes: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
-        given = {"pixel_attention_mask": pixel_attention_mask, "spatial_shapes": spatial_shapes}
-        return self.model(pixel_values=pixel_values, **{k: v for k, v in given.items() if v is not None}).logits
-
-
 def _export_graph(model: torch.nn.Module, path: Path, trace: GraphTrace) -> None:
     """torch.onnx's dynamo exporter on `trace`'s inputs and dynamic axes (the CPU kernels step aside while it
     traces: `kernels.kernels_enabled`); its progress lines and warnings go to the debug log, not the user's
@@ -145,7 +129,7 @@ def _export_graph(model: torch.nn.Module, path: Path, trace: GraphTrace) -> None
     with contextlib.redirect_stdout(out), warnings.catch_warnings(), _quiet("torch.onnx"):
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _Logits(model).eval(),
+            GraphLogits(model).eval(),
             (),
             str(path),
             kwargs=trace.inputs,

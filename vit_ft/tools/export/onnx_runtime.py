@@ -6,7 +6,8 @@ graph against PyTorch's on the fine-tune's data (`compare_accuracy`, `export --e
     graph = OnnxClassifier.from_folder("outputs/digits-onnx")  # model.onnx; INT8_FILE for the int8 graph
     logits = graph.logits(pixel_values)  # (batch, channels, height, width) -> (batch, num_labels)
 
-A NaFlex graph (SigLIP 2) takes `NAFLEX_INPUTS`; `from_folder` then builds a transform that makes NaFlex batches.
+A NaFlex graph (SigLIP 2) takes `data.input_spec.NAFLEX_INPUTS`; `from_folder` then builds a transform that makes
+NaFlex batches (the input spec's, which also says which batches a graph takes: `check_graph_batch`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from typing import Any
 
 import torch
 
+from ...data.input_spec import check_graph_batch, is_naflex_batch
 from ...tasks import task_for
 from ...utils.run_record import PROCESSOR_FILE
 from ..trained import Trained, load_trained
 
 ONNX_FILE, INT8_FILE = "model.onnx", "model.int8.onnx"
-NAFLEX_INPUTS = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
 # onnxruntime's input types -> numpy's, for feeding a batch whatever integer type its mask came in
 _NUMPY_TYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
@@ -72,18 +73,14 @@ class OnnxClassifier:
 
     @property
     def naflex(self) -> bool:
-        """Whether the graph takes NaFlex batches (`NAFLEX_INPUTS`) rather than `(batch, channels, height, width)`."""
-        return "spatial_shapes" in self.input_types
+        """Whether the graph takes NaFlex batches rather than `(batch, channels, height, width)` (by its inputs)."""
+        return is_naflex_batch(self.input_types)
 
     def logits(self, pixel_values: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
         """`(batch, channels, height, width)` normalised pixels, or for a NaFlex graph a NaFlex batch (the transform's
         collated dict, or `Siglip2ImageProcessor`'s output) -> float32 logits `(batch, num_labels)`."""
         inputs = pixel_values if isinstance(pixel_values, dict) else {"pixel_values": pixel_values}
-        if self.naflex != ("spatial_shapes" in inputs):
-            takes = (f"NaFlex batches ({', '.join(NAFLEX_INPUTS)}), as its folder's {PROCESSOR_FILE} makes them "
-                     "(OnnxClassifier.from_folder)" if self.naflex else "(batch, channels, height, width) pixels")
-            raise ValueError(f"{self.path} takes {takes}; it was given {', '.join(sorted(inputs))}: preprocess "
-                             "the images with the transform of the model it was exported from.")  # fmt: skip
+        check_graph_batch(self.path, self.input_types, inputs)
         feed = {name: _numpy(inputs[name], dtype) for name, dtype in self.input_types.items()}
         return torch.from_numpy(self.session.run(["logits"], feed)[0])
 
@@ -124,8 +121,8 @@ MULTI_LABEL_EVALUATION = (
 )
 
 
-NAFLEX_REPORT = (
-    "--report times every runtime on batches of (batch, channels, height, width) pixels, which a NaFlex model "
+REPORT_TAKES_PIXELS = (
+    "--report times every runtime on batches of (batch, channels, height, width) pixels, which a {kind} model "
     "({model}: max_num_patches {budget}) does not take; leave --report out, and compare the graphs' accuracy "
     "with --evaluate SPLIT."
 )
@@ -138,9 +135,8 @@ def check_evaluation(trained: Trained, flag: str = "--evaluate") -> None:
     task = trained.task
     if "accuracy" not in task.metric_names:
         raise ValueError(MULTI_LABEL_EVALUATION.format(model=trained.source, problem_type=task.problem_type, flag=flag))
-    spec = trained.preprocessing
-    if flag == "--report" and spec.naflex:
-        raise ValueError(NAFLEX_REPORT.format(model=trained.source, budget=spec.max_num_patches))
+    if flag == "--report":
+        trained.preprocessing.refuse_patches(REPORT_TAKES_PIXELS, model=trained.source)
 
 
 def load_for_export(model: str | os.PathLike | Trained) -> Trained:
@@ -184,7 +180,6 @@ def compare_accuracy(
 
 __all__ = [
     "INT8_FILE",
-    "NAFLEX_INPUTS",
     "ONNX_FILE",
     "OnnxClassifier",
     "check_evaluation",

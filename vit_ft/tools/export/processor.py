@@ -1,7 +1,8 @@
 """The image processor an exported or shared model carries: the fine-tune's normalisation (ViT's defaults where
 the folder has none) with the geometry of our evaluation, so that transformers' processor gives the pixels vit-ft
-evaluates on (`evaluation_image_processor`: resize the shorter side and centre-crop; a NaFlex model's patch
-budget). Both exports write it (`write_image_processor`: the ONNX folder, the Hub repository in either format)."""
+evaluates on (`evaluation_image_processor`: resize the shorter side and centre-crop; for a NaFlex model its input
+spec's `patch_image_processor`, at its patch budget). Both exports write it (`write_image_processor`: the ONNX
+folder, the Hub repository in either format)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ...data.input_spec import patch_image_processor
 from ...model.export import NORMALISATION_KEYS
-from ...model.naflex import naflex_budget
 from ...utils.run_record import PROCESSOR_FILE
 from ..trained import Origin
 
@@ -36,25 +37,24 @@ def _normalisation(settings: dict[str, Any] | None) -> dict[str, Any]:
     return {"image_mean": list(VIT_MEAN), "image_std": list(VIT_STD), **found}
 
 
-def evaluation_image_processor(
-    settings: dict[str, Any] | None, size: tuple[int, int], naflex: dict[str, int] | None = None
-) -> Any:
-    """The transformers image processor that preprocesses as our evaluation does (`data.transforms`' eval
-    transform: resize the shorter side to the model's size, keeping the aspect ratio, then centre-crop it).
+def evaluation_image_processor(settings: dict[str, Any] | None, config: Any) -> Any:
+    """The transformers image processor that preprocesses as our evaluation does for the model `config` describes
+    (`data.transforms`' eval transform: resize the shorter side to the model's size, keeping the aspect ratio, then
+    centre-crop it).
 
-    A square `size`: `CLIPImageProcessorPil` (transformers' processor with a shortest-edge resize and a centre
+    A square size: `CLIPImageProcessorPil` (transformers' processor with a shortest-edge resize and a centre
     crop; ViT's own resizes to the size, squashing a non-square image). PIL resizes for both with the same
     filter and both round the resized side and the crop's offset down (`data.images.cover_size`), so the pixels
-    are ours on every image size. A non-square `size` (no shortest-edge resize covers it):
-    ViT's processor at that size, with a warning that it squashes. A NaFlex model (`naflex`, its
-    `model.naflex.naflex_budget`): `Siglip2ImageProcessorPil` with that budget, our NaFlex evaluation's rule."""
-    from PIL import Image
-    from transformers import CLIPImageProcessorPil, Siglip2ImageProcessorPil, ViTImageProcessorPil
+    are ours on every image size. A non-square size (no shortest-edge resize covers it):
+    ViT's processor at that size, with a warning that it squashes. A model whose input spec makes patches rather
+    than pixels: that spec's processor (`data.input_spec.patch_image_processor`)."""
+    from transformers import CLIPImageProcessorPil, ViTImageProcessorPil
 
-    height, width = size
+    height, width = tuple(config.image_hw)
     pixels = {**_normalisation(settings), "do_convert_rgb": True}
-    if naflex is not None:  # its default filter is bilinear; ours, where the settings state none, bicubic
-        return Siglip2ImageProcessorPil(**{"resample": int(Image.Resampling.BICUBIC), **pixels, **naflex})
+    own = patch_image_processor(pixels, config)
+    if own is not None:
+        return own
     if height == width:
         return CLIPImageProcessorPil(
             **pixels,
@@ -85,7 +85,7 @@ def write_image_processor(origin: Origin, folder: Path, config: Any) -> None:
     for a NaFlex model its patch budget, as our evaluation does (`evaluation_image_processor`)."""
     if origin.processor is None:
         logger.warning("No %s in %s: sharing ViT's default normalisation.", PROCESSOR_FILE, origin.name)
-    processor = evaluation_image_processor(origin.processor, tuple(config.image_hw), naflex_budget(config))
+    processor = evaluation_image_processor(origin.processor, config)
     processor.save_pretrained(folder)
 
 
