@@ -2,9 +2,9 @@
 its source, and the parameter-efficient rung `method: auto` climbs per family; read by the run plan
 (`family_defaults.choose_method_defaults`), by the peft configs (`training.peft_methods`) and by the ladder.
 
-Our model holds every family in the same modules (a fused `qkv`, `proj`, `fc1`, `fc2`, `norm1`, `norm2`; SigLIP's and
-AIMv2's attention-pooling head adds `attn_pool.q/kv/proj` and its MLP's `fc1`/`fc2`), so the targets are the same
-names for every family; where a family's published protocol differs (CLIP's LoRA), the family has a row of its own.
+Our model holds every family in the same modules (a fused `qkv`, `proj`, `fc1`, `fc2`, `norm1`, `norm2`; SigLIP's
+attention-pooling head adds `attn_pool.q/kv/proj/norm` and its MLP's `fc1`/`fc2`, AIMv2's `attn_pool.kv/proj`), so the
+targets are the same names for every family; where a family's published protocol differs (CLIP's LoRA), the family has a row of its own.
 `GENERIC` is every other family's row, and the row of a checkpoint of no known family (vit_ft's own digits model).
 """
 
