@@ -89,6 +89,7 @@ def test_the_ladder_starts_with_the_zeroshot_rung_on_an_image_text_checkpoint(cl
     rung that cannot run (e.g. multi-label data) is reported and the ladder goes on from kNN."""
     from types import SimpleNamespace
 
+    from vit_ft.arguments.family_defaults import checkpoint_family
     from vit_ft.arguments.fields import ModelArguments
     from vit_ft.training.ladder import RUNGS, ladder_rungs, run_ladder
 
@@ -104,7 +105,7 @@ def test_the_ladder_starts_with_the_zeroshot_rung_on_an_image_text_checkpoint(cl
         return {"eval_accuracy": validations[model_args.method]}
 
     model_args = ModelArguments(model_name_or_path=str(clip_folder[0]), method="auto")
-    assert ladder_rungs(model_args) == ("zeroshot", *RUNGS)
+    assert ladder_rungs(model_args, checkpoint_family(model_args.model_name_or_path)) == ("zeroshot", *RUNGS)
     training = SimpleNamespace(output_dir=str(tmp_path / "out"), process_index=0, overwrite_output_dir=False,
                                resume_from_checkpoint=None)  # fmt: skip
     run_ladder(model_args, training, rung, clock=_Clock())
@@ -113,7 +114,7 @@ def test_the_ladder_starts_with_the_zeroshot_rung_on_an_image_text_checkpoint(cl
     assert [r["method"] for r in record["rungs"]] == ["zeroshot", *RUNGS]
     assert record["rungs"][0]["ran"] is not zeroshot_fails and record["kept"] == "linear"
     assert "Stopped: linear gained" in (tmp_path / "out" / "report.md").read_text()
-    assert ladder_rungs(ModelArguments(model_name_or_path=str(tmp_path / "nothing-here"), method="auto")) == RUNGS
+    assert ladder_rungs(ModelArguments(model_name_or_path=str(tmp_path / "nothing-here"), method="auto"), None) == RUNGS
 
 
 def test_a_local_checkpoint_without_a_text_tower_is_refused_with_the_arguments(hf_backbone_dir):

@@ -251,15 +251,21 @@ def run_method(recipe: dict[str, Any], flags: dict[str, Any]) -> str | None:
     return None
 
 
-def choose_method_defaults(recipe: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+def choose_method_defaults(
+    recipe: dict[str, Any], flags: dict[str, Any], family_decision: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The peft method's defaults for the checkpoint's family (`method_defaults.method_values`) that neither the
-    recipe nor the flags give: merged under the recipe, so a user's key always wins."""
+    recipe nor the flags give: merged under the recipe, so a user's key always wins. `family_decision`
+    (`choose_family_defaults`'): the family it read for the same checkpoint, not read again."""
     method = run_method(recipe, flags)
     if method not in METHOD_DEFAULTS:
         return {}
-    checkpoint = flags.get("model_name_or_path") or recipe.get("model_name_or_path")
-    cache_dir = flags.get("cache_dir") or recipe.get("cache_dir")
-    family = checkpoint_family(str(checkpoint), cache_dir) if checkpoint else None
+    if family_decision is not None:  # the flags' checkpoint, whose config.json the decision has read
+        family = family_decision["checkpoint_family"]
+    else:
+        checkpoint = flags.get("model_name_or_path") or recipe.get("model_name_or_path")
+        cache_dir = flags.get("cache_dir") or recipe.get("cache_dir")
+        family = checkpoint_family(str(checkpoint), cache_dir) if checkpoint else None
     values = method_values(method, family)
     return {key: value for key, value in values.items() if key not in flags and key not in recipe}
 

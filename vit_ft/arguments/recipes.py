@@ -349,7 +349,7 @@ def build_plan(argv: list[str] | None = None) -> RunPlan:
     # a checkpoint of another family than the recipe's: its protocol over the recipe's values, under the flags
     family_values, family_decision = choose_family_defaults(recipe_values, flags, name)
     # a peft method's defaults for the checkpoint's family: only the keys the recipe and the flags leave unset
-    method_values = choose_method_defaults(recipe_values, flags)
+    method_values = choose_method_defaults(recipe_values, flags, family_decision)
     values = merge_values({**method_values, **recipe_values, **family_values}, flags, name)
     try:  # HfArgumentParser.parse_dict: each dataclass takes its fields, in order, and checks them when built
         model_args, data_args, training_args = parser.parse_dict(values)

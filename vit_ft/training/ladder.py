@@ -91,8 +91,8 @@ def run_ladder(
 
     check_run_output_dir(training_args, overwrite_output_dir)  # the winner's files will be copied there
     output_dir = Path(training_args.output_dir)
-    start, rungs, skipped, names = clock(), [], [], ladder_rungs(model_args)
     family = checkpoint_family(model_args.model_name_or_path, model_args.cache_dir)
+    start, rungs, skipped, names = clock(), [], [], ladder_rungs(model_args, family)
     for method in names:
         if rungs:
             why = next_rung_reason(rungs, model_args.ladder_min_gain, clock() - start, model_args.budget_minutes)
@@ -125,13 +125,13 @@ def run_ladder(
     return {**(best.metrics or {}), "ladder_method": index}
 
 
-def ladder_rungs(model_args: ModelArguments) -> tuple[str, ...]:
-    """The rungs of this run: RUNGS with the checkpoint family's parameter-efficient rung in LoRA's place, below
+def ladder_rungs(model_args: ModelArguments, family: str | None) -> tuple[str, ...]:
+    """The rungs of this run: RUNGS with `family`'s (the checkpoint's) parameter-efficient rung in LoRA's place, below
     them the zero-shot head (`method: zeroshot`, no training) where the checkpoint is a whole image-text model (its
     text tower classifies from the class names)."""
     from ..model.zeroshot import has_text_tower
 
-    peft_rung, _ = ladder_peft_rung(checkpoint_family(model_args.model_name_or_path, model_args.cache_dir))
+    peft_rung, _ = ladder_peft_rung(family)
     rungs = tuple(peft_rung if rung == "lora" else rung for rung in RUNGS)
     return ("zeroshot", *rungs) if has_text_tower(model_args.model_name_or_path, model_args.cache_dir) else rungs
 
