@@ -109,6 +109,24 @@ def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return model.eval()
 
 
+TINY_PROCESSOR = {"image_mean": [0.5] * 3, "image_std": [0.25] * 3, "rescale_factor": 1 / 255, "resample": 2,
+                  "size": {"height": 16, "width": 16}}  # fmt: skip
+
+
+def save_tiny_classifier(path: Path, names: list[str], seed: int, **config) -> Path:
+    """A randomized tiny ViTFT classifier over `names` (config overrides in `config`, e.g. problem_type) saved to
+    `path` with TINY_PROCESSOR: a trained folder's layout, without training."""
+    from vit_ft import ViTFTForImageClassification
+
+    id2label = dict(enumerate(names))
+    model = ViTFTForImageClassification(
+        tiny_ft_config(id2label=id2label, label2id={n: i for i, n in id2label.items()}, **config)
+    )
+    randomize(model, seed=seed).save_pretrained(path)
+    (path / "preprocessor_config.json").write_text(json.dumps(TINY_PROCESSOR))
+    return path
+
+
 @pytest.fixture(scope="session")
 def hf_backbone_dir(tmp_path_factory) -> str:
     """A transformers ViTModel checkpoint (with pooler, no head), like google/vit-base-patch16-224-in21k."""

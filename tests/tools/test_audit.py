@@ -133,17 +133,23 @@ def test_outlier_scores_rank_images_far_from_every_other_first():
 def faulted(tmp_path_factory) -> tuple[Path, dict[str, list[str]], Path]:
     """Digits with faults injected (5 % flipped, 20 leaks, 10 noise images) and a small backbone pre-trained on the
     faulted training images for 10 epochs: a weak one (the benchmark's 60 make its features better than pixels)."""
+    return faulted_digits_backbone(tmp_path_factory.mktemp("audit"), epochs=10)
+
+
+def faulted_digits_backbone(tmp: Path, epochs: int, **faults) -> tuple[Path, dict[str, list[str]], Path]:
+    """Digits written to tmp/digits, faults injected into tmp/faulted (`benchmarks.audit.inject_faults`, seed 0,
+    `faults` its counts), and a backbone pre-trained on the faulted training images for `epochs` on one thread
+    into tmp/backbone: (faulted folder, injected truth, backbone)."""
     import torch
 
     from vit_ft.training.pretrain import pretrain_digits
 
-    tmp = tmp_path_factory.mktemp("audit")
     digits = write_digits_imagefolder(tmp / "digits")
-    truth = inject_faults(digits, tmp / "faulted", seed=0)
+    truth = inject_faults(digits, tmp / "faulted", seed=0, **faults)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        pretrain_digits(tmp / "backbone", tmp / "faulted" / "train", epochs=10, seed=0, progress=False)
+        pretrain_digits(tmp / "backbone", tmp / "faulted" / "train", epochs=epochs, seed=0, progress=False)
     finally:
         torch.set_num_threads(threads)
     return tmp / "faulted", truth, tmp / "backbone"

@@ -212,22 +212,13 @@ def test_with_a_backbone_that_learned_the_flips_the_fine_tunes_find_them(tmp_pat
     weaker backbone the recall holds (0.94 measured) and the precision does not (0.62: the fold fine-tunes are less
     accurate and confident learning's count overshoots, 109 flags for 72 flips), so this checks recall >= 0.9 and
     flags more likely right than wrong with a margin (precision >= 0.55)."""
-    import torch
+    from benchmarks.audit import score
 
-    from benchmarks.audit import inject_faults, score
-    from vit_ft.data.digits import write_digits_imagefolder
-    from vit_ft.training.pretrain import pretrain_digits
+    from .test_audit import faulted_digits_backbone
 
-    digits = write_digits_imagefolder(tmp_path / "digits")
-    truth = inject_faults(digits, tmp_path / "faulted", seed=0, leaks=0, noise=0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        pretrain_digits(tmp_path / "backbone", tmp_path / "faulted" / "train", epochs=30, seed=0, progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    faulted, truth, backbone = faulted_digits_backbone(tmp_path, epochs=30, leaks=0, noise=0)
     out = tmp_path / "audit"
-    ran = run_script("scripts/audit.py", ["--model", str(tmp_path / "backbone"), "--dataset", str(tmp_path / "faulted"),
+    ran = run_script("scripts/audit.py", ["--model", str(backbone), "--dataset", str(faulted),
                                           "--output_dir", str(out), "--device", "cpu", "--bf16", "false",
                                           "--oof", "finetune", "--oof_steps", "200", "--oof_pick", "finetune",
                                           "--oof_flags=--recipe digits"], capfd, cwd=tmp_path)  # fmt: skip

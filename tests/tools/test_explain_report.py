@@ -18,7 +18,6 @@ import pytest
 import torch
 from PIL import Image
 
-from vit_ft import ViTFTForImageClassification
 from vit_ft.commands import evaluate as evaluate_command
 from vit_ft.metrics.multilabel import MULTI_LABEL
 from vit_ft.tools.evaluate.data import folder_eval_data
@@ -36,23 +35,12 @@ from vit_ft.tools.explain.names import REPORT_METHOD
 from vit_ft.tools.trained import load_trained
 
 from ..cli_runner import run_script
-from ..conftest import randomize, tiny_ft_config
+from ..conftest import save_tiny_classifier, tiny_ft_config
 
 pytestmark = pytest.mark.smoke  # also run on the oldest versions of the tested range (.ci/run)
 
 NAMES = ["ant", "bee", "wasp"]
-PROCESSOR = {"image_mean": [0.5] * 3, "image_std": [0.25] * 3, "rescale_factor": 1 / 255, "resample": 2,
-             "size": {"height": 16, "width": 16}}  # fmt: skip
 
-
-def _save(path: Path, seed: int, **config) -> Path:
-    id2label = dict(enumerate(NAMES))
-    model = ViTFTForImageClassification(
-        tiny_ft_config(id2label=id2label, label2id={n: i for i, n in id2label.items()}, **config)
-    )
-    randomize(model, seed=seed).save_pretrained(path)
-    (path / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
-    return path
 
 
 def _image(path: Path, rng: np.random.Generator) -> None:
@@ -68,7 +56,7 @@ def single(tmp_path_factory):
     for index in range(18):
         (root / "data" / NAMES[index % 3]).mkdir(parents=True, exist_ok=True)
         _image(root / "data" / NAMES[index % 3] / f"{index:02d}.png", rng)
-    model = _save(root / "model", seed=3)
+    model = save_tiny_classifier(root / "model", NAMES, seed=3)
     # the command, without --explain: its default (gradcam) draws the grid
     args = ["--model", model, "--output_dir", root / "report", "--data_dir", root / "data", "--bf16", "false"]
     result = run_script("scripts/evaluate_model.py", args, None, cwd=root)
@@ -88,7 +76,7 @@ def multi(tmp_path_factory):
         _image(root / "data" / f"{index:02d}.png", rng)
         rows.append(f"{index:02d}.png,{';'.join(rng.choice(NAMES, index % 3, replace=False))}")
     (root / "data" / "labels.csv").write_text("\n".join(rows) + "\n")
-    model = _save(root / "model", seed=5, problem_type=MULTI_LABEL)
+    model = save_tiny_classifier(root / "model", NAMES, seed=5, problem_type=MULTI_LABEL)
     trained = load_trained(model, device="cpu")
     pixels = torch.stack([trained.transform.transform_image(str(f)) for f in sorted((root / "data").glob("*.png"))])
     config = json.loads((model / "config.json").read_text())

@@ -16,7 +16,6 @@ from PIL import Image
 from sklearn.metrics import accuracy_score, average_precision_score, f1_score
 from sklearn.metrics import precision_recall_curve as sklearn_pr_curve
 
-from vit_ft import ViTFTForImageClassification
 from vit_ft.metrics.multilabel import MULTI_LABEL, sigmoid
 from vit_ft.reports.charts import precision_recall_curve
 from vit_ft.tools.evaluate.data import data_from_fields, folder_eval_data
@@ -25,12 +24,10 @@ from vit_ft.tools.predict.run import MULTI_LABEL_COLUMNS, read_predictions, run_
 from vit_ft.tools.trained import load_trained
 
 from ..cli_runner import run_script
-from ..conftest import randomize, tiny_ft_config
+from ..conftest import save_tiny_classifier
 
 DATA_NAMES = ["cat", "dog", "grass", "sky"]  # the folder's labels
 MODEL_NAMES = ["sky", "car", "dog", "cat", "grass"]  # another order, and "car", which the data never shows
-PROCESSOR = {"image_mean": [0.5] * 3, "image_std": [0.25] * 3, "rescale_factor": 1 / 255, "resample": 2,
-             "size": {"height": 16, "width": 16}}  # fmt: skip
 NUM_IMAGES = 24
 
 
@@ -56,15 +53,6 @@ def folder(tmp_path_factory) -> Path:
     return _write_folder(tmp_path_factory.mktemp("ml") / "photos", rows)
 
 
-def _save(path: Path, names: list[str], seed: int, **config) -> Path:
-    id2label = dict(enumerate(names))
-    model = ViTFTForImageClassification(
-        tiny_ft_config(id2label=id2label, label2id={n: i for i, n in id2label.items()}, **config)
-    )
-    randomize(model, seed=seed).save_pretrained(path)
-    (path / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
-    return path
-
 
 def hand_probabilities(model_dir: Path, files: list[Path]) -> np.ndarray:
     """(images, labels) sigmoid of `Trained.logits` on the model's own eval transform, computed here."""
@@ -77,7 +65,7 @@ def hand_probabilities(model_dir: Path, files: list[Path]) -> np.ndarray:
 def model_dir(tmp_path_factory, folder) -> Path:
     """A multi-label model whose per-label thresholds leave img03 with no label and the others with some:
     each threshold just above img03's probability, or the label's median probability when that is higher."""
-    path = _save(tmp_path_factory.mktemp("ml_model"), MODEL_NAMES, seed=4, problem_type=MULTI_LABEL)
+    path = save_tiny_classifier(tmp_path_factory.mktemp("ml_model"), MODEL_NAMES, seed=4, problem_type=MULTI_LABEL)
     probabilities = hand_probabilities(path, sorted(folder.glob("*.png")))
     thresholds = np.maximum(probabilities[3] + 1e-4, np.median(probabilities, axis=0)).round(6)
     config = json.loads((path / "config.json").read_text())
@@ -208,7 +196,7 @@ def test_predict_lists_every_label_at_or_above_its_threshold(model_dir, folder, 
 
 
 def test_mistakes_are_one_error_line_and_write_nothing(model_dir, folder, tmp_path, capfd):
-    single = _save(tmp_path / "single", DATA_NAMES, seed=1)
+    single = save_tiny_classifier(tmp_path / "single", DATA_NAMES, seed=1)
     classes = tmp_path / "classes"
     for name in DATA_NAMES[:2]:
         (classes / name).mkdir(parents=True)
